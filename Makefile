@@ -1,0 +1,41 @@
+# llmgate: `make run` and `make test` set this machine up themselves (scripts/setup.sh).
+PY := .venv/bin/python
+
+.PHONY: setup run test test-unit test-integration lint format typecheck check bench nginx-conf clean
+
+setup:
+	@scripts/setup.sh
+
+run: setup
+	$(PY) -m runner
+
+test: setup
+	$(PY) -m pytest
+
+test-unit: setup
+	$(PY) -m pytest tests/unit
+
+test-integration: setup
+	$(PY) -m pytest tests/integration
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: setup
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+typecheck: setup
+	$(PY) -m mypy app
+
+check: lint typecheck test
+
+bench: setup
+	$(PY) -m bench
+
+nginx-conf: setup
+	@$(PY) -m runner.nginx
+
+clean:
+	rm -rf .run .pytest_cache .mypy_cache .ruff_cache

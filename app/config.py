@@ -1,0 +1,167 @@
+"""Settings: one frozen value read from the environment once. No I/O here.
+
+Every field names its environment variable and says what it does; ``docs/configuration.md``
+and the README table are checked against this list by a test, so a setting cannot exist
+undocumented. Per-request variations are made with ``dataclasses.replace``, never by mutation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class SettingsError(ValueError):
+    """A setting has a value the gateway cannot run with."""
+
+
+def _setting(env: str, default: Any, help: str) -> Any:
+    return field(default=default, metadata={"env": env, "help": help})
+
+
+@dataclass(frozen=True)
+class Settings:
+    upstream_url: str = _setting(
+        "LLMGATE_UPSTREAM_URL",
+        "",
+        "Base URL of the upstream API, with its version path, like OPENAI_BASE_URL "
+        "(e.g. https://api.openai.com/v1). `make run` starts the simulator when empty.",
+    )
+    upstream_api_key: str = _setting(
+        "LLMGATE_UPSTREAM_API_KEY",
+        "",
+        "Bearer key sent upstream for callers that send no Authorization header. Never logged.",
+    )
+    pool_size: int = _setting(
+        "LLMGATE_POOL_SIZE",
+        100,
+        "Keep-alive upstream connections kept per worker (urllib3 maxsize). Size it to the "
+        "worker's concurrent calls; bursts above it open extra connections that are closed "
+        "after use.",
+    )
+    connect_timeout_s: float = _setting(
+        "LLMGATE_CONNECT_TIMEOUT_S", 5.0, "Seconds to open a TCP (+TLS) connection upstream."
+    )
+    first_byte_timeout_s: float = _setting(
+        "LLMGATE_FIRST_BYTE_TIMEOUT_S",
+        300.0,
+        "Seconds from sending the request until the upstream's response headers. For a "
+        "non-stream call this covers the whole generation, hence the large default.",
+    )
+    idle_timeout_s: float = _setting(
+        "LLMGATE_IDLE_TIMEOUT_S",
+        120.0,
+        "Longest silence allowed between two reads of the upstream body (reasoning models "
+        "think for minutes before their first token).",
+    )
+    deadline_s: float = _setting(
+        "LLMGATE_DEADLINE_S",
+        600.0,
+        "Total seconds a request may take, retries and streaming included.",
+    )
+    heartbeat_s: float = _setting(
+        "LLMGATE_HEARTBEAT_S",
+        15.0,
+        "Idle seconds after which a stream gets a `: ping` SSE comment (0 disables).",
+    )
+    retries: int = _setting(
+        "LLMGATE_RETRIES",
+        2,
+        "Extra upstream attempts for failures that cannot have billed: connect errors, 429, "
+        "502/503/504 before any byte reached the caller, within the deadline.",
+    )
+    retry_backoff_s: float = _setting(
+        "LLMGATE_RETRY_BACKOFF_S", 0.5, "Base of the full-jitter exponential backoff."
+    )
+    retry_backoff_max_s: float = _setting(
+        "LLMGATE_RETRY_BACKOFF_MAX_S", 8.0, "Cap of one backoff sleep."
+    )
+    retry_after_max_s: float = _setting(
+        "LLMGATE_RETRY_AFTER_MAX_S",
+        20.0,
+        "Longest upstream retry-after the gateway waits out itself; longer ones go back to "
+        "the caller with the upstream's answer.",
+    )
+    max_body_bytes: int = _setting(
+        "LLMGATE_MAX_BODY_BYTES",
+        20 * 1024 * 1024,
+        "Largest request body accepted (413 above it); nginx's client_max_body_size is "
+        "rendered from the same value.",
+    )
+    memcached: str = _setting(
+        "LLMGATE_MEMCACHED",
+        "",
+        "Comma-separated host:port list of Memcached nodes; empty means no shared cache.",
+    )
+    log_prompts: bool = _setting(
+        "LLMGATE_LOG_PROMPTS", False, "Include request bodies in debug logs (off: never logged)."
+    )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(f.metadata["env"])
+            if raw is None or raw.strip() == "":
+                continue
+            values[f.name] = _parse(f, raw.strip())
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.upstream_url:
+            parts = urlsplit(self.upstream_url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise SettingsError(
+                    f"LLMGATE_UPSTREAM_URL must be an http(s) URL, got {self.upstream_url!r}"
+                )
+        for name in ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "deadline_s"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{_env(name)} must be > 0")
+        if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
+            raise SettingsError(
+                "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"
+            )
+
+    @property
+    def memcached_nodes(self) -> list[tuple[str, int]]:
+        nodes = []
+        for item in filter(None, (s.strip() for s in self.memcached.split(","))):
+            host, _, port = item.rpartition(":")
+            if not host or not port.isdigit():
+                raise SettingsError(f"LLMGATE_MEMCACHED entry {item!r} is not host:port")
+            nodes.append((host.strip("[]"), int(port)))
+        return nodes
+
+
+def _env(name: str) -> str:
+    return next(f.metadata["env"] for f in dataclasses.fields(Settings) if f.name == name)
+
+
+def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
+    kind = f.type if isinstance(f.type, str) else f.type.__name__
+    try:
+        if kind == "bool":
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        raise SettingsError(f"{f.metadata['env']}={raw!r} is not a valid {kind}") from None
+    return raw
+
+
+def documented_settings() -> list[tuple[str, Any, str]]:
+    """(env name, default, help) for every setting, in declaration order."""
+    return [
+        (f.metadata["env"], f.default, f.metadata["help"]) for f in dataclasses.fields(Settings)
+    ]

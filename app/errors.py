@@ -1,0 +1,161 @@
+"""One error tree for everything the gateway answers with itself. No I/O here.
+
+Each class carries its HTTP status and OpenAI error ``type``; ``to_body()`` is the only place
+that builds the OpenAI error JSON ``{"error": {"message", "type", "param", "code"}}``, used
+both for HTTP error responses and for the final SSE error event of a broken stream.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "api_error"
+    code: str | None = "internal_error"
+    # Whether the caller may usefully retry: False becomes `x-should-retry: false`, which
+    # stops the OpenAI SDK from multiplying calls the gateway already retried.
+    retryable = False
+    # True when the request never left for the upstream (no connection): safe to retry.
+    before_send = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        status: int | None = None,
+        retryable: bool | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        if retryable is not None:
+            self.retryable = retryable
+        self.param = param
+        self.headers = dict(headers or {})
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def to_json(self) -> bytes:
+        return json.dumps(self.to_body()).encode()
+
+    def response_headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if not self.retryable:
+            headers["x-should-retry"] = "false"
+        headers.update(self.headers)
+        return headers
+
+
+class BadRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    type = "authentication_error"
+    code = "missing_api_key"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "unknown_url"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UpstreamError(GatewayError):
+    """The upstream could not be reached or broke the exchange."""
+
+    status = 502
+    type = "upstream_error"
+    code = "bad_gateway"
+
+
+class UpstreamUnreachable(UpstreamError):
+    code = "upstream_unreachable"
+    retryable = True
+    before_send = True
+
+
+class UpstreamReset(UpstreamError):
+    code = "upstream_reset"
+
+
+class UpstreamTimeout(GatewayError):
+    """One of the four timeouts fired; ``phase`` names which."""
+
+    status = 504
+    type = "timeout_error"
+
+    PHASES = ("connect", "first_byte", "idle", "deadline")
+
+    def __init__(self, phase: str, seconds: float, **kw: Any) -> None:
+        if phase not in self.PHASES:
+            raise ValueError(phase)
+        what = {
+            "connect": "connecting to the upstream",
+            "first_byte": "waiting for the upstream's response headers",
+            "idle": "waiting for the next bytes of the upstream's response",
+            "deadline": "the request's total deadline",
+        }[phase]
+        super().__init__(
+            f"Upstream timed out: {what} took longer than {seconds:g}s ({phase} timeout).",
+            code=f"{phase}_timeout",
+            **kw,
+        )
+        self.phase = phase
+
+
+class ServiceUnavailable(GatewayError):
+    status = 503
+    type = "api_error"
+    code = "service_unavailable"
+    retryable = True
+
+
+def wrap_upstream_body(status: int, body: bytes) -> bytes:
+    """An upstream error body as OpenAI JSON: kept as is when it already is, else wrapped.
+
+    Proxies in front of providers answer with HTML or plain text; callers get the same JSON
+    shape whatever the upstream said, with the upstream's text kept as the message.
+    """
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        return body
+    text = body.decode("utf-8", errors="replace").strip()[:500] or f"HTTP {status}"
+    error = GatewayError(f"Upstream answered {status}: {text}", status=status, code=None)
+    error.type = "upstream_error"
+    return error.to_json()

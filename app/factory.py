@@ -1,0 +1,32 @@
+"""The app factory: builds every per-worker object inside the worker, after gevent patched.
+
+gunicorn loads ``app.factory:create_app()`` in each worker (no preload), so the urllib3
+PoolManager and everything holding sockets are created once per worker, never at import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+from flask import Flask
+
+from app.config import Settings, SettingsError
+from app.gateway import Gateway
+from app.routes import api, register_error_handlers
+from app.upstream import Upstream
+
+
+def create_app(settings: Settings | None = None, environ: Mapping[str, str] | None = None) -> Flask:
+    settings = settings or Settings.from_env(os.environ if environ is None else environ)
+    if not settings.upstream_url:
+        raise SettingsError("LLMGATE_UPSTREAM_URL is not set (make run starts a simulator).")
+    app = Flask("llmgate")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["llmgate"] = Gateway(settings, Upstream(settings))
+    app.register_blueprint(api)
+    register_error_handlers(app)
+    logging.getLogger("llmgate").setLevel(logging.INFO)
+    return app

@@ -1,0 +1,80 @@
+"""Which headers cross the gateway, each way. No I/O here.
+
+Hop-by-hop headers (RFC 9110 7.6.1) never cross. Toward the upstream we also drop what
+describes the client's connection to us (forwarding addresses, cookies) and our own controls,
+so nothing about the caller leaks to the provider; toward the caller we drop what the WSGI
+server sets itself and what we changed (length, encoding after decoding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+_NOT_UPSTREAM = frozenset(
+    {
+        "host",
+        "content-length",
+        "accept-encoding",
+        "cookie",
+        "forwarded",
+        "x-real-ip",
+        "x-request-start",
+        "expect",
+    }
+)
+_NOT_UPSTREAM_PREFIXES = ("x-forwarded-", "x-llmgate-")
+
+_NOT_DOWNSTREAM = frozenset(
+    {"content-length", "content-encoding", "set-cookie", "server", "date", "alt-svc"}
+)
+
+
+def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+    return tokens
+
+
+def upstream_request_headers(
+    incoming: Iterable[tuple[str, str]], *, stream: bool, fallback_api_key: str = ""
+) -> dict[str, str]:
+    """Headers for the upstream request, from the caller's headers."""
+    incoming = list(incoming)
+    drop = HOP_BY_HOP | _NOT_UPSTREAM | _connection_tokens(incoming)
+    out: dict[str, str] = {}
+    for name, value in incoming:
+        lower = name.lower()
+        if lower in drop or lower.startswith(_NOT_UPSTREAM_PREFIXES):
+            continue
+        out[name] = value
+    if fallback_api_key and not any(k.lower() == "authorization" for k in out):
+        out["Authorization"] = f"Bearer {fallback_api_key}"
+    # gzip on an event stream holds events back in compressor buffers: ask for identity.
+    out["Accept-Encoding"] = "identity" if stream else "gzip, deflate"
+    return out
+
+
+def downstream_headers(
+    upstream: Mapping[str, str] | Iterable[tuple[str, str]],
+) -> list[tuple[str, str]]:
+    """The upstream's response headers that reach the caller (x-request-id, ratelimits, ...)."""
+    items = list(upstream.items()) if isinstance(upstream, Mapping) else list(upstream)
+    drop = HOP_BY_HOP | _NOT_DOWNSTREAM | _connection_tokens(items)
+    return [(k, v) for k, v in items if k.lower() not in drop]

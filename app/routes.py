@@ -1,0 +1,128 @@
+"""HTTP routes: turn a Flask request into a ``Call`` and a ``Reply`` into a response. Thin.
+
+Every error leaves as OpenAI-shaped JSON, including Werkzeug's own (404, 405, 413) and
+anything unexpected (500, logged with its traceback, never sent to the caller).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
+
+from app import errors
+from app.gateway import Call, Gateway, Reply, error_reply
+from app.health import readiness
+
+log = logging.getLogger("llmgate")
+api = Blueprint("api", __name__)
+
+_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
+}
+_FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+# The endpoints we serve ourselves accept only these; the catch-all must not forward others.
+_METHODS = {
+    "/v1/chat/completions": ["GET", "POST"],
+    "/v1/completions": ["POST"],
+    "/v1/embeddings": ["POST"],
+    "/v1/responses": ["GET", "POST"],
+    "/v1/models": ["GET"],
+}
+
+
+def _gateway() -> Gateway:
+    return current_app.extensions["llmgate"]
+
+
+@api.route("/v1/chat/completions", methods=_METHODS["/v1/chat/completions"])
+@api.route("/v1/completions", methods=_METHODS["/v1/completions"])
+@api.route("/v1/embeddings", methods=_METHODS["/v1/embeddings"])
+@api.route("/v1/responses", methods=_METHODS["/v1/responses"])
+def api_call() -> Response:
+    # GET on chat/completions and responses lists stored objects upstream: forwarded as is.
+    route = _ROUTES[request.path] if request.method == "POST" else "passthrough"
+    return _forward(route)
+
+
+@api.route("/v1/models", methods=_METHODS["/v1/models"])
+@api.route("/v1/<path:rest>", methods=_FORWARD_METHODS)
+def passthrough(rest: str = "") -> Response:
+    allowed = _METHODS.get(request.path)
+    if allowed is not None and request.method not in allowed:
+        raise MethodNotAllowed(valid_methods=allowed)
+    return _forward("passthrough")
+
+
+def _forward(route: str) -> Response:
+    call = Call(
+        route=route,
+        method=request.method,
+        path=request.path,
+        query=request.query_string.decode("latin-1"),
+        headers=list(request.headers.items()),
+        body=request.get_data(cache=False),
+        client_socket=request.environ.get("gunicorn.socket"),
+    )
+    return to_response(_gateway().handle(call))
+
+
+def to_response(reply: Reply) -> Response:
+    response = Response(reply.body, status=reply.status)
+    response.headers.clear()
+    for name, value in reply.headers:
+        response.headers.add(name, value)
+    if isinstance(reply.body, bytes):
+        response.headers["Content-Length"] = str(len(reply.body))
+    return response
+
+
+@api.route("/healthz", methods=["GET"])
+def healthz() -> Response:
+    return jsonify(status="ok")
+
+
+@api.route("/readyz", methods=["GET"])
+def readyz() -> Response:
+    ready, checks = readiness(_gateway().settings)
+    response = jsonify(ready=ready, checks=checks)
+    response.status_code = 200 if ready else 503
+    return response
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(errors.GatewayError)
+    def gateway_error(exc: errors.GatewayError) -> Response:
+        return to_response(error_reply(exc))
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        return to_response(error_reply(_translate(exc)))
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return to_response(error_reply(errors.GatewayError("Internal gateway error.")))
+
+
+def _translate(exc: HTTPException) -> errors.GatewayError:
+    if isinstance(exc, RequestEntityTooLarge):
+        limit = current_app.config.get("MAX_CONTENT_LENGTH")
+        return errors.PayloadTooLarge(f"Request body is larger than the {limit} byte limit.")
+    if exc.code == 404:
+        return errors.NotFound(f"Unknown request URL: {request.method} {request.path}.")
+    if exc.code == 405:
+        allowed = ", ".join(getattr(exc, "valid_methods", None) or [])
+        return errors.MethodNotAllowed(
+            f"Method {request.method} is not allowed on {request.path}.",
+            headers={"Allow": allowed} if allowed else None,
+        )
+    if exc.code == 400:
+        return errors.BadRequest(exc.description or "Bad request.")
+    error = errors.GatewayError(exc.description or exc.name, status=exc.code or 500)
+    error.code = None
+    return error

@@ -1,0 +1,174 @@
+"""Server-sent events codec. No I/O here: bytes in, events out.
+
+The decoder follows the WHATWG event-stream grammar (HTML Living Standard, 9.2.5): lines end
+with CR, LF or CRLF; a blank line dispatches the event; a line starting with ":" is a
+comment; "field: value" loses one leading space of the value; a leading UTF-8 BOM is dropped.
+
+It is also byte-faithful: every event keeps the exact bytes it came from (``Event.raw``), so
+the relay can forward what the upstream sent without re-encoding it, and the concatenation
+of every event's ``raw`` plus ``Decoder.close()`` equals the input, whatever the chunking.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+DONE = "[DONE]"
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One dispatched event: its fields and the exact bytes it was decoded from."""
+
+    raw: bytes
+    data: str | None = None
+    event: str | None = None
+    id: str | None = None
+    retry: int | None = None
+    comments: tuple[str, ...] = ()
+
+    @property
+    def is_comment(self) -> bool:
+        """True for an event made only of comments (a heartbeat): it carries no data."""
+        return self.data is None and self.event is None and self.id is None
+
+    @property
+    def is_done(self) -> bool:
+        return self.data == DONE
+
+    def json(self) -> Any:
+        """The data field parsed as JSON (raises ValueError when it is not JSON)."""
+        if self.data is None:
+            raise ValueError("event has no data")
+        return json.loads(self.data)
+
+
+class Decoder:
+    """Incremental decoder: ``feed()`` chunks as they arrive, get complete events back.
+
+    A CR at the end of a chunk ends its line at once (so an event is never held back waiting
+    for the next chunk); an LF at the start of the next chunk is then the second half of that
+    CRLF and is carried, byte-exact, at the front of the next event's ``raw``.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._event_start = 0  # offset in _buf where the current event's raw bytes begin
+        self._scan = 0  # offset in _buf of the next unread line
+        self._skip_lf = False
+        self._bom_checked = False
+        self._fields: dict[str, Any] = {}
+        self._data: list[str] = []
+        self._comments: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[Event]:
+        if not chunk:
+            return []
+        self._buf += chunk
+        if not self._bom_checked:
+            if len(self._buf) < len(_BOM) and _BOM.startswith(self._buf):
+                return []
+            self._bom_checked = True
+            if self._buf.startswith(_BOM):
+                self._scan = len(_BOM)
+        events: list[Event] = []
+        while True:
+            if self._skip_lf:
+                if self._scan >= len(self._buf):
+                    break
+                if self._buf[self._scan : self._scan + 1] == b"\n":
+                    self._scan += 1
+                self._skip_lf = False
+            line_end, next_start = self._find_eol(self._scan)
+            if line_end < 0:
+                break
+            line = self._buf[self._scan : line_end]
+            self._skip_lf = next_start == len(self._buf) and self._buf[line_end:next_start] == b"\r"
+            self._scan = next_start
+            if line:
+                self._take_line(line.decode("utf-8", errors="replace"))
+            else:
+                events.append(self._dispatch())
+        self._compact()
+        return events
+
+    def close(self) -> bytes:
+        """End of stream: return the bytes of an unfinished event (not dispatched, per spec)."""
+        rest = self._buf[self._event_start :]
+        self.__init__()  # type: ignore[misc]
+        return rest
+
+    def _find_eol(self, start: int) -> tuple[int, int]:
+        """(end of line, start of next line) or (-1, -1) when no full line is buffered."""
+        buf = self._buf
+        cr = buf.find(b"\r", start)
+        lf = buf.find(b"\n", start)
+        if cr < 0 and lf < 0:
+            return -1, -1
+        if cr < 0 or (0 <= lf < cr):
+            return lf, lf + 1
+        if cr + 1 < len(buf) and buf[cr + 1 : cr + 2] == b"\n":
+            return cr, cr + 2
+        return cr, cr + 1
+
+    def _take_line(self, line: str) -> None:
+        if line.startswith(":"):
+            self._comments.append(line[1:].lstrip(" "))
+            return
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name in ("event", "id"):
+            if name == "id" and "\0" in value:
+                return
+            self._fields[name] = value
+        elif name == "retry" and value.isdigit():
+            self._fields["retry"] = int(value)
+
+    def _dispatch(self) -> Event:
+        raw = self._buf[self._event_start : self._scan]
+        event = Event(
+            raw=raw,
+            data="\n".join(self._data) if self._data else None,
+            event=self._fields.get("event"),
+            id=self._fields.get("id"),
+            retry=self._fields.get("retry"),
+            comments=tuple(self._comments),
+        )
+        self._event_start = self._scan
+        self._fields, self._data, self._comments = {}, [], []
+        return event
+
+    def _compact(self) -> None:
+        if self._event_start:
+            self._buf = self._buf[self._event_start :]
+            self._scan -= self._event_start
+            self._event_start = 0
+
+
+def encode(data: str, *, event: str | None = None, id: str | None = None) -> bytes:
+    """Encode one event with LF line endings; multi-line data becomes several data lines."""
+    lines = []
+    if event is not None:
+        lines.append(f"event: {event}")
+    if id is not None:
+        lines.append(f"id: {id}")
+    lines.extend(f"data: {part}" for part in data.split("\n"))
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+def encode_json(obj: Any) -> bytes:
+    return encode(json.dumps(obj, separators=(",", ":"), ensure_ascii=False))
+
+
+def comment(text: str = "ping") -> bytes:
+    """A comment event: clients (the OpenAI SDK included) skip it; proxies see traffic."""
+    return f": {text}\n\n".encode()
+
+
+DONE_EVENT = encode(DONE)

@@ -1,0 +1,212 @@
+"""The upstream adapter: the only owner of the urllib3 PoolManager.
+
+One ``Upstream`` per worker, built by the app factory after gevent patched the process.
+``open()`` sends one request with the retry policy and returns once the upstream's headers
+are in; the body is then read with ``read_chunk()``, a bounded read that returns what has
+arrived. Every urllib3/socket failure is translated here, once, into the GatewayError tree.
+
+Timeouts: connect is urllib3's; first byte, idle and the total deadline are ``gevent.Timeout``
+so each is exact and names its phase. A connection interrupted by one of them is closed by
+urllib3 (it is never put back half-read), see ``HTTPConnectionPool.urlopen``'s clean-exit rule.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import gevent
+import urllib3
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+)
+
+from app.config import Settings
+from app.errors import (
+    GatewayError,
+    UpstreamError,
+    UpstreamReset,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
+from app.policy import Deadline, RetryPolicy
+
+_READ_SIZE = 64 * 1024
+
+
+@dataclass(frozen=True)
+class UpstreamRequest:
+    method: str
+    path: str  # below the upstream base URL, e.g. "/chat/completions"
+    query: str
+    headers: Mapping[str, str]
+    body: bytes | None
+    stream: bool
+
+
+@dataclass
+class UpstreamResponse:
+    """The upstream's answer once its headers are in; the body is still on the socket."""
+
+    raw: urllib3.BaseHTTPResponse
+    attempts: int
+    retried_statuses: list[int] = field(default_factory=list)
+
+    @property
+    def status(self) -> int:
+        return self.raw.status
+
+    @property
+    def headers(self) -> urllib3.HTTPHeaderDict:
+        return self.raw.headers
+
+    def close(self) -> None:
+        """Drop the connection: never drain a generation nobody will read."""
+        self.raw.close()
+        self.raw.release_conn()
+
+
+class Upstream:
+    def __init__(self, settings: Settings, *, sleep=gevent.sleep, rand=random.random) -> None:
+        self.settings = settings
+        self.base = settings.upstream_url.rstrip("/")
+        self._sleep = sleep
+        self._rand = rand
+        self.pool = urllib3.PoolManager(
+            num_pools=4,
+            maxsize=settings.pool_size,
+            block=False,
+            retries=False,
+            # The read timeout is only a backstop: idle and first-byte are enforced exactly
+            # with gevent.Timeout, so a socket can never wait past the request's deadline.
+            timeout=urllib3.Timeout(connect=settings.connect_timeout_s, read=settings.deadline_s),
+        )
+
+    def policy(self) -> RetryPolicy:
+        s = self.settings
+        return RetryPolicy(s.retries, s.retry_backoff_s, s.retry_backoff_max_s, s.retry_after_max_s)
+
+    def open(self, req: UpstreamRequest, deadline: Deadline) -> UpstreamResponse:
+        """Send ``req``, retrying what cannot have billed; return at the upstream's headers."""
+        policy = self.policy()
+        retried: list[int] = []
+        while True:
+            policy = policy.increment()
+            try:
+                raw = self._attempt(req, deadline)
+            except GatewayError as exc:
+                if not exc.before_send:
+                    raise
+                delay = policy.delay_for_connect_error(self._rand)
+                if delay is None or delay >= deadline.remaining():
+                    # Retried already: tell the SDK not to multiply the calls again.
+                    exc.retryable = policy.attempt == 1
+                    raise
+                self._sleep(delay)
+                continue
+            delay = policy.delay_for_status(raw.status, raw.headers, self._rand)
+            if delay is None or delay >= deadline.remaining():
+                return UpstreamResponse(raw, policy.attempt, retried)
+            retried.append(raw.status)
+            _discard(raw)
+            self._sleep(delay)
+
+    def _attempt(self, req: UpstreamRequest, deadline: Deadline) -> urllib3.BaseHTTPResponse:
+        s = self.settings
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise UpstreamTimeout("deadline", s.deadline_s)
+        phase, window = ("first_byte", s.first_byte_timeout_s)
+        if remaining < window:
+            phase, window = "deadline", remaining
+        url = self.base + req.path + (f"?{req.query}" if req.query else "")
+        timer = gevent.Timeout(window)
+        timer.start()
+        try:
+            return self.pool.urlopen(
+                req.method,
+                url,
+                body=req.body,
+                headers=dict(req.headers),
+                preload_content=False,
+                decode_content=True,
+                redirect=False,
+                retries=False,
+                timeout=urllib3.Timeout(
+                    connect=min(s.connect_timeout_s, remaining), read=s.deadline_s
+                ),
+            )
+        except gevent.Timeout as exc:
+            if exc is not timer:
+                raise
+            raise UpstreamTimeout(phase, s.deadline_s if phase == "deadline" else window) from None
+        except NewConnectionError as exc:
+            raise UpstreamUnreachable(f"Upstream unreachable: {_reason(exc)}.") from None
+        except ConnectTimeoutError:
+            error = UpstreamTimeout("connect", s.connect_timeout_s, retryable=True)
+            error.before_send = True
+            raise error from None
+        except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
+            raise UpstreamReset(f"Upstream closed the connection: {_reason(exc)}.") from None
+        finally:
+            timer.close()
+
+    def read_chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:
+        """What has arrived of the body (b"" at its end), within the idle and total budgets."""
+        s = self.settings
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise UpstreamTimeout("deadline", s.deadline_s)
+        phase, window = ("idle", s.idle_timeout_s)
+        if remaining < window:
+            phase, window = "deadline", remaining
+        timer = gevent.Timeout(window)
+        timer.start()
+        try:
+            return resp.raw.read1(_READ_SIZE)
+        except gevent.Timeout as exc:
+            if exc is not timer:
+                raise
+            resp.close()
+            raise UpstreamTimeout(phase, s.deadline_s if phase == "deadline" else window) from None
+        except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
+            resp.close()
+            raise UpstreamReset(f"Upstream broke off the response: {_reason(exc)}.") from None
+        finally:
+            timer.close()
+
+    def read_all(self, resp: UpstreamResponse, deadline: Deadline, limit: int) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while chunk := self.read_chunk(resp, deadline):
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                resp.close()
+                raise UpstreamError(f"Upstream response exceeds {limit} bytes.")
+        resp.raw.release_conn()
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self.pool.clear()
+
+
+def _discard(raw: urllib3.BaseHTTPResponse) -> None:
+    """Throw away an answer we will retry. Closing costs one reconnect; reading an error
+    body of unknown size to save the connection could cost far more."""
+    raw.close()
+    raw.release_conn()
+
+
+def _reason(exc: BaseException) -> str:
+    """urllib3's message without the connection object's repr in front."""
+    message = str(exc)
+    return message.split(">: ", 1)[1] if ">: " in message else message
+
+
+__all__ = ["GatewayError", "Upstream", "UpstreamRequest", "UpstreamResponse"]

@@ -1,0 +1,95 @@
+"""Renders nginx/llmgate.conf.template. Pure apart from reading the template file.
+
+`python -m runner.nginx` prints a config rendered from the current LLMGATE_* environment,
+a starting point for /etc/nginx (adjust `listen`, the upstream servers and the paths).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.config import Settings
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "nginx" / "llmgate.conf.template"
+_FIELD = re.compile(r"\{\{ (\w+) \}\}")
+
+
+@dataclass(frozen=True)
+class NginxParams:
+    listen: str
+    app_servers: tuple[str, ...]
+    max_body_bytes: int
+    read_timeout_s: float
+    worker_processes: int | str = "auto"
+    worker_connections: int = 16384
+    access_log: str = "off"
+
+    @classmethod
+    def for_settings(
+        cls,
+        settings: Settings,
+        *,
+        listen: str,
+        app_servers: list[str],
+        read_timeout_s: float | None = None,
+        **kw: object,
+    ) -> NginxParams:
+        # nginx must never cut what the gateway still allows: its read timeout sits above
+        # the gateway's total deadline (and so above the idle and first-byte timeouts).
+        if read_timeout_s is None:
+            read_timeout_s = (
+                max(settings.deadline_s, settings.idle_timeout_s, settings.first_byte_timeout_s)
+                + 30
+            )
+        return cls(
+            listen=listen,
+            app_servers=tuple(app_servers),
+            max_body_bytes=settings.max_body_bytes,
+            read_timeout_s=read_timeout_s,
+            **kw,
+        )  # type: ignore[arg-type]
+
+    def values(self) -> dict[str, str]:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 2 * self.worker_connections + 64
+        rlimit = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        return {
+            # As root the workers drop to nobody; as anyone else the directive is moot.
+            "user_line": "user nobody nogroup;" if os.geteuid() == 0 else "",
+            "worker_processes": str(self.worker_processes),
+            "worker_rlimit_nofile": str(rlimit),
+            "worker_connections": str(self.worker_connections),
+            "access_log": self.access_log,
+            "app_servers": "\n        ".join(f"server {s};" for s in self.app_servers),
+            "listen": self.listen,
+            "max_body": str(self.max_body_bytes),
+            "max_body_bytes": str(self.max_body_bytes),
+            "read_timeout": f"{round(self.read_timeout_s * 1000)}ms",
+        }
+
+
+def render_nginx(params: NginxParams, template: str | None = None) -> str:
+    text = TEMPLATE.read_text() if template is None else template
+    values = params.values()
+    missing = set(_FIELD.findall(text)) - values.keys()
+    if missing:
+        raise KeyError(f"template fields without a value: {sorted(missing)}")
+    return _FIELD.sub(lambda m: values[m.group(1)], text)
+
+
+if __name__ == "__main__":
+    settings = Settings.from_env(os.environ)
+    print(
+        render_nginx(
+            NginxParams.for_settings(
+                settings,
+                listen="8080",
+                app_servers=["127.0.0.1:8000"],
+                access_log="/var/log/nginx/llmgate.access.log",
+            )
+        )
+    )

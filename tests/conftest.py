@@ -1,0 +1,28 @@
+"""Shared test setup: the repository root on sys.path, and the CI rule for missing binaries."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_binary(name: str) -> str:
+    """The binary's path; a skip on a laptop without it, a failure in CI (never a quiet green)."""
+    from runner.procs import find_binary
+
+    path = find_binary(name)
+    if path is None:
+        message = f"{name} is not installed (make setup installs it)"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return path

@@ -1,0 +1,92 @@
+"""Fixtures that start the real stack on loopback: nginx → gunicorn (gevent) → simulator.
+
+Stacks are session-scoped and keyed by their options, so tests that need the same shape
+share one set of processes; each test resets the simulator's counters first.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import urllib3
+
+from runner.stack import Stack, StackOptions
+from tests.conftest import require_binary
+
+
+class StackHandle:
+    """A running stack plus the calls tests make against it."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.http = urllib3.PoolManager(maxsize=32, retries=False)
+
+    @property
+    def url(self) -> str:
+        return self.stack.url
+
+    @property
+    def app_url(self) -> str:
+        return self.stack.app_url
+
+    @property
+    def sim_url(self) -> str:
+        return self.stack.sim_url
+
+    def sim_stats(self) -> dict:
+        return json.loads(self.http.request("GET", self.sim_url + "/sim/stats").data)
+
+    def sim_requests(self) -> list[dict]:
+        return json.loads(self.http.request("GET", self.sim_url + "/sim/requests").data)
+
+    def sim_reset(self) -> None:
+        self.http.request("POST", self.sim_url + "/sim/reset")
+
+    def post(self, path: str, body: dict | bytes, *, base: str | None = None, **kw):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", **kw.pop("headers", {})}
+        return self.http.request("POST", (base or self.url) + path, body=data,
+                                 headers=headers, **kw)
+
+    def log(self, name: str) -> str:
+        return (self.stack.options.run_dir / "logs" / f"{name}.log").read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def stacks() -> Iterator[dict]:
+    started: dict[tuple, StackHandle] = {}
+    yield started
+    for handle in started.values():
+        handle.stack.stop()
+
+
+@pytest.fixture(scope="session")
+def make_stack(stacks: dict):
+    """make_stack(env={...}, **StackOptions fields) -> a running StackHandle (shared by key)."""
+
+    def make(env: dict[str, str] | None = None, **options) -> StackHandle:
+        env = dict(env or {})
+        key = (tuple(sorted(env.items())), tuple(sorted(options.items())))
+        if key not in stacks:
+            if options.get("nginx", True):
+                require_binary("nginx")
+            if options.get("memcached", True):
+                require_binary("memcached")
+            run_dir = Path(tempfile.mkdtemp(prefix="llmgate-test-"))
+            stack = Stack(StackOptions(run_dir=run_dir, env=env, **options)).start()
+            stacks[key] = StackHandle(stack)
+        return stacks[key]
+
+    return make
+
+
+@pytest.fixture
+def gw(make_stack) -> StackHandle:
+    """The default stack: 2 gevent workers behind nginx, memcached, the simulator."""
+    handle = make_stack()
+    handle.sim_reset()
+    return handle

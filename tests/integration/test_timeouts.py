@@ -1,0 +1,100 @@
+"""The four timeouts: each fires with its own error, before and after the first byte.
+
+Before anything reached the caller a timeout is a 504 JSON error naming its phase; after,
+it is one final SSE `data: {"error": ...}` event and the stream closes without [DONE].
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.faults import BlackHole
+from tests.integration.sse_reader import chat, data_events, read_events
+
+FAST = {
+    "LLMGATE_CONNECT_TIMEOUT_S": "0.5",
+    "LLMGATE_FIRST_BYTE_TIMEOUT_S": "1",
+    "LLMGATE_IDLE_TIMEOUT_S": "1",
+    "LLMGATE_DEADLINE_S": "8",
+    "LLMGATE_HEARTBEAT_S": "10",
+}
+
+
+@pytest.fixture(scope="module")
+def blackhole():
+    hole = BlackHole()
+    yield hole
+    hole.close()
+
+
+def _assert_504(resp, phase: str) -> None:
+    assert resp.status == 504, resp.data
+    assert resp.headers["Content-Type"] == "application/json"
+    error = resp.json()["error"]
+    assert error["code"] == f"{phase}_timeout"
+    assert error["type"] == "timeout_error"
+    assert phase.replace("_", " ") in error["message"].replace("_", " ")
+
+
+def _final_error(resp) -> dict:
+    assert resp.status == 200
+    events = [a.event for a in data_events(read_events(resp))]
+    assert events, "no events"
+    assert not any(e.is_done for e in events)
+    return events[-1].json()["error"]
+
+
+def test_connect_timeout(make_stack, blackhole) -> None:
+    gw = make_stack(env={**FAST, "LLMGATE_RETRIES": "1", "LLMGATE_RETRY_BACKOFF_S": "0.01"},
+                    upstream_url=blackhole.url, memcached=False)
+    resp = gw.post("/v1/chat/completions", chat())
+    _assert_504(resp, "connect")
+    assert resp.headers["x-should-retry"] == "false"  # we retried already
+    resp = gw.post("/v1/chat/completions", chat(True))
+    _assert_504(resp, "connect")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_first_byte_timeout_before_the_first_byte(make_stack, stream: bool) -> None:
+    gw = make_stack(env=FAST, memcached=False)
+    resp = gw.post("/v1/chat/completions", chat(stream), headers={
+        "x-sim-fault": "slow-headers", "x-sim-header-delay-ms": "3000"})
+    _assert_504(resp, "first_byte")
+
+
+def test_first_byte_timeout_after_heartbeats_started(make_stack) -> None:
+    gw = make_stack(env={**FAST, "LLMGATE_HEARTBEAT_S": "0.3"}, memcached=False)
+    resp = gw.post("/v1/chat/completions", chat(True), preload_content=False, headers={
+        "x-sim-fault": "slow-headers", "x-sim-header-delay-ms": "3000"})
+    assert _final_error(resp)["code"] == "first_byte_timeout"
+
+
+def test_idle_timeout_before_the_first_byte(make_stack) -> None:
+    # Headers arrive, then nothing: no event ever reached the caller, so it is an HTTP 504.
+    gw = make_stack(env=FAST, memcached=False)
+    resp = gw.post("/v1/chat/completions", chat(True), headers={"x-sim-fault": "stall-before"})
+    _assert_504(resp, "idle")
+
+
+def test_idle_timeout_after_the_first_byte(make_stack) -> None:
+    gw = make_stack(env=FAST, memcached=False)
+    resp = gw.post("/v1/chat/completions", chat(True, max_tokens=6), preload_content=False,
+                   headers={"x-sim-fault": "stall-after", "x-sim-ttft-ms": "0"})
+    assert _final_error(resp)["code"] == "idle_timeout"
+
+
+DEADLINE = {**FAST, "LLMGATE_FIRST_BYTE_TIMEOUT_S": "30", "LLMGATE_IDLE_TIMEOUT_S": "30",
+            "LLMGATE_DEADLINE_S": "1.5"}
+
+
+def test_deadline_before_the_first_byte(make_stack) -> None:
+    gw = make_stack(env=DEADLINE, memcached=False)
+    resp = gw.post("/v1/chat/completions", chat(), headers={"x-sim-ttft-ms": "5000"})
+    _assert_504(resp, "deadline")
+
+
+def test_deadline_after_the_first_byte(make_stack) -> None:
+    gw = make_stack(env=DEADLINE, memcached=False)
+    resp = gw.post("/v1/chat/completions", chat(True, max_tokens=30), preload_content=False,
+                   headers={"x-sim-tps": "4", "x-sim-ttft-ms": "0"})
+    assert _final_error(resp)["code"] == "deadline_timeout"

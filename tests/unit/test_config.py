@@ -1,0 +1,65 @@
+"""Settings: parsing, validation, and the rule that every setting is documented."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings, SettingsError, documented_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_match_the_timeout_model() -> None:
+    s = Settings()
+    assert s.connect_timeout_s == 5.0
+    assert s.idle_timeout_s >= 120.0
+    assert s.heartbeat_s == 15.0
+    assert s.deadline_s >= s.first_byte_timeout_s
+
+
+def test_from_env_parses_types() -> None:
+    s = Settings.from_env({
+        "LLMGATE_UPSTREAM_URL": "http://127.0.0.1:9/v1",
+        "LLMGATE_POOL_SIZE": "16",
+        "LLMGATE_IDLE_TIMEOUT_S": "2.5",
+        "LLMGATE_LOG_PROMPTS": "yes",
+        "LLMGATE_MEMCACHED": "127.0.0.1:11211, [::1]:11212",
+        "UNRELATED": "x",
+    })
+    assert (s.pool_size, s.idle_timeout_s, s.log_prompts) == (16, 2.5, True)
+    assert s.memcached_nodes == [("127.0.0.1", 11211), ("::1", 11212)]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"LLMGATE_POOL_SIZE": "many"},
+        {"LLMGATE_POOL_SIZE": "0"},
+        {"LLMGATE_UPSTREAM_URL": "ftp://example.com"},
+        {"LLMGATE_IDLE_TIMEOUT_S": "0"},
+        {"LLMGATE_LOG_PROMPTS": "maybe"},
+    ],
+)
+def test_bad_values_are_refused_with_the_variable_named(env: dict[str, str]) -> None:
+    with pytest.raises(SettingsError, match="LLMGATE_"):
+        Settings.from_env(env)
+
+
+def test_bad_memcached_entry() -> None:
+    with pytest.raises(SettingsError):
+        _ = Settings(memcached="localhost").memcached_nodes
+
+
+def test_settings_are_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Settings().pool_size = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/configuration.md"])
+def test_every_setting_is_documented(doc: str) -> None:
+    text = (ROOT / doc).read_text()
+    missing = [env for env, _, _ in documented_settings() if f"`{env}`" not in text]
+    assert not missing, f"{doc} does not document {missing}"
