@@ -27,7 +27,7 @@ format: setup
 	$(PY) -m ruff check --fix .
 
 typecheck: setup
-	$(PY) -m mypy app
+	$(PY) -m mypy app runner simulator
 
 check: lint typecheck test
 

@@ -94,10 +94,8 @@ class Settings:
     memcached: str = _setting(
         "LLMGATE_MEMCACHED",
         "",
-        "Comma-separated host:port list of Memcached nodes; empty means no shared cache.",
-    )
-    log_prompts: bool = _setting(
-        "LLMGATE_LOG_PROMPTS", False, "Include request bodies in debug logs (off: never logged)."
+        "Comma-separated host:port list of Memcached nodes. Today /readyz reports on them; "
+        "the shared response cache that uses them is the next milestone.",
     )
 
     @classmethod
@@ -145,12 +143,6 @@ def _env(name: str) -> str:
 def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
     kind = f.type if isinstance(f.type, str) else f.type.__name__
     try:
-        if kind == "bool":
-            if raw.lower() in ("1", "true", "yes", "on"):
-                return True
-            if raw.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
         if kind == "int":
             return int(raw)
         if kind == "float":

@@ -89,7 +89,7 @@ class Exchange:
         except GatewayError as exc:
             self.queue.put(exc)
         finally:
-            if not resp.raw.isclosed():
+            if not resp.raw.closed:
                 resp.close()
 
     def cancel(self) -> None:
@@ -100,7 +100,7 @@ class Exchange:
         Its own ``finally`` closes the connection; urllib3 discards one interrupted mid-call.
         """
         self._greenlet.kill(block=True, timeout=2.0)
-        if self._resp is not None and not self._resp.raw.isclosed():
+        if self._resp is not None and not self._resp.raw.closed:
             self._resp.close()
         self.cancelled = True
         if not self.head.ready():

@@ -65,10 +65,26 @@ def _forward(route: str) -> Response:
         path=request.path,
         query=request.query_string.decode("latin-1"),
         headers=list(request.headers.items()),
-        body=request.get_data(cache=False),
+        body=_read_body(current_app.config["MAX_CONTENT_LENGTH"]),
         client_socket=request.environ.get("gunicorn.socket"),
     )
     return to_response(_gateway().handle(call))
+
+
+def _read_body(limit: int) -> bytes:
+    """The whole body, refusing more than ``limit`` bytes with or without Content-Length
+    (a chunked upload has none, and Werkzeug would cut it short silently)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise RequestEntityTooLarge()
+    stream = request.environ["wsgi.input"]
+    parts: list[bytes] = []
+    size = 0
+    while chunk := stream.read(min(65536, limit + 1 - size)):
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise RequestEntityTooLarge()
+    return b"".join(parts)
 
 
 def to_response(reply: Reply) -> Response:

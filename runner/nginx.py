@@ -11,6 +11,7 @@ import re
 import resource
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app.config import Settings
 
@@ -36,7 +37,7 @@ class NginxParams:
         listen: str,
         app_servers: list[str],
         read_timeout_s: float | None = None,
-        **kw: object,
+        **kw: Any,
     ) -> NginxParams:
         # nginx must never cut what the gateway still allows: its read timeout sits above
         # the gateway's total deadline (and so above the idle and first-byte timeouts).
@@ -51,7 +52,7 @@ class NginxParams:
             max_body_bytes=settings.max_body_bytes,
             read_timeout_s=read_timeout_s,
             **kw,
-        )  # type: ignore[arg-type]
+        )
 
     def values(self) -> dict[str, str]:
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -49,8 +49,9 @@ class StackHandle:
     def post(self, path: str, body: dict | bytes, *, base: str | None = None, **kw):
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         headers = {"Content-Type": "application/json", **kw.pop("headers", {})}
-        return self.http.request("POST", (base or self.url) + path, body=data,
-                                 headers=headers, **kw)
+        return self.http.request(
+            "POST", (base or self.url) + path, body=data, headers=headers, **kw
+        )
 
     def log(self, name: str) -> str:
         return (self.stack.options.run_dir / "logs" / f"{name}.log").read_text(errors="replace")

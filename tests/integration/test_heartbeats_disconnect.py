@@ -24,15 +24,22 @@ def _wait_for(predicate, timeout: float = 10.0) -> bool:
 def test_pings_arrive_while_waiting_for_the_first_token_and_between_tokens(make_stack) -> None:
     gw = make_stack(env=HEARTBEAT)
     gw.sim_reset()
-    resp = gw.post("/v1/chat/completions", chat(True, max_tokens=3), preload_content=False,
-                   headers={"x-sim-ttft-ms": "2000", "x-sim-tps": "0.6"})
+    resp = gw.post(
+        "/v1/chat/completions",
+        chat(True, max_tokens=3),
+        preload_content=False,
+        headers={"x-sim-ttft-ms": "2000", "x-sim-tps": "0.6"},
+    )
     events = [a.event for a in read_events(resp)]
     kinds = ["ping" if e.is_comment else "data" for e in events]
     # Pings fill the 2 s before the first event, and the 1.7 s gaps between tokens.
     assert kinds[:2] == ["ping", "ping"], kinds
     assert events[-1].is_done
-    content_idx = [i for i, e in enumerate(events) if e.data and '"content":"' in e.data
-                   and '"content":""' not in e.data]
+    content_idx = [
+        i
+        for i, e in enumerate(events)
+        if e.data and '"content":"' in e.data and '"content":""' not in e.data
+    ]
     between = kinds[content_idx[0] : content_idx[1]]
     assert "ping" in between, kinds
     # Pings only ever stand between whole events: each is exactly the comment bytes.
@@ -41,8 +48,12 @@ def test_pings_arrive_while_waiting_for_the_first_token_and_between_tokens(make_
 
 def test_pings_while_the_upstream_has_not_even_sent_headers(make_stack) -> None:
     gw = make_stack(env=HEARTBEAT)
-    resp = gw.post("/v1/chat/completions", chat(True, max_tokens=2), preload_content=False,
-                   headers={"x-sim-fault": "slow-headers", "x-sim-header-delay-ms": "1800"})
+    resp = gw.post(
+        "/v1/chat/completions",
+        chat(True, max_tokens=2),
+        preload_content=False,
+        headers={"x-sim-fault": "slow-headers", "x-sim-header-delay-ms": "1800"},
+    )
     assert resp.status == 200  # committed after one heartbeat interval
     events = [a.event for a in read_events(resp)]
     assert events[0].is_comment and events[-1].is_done
@@ -61,29 +72,41 @@ def test_sdk_ignores_heartbeats(make_stack) -> None:
 def test_heartbeats_outlive_a_short_nginx_read_timeout(make_stack) -> None:
     # nginx cuts a proxied response after 1.5 s without bytes; the upstream thinks for 4 s.
     with_pings = make_stack(env=HEARTBEAT, nginx_read_timeout_s=1.5)
-    resp = with_pings.post("/v1/chat/completions", chat(True, max_tokens=2),
-                           preload_content=False, headers={"x-sim-ttft-ms": "4000"})
+    resp = with_pings.post(
+        "/v1/chat/completions",
+        chat(True, max_tokens=2),
+        preload_content=False,
+        headers={"x-sim-ttft-ms": "4000"},
+    )
     assert read_events(resp)[-1].event.is_done
 
     # The same silence without heartbeats is cut by nginx: the test can fail.
     without = make_stack(env={"LLMGATE_HEARTBEAT_S": "0"}, nginx_read_timeout_s=1.5)
-    resp = without.post("/v1/chat/completions", chat(True, max_tokens=2),
-                         preload_content=False, headers={"x-sim-ttft-ms": "4000"})
+    resp = without.post(
+        "/v1/chat/completions",
+        chat(True, max_tokens=2),
+        preload_content=False,
+        headers={"x-sim-ttft-ms": "4000"},
+    )
     try:
         events = read_events(resp)
-    except Exception:  # noqa: BLE001 - nginx closing mid-chunk surfaces as a protocol error
+    except Exception:
         events = []
     assert not any(a.event.is_done for a in events)
 
 
 def test_client_leaving_mid_stream_abandons_the_upstream_stream(gw) -> None:
-    body = (b'{"model":"sim-model","stream":true,"max_tokens":200,'
-            b'"messages":[{"role":"user","content":"long"}]}')
+    body = (
+        b'{"model":"sim-model","stream":true,"max_tokens":200,'
+        b'"messages":[{"role":"user","content":"long"}]}'
+    )
     host, port = gw.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                 b"Content-Type: application/json\r\nx-sim-tps: 5\r\nx-sim-ttft-ms: 0\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\nx-sim-tps: 5\r\nx-sim-ttft-ms: 0\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
     received = b""
     while received.count(b"data: ") < 3:
         received += sock.recv(65536)
@@ -104,9 +127,11 @@ def test_client_leaving_before_the_upstream_answers_cancels_the_call(gw) -> None
     body = b'{"model":"sim-model","max_tokens":5,"messages":[{"role":"user","content":"x"}]}'
     host, port = gw.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                 b"Content-Type: application/json\r\nx-sim-fault: stall-before\r\n"
-                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\nx-sim-fault: stall-before\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
     assert _wait_for(lambda: gw.sim_stats()["requests"] == 1, 5.0)
     sock.close()
     assert _wait_for(lambda: gw.sim_stats()["requests_abandoned"] == 1, 5.0), gw.sim_stats()
@@ -116,7 +141,11 @@ def test_many_streams_with_pings_leave_no_connection_half_used(make_stack) -> No
     gw = make_stack(env=HEARTBEAT)
     gw.sim_reset()
     for _ in range(3):
-        resp = gw.post("/v1/chat/completions", chat(True, max_tokens=2), preload_content=False,
-                       headers={"x-sim-ttft-ms": "700"})
+        resp = gw.post(
+            "/v1/chat/completions",
+            chat(True, max_tokens=2),
+            preload_content=False,
+            headers={"x-sim-ttft-ms": "700"},
+        )
         assert data_events(read_events(resp))[-1].event.is_done
     assert gw.sim_stats()["streams_completed"] == 3

@@ -45,8 +45,11 @@ def _final_error(resp) -> dict:
 
 
 def test_connect_timeout(make_stack, blackhole) -> None:
-    gw = make_stack(env={**FAST, "LLMGATE_RETRIES": "1", "LLMGATE_RETRY_BACKOFF_S": "0.01"},
-                    upstream_url=blackhole.url, memcached=False)
+    gw = make_stack(
+        env={**FAST, "LLMGATE_RETRIES": "1", "LLMGATE_RETRY_BACKOFF_S": "0.01"},
+        upstream_url=blackhole.url,
+        memcached=False,
+    )
     resp = gw.post("/v1/chat/completions", chat())
     _assert_504(resp, "connect")
     assert resp.headers["x-should-retry"] == "false"  # we retried already
@@ -57,15 +60,22 @@ def test_connect_timeout(make_stack, blackhole) -> None:
 @pytest.mark.parametrize("stream", [False, True])
 def test_first_byte_timeout_before_the_first_byte(make_stack, stream: bool) -> None:
     gw = make_stack(env=FAST, memcached=False)
-    resp = gw.post("/v1/chat/completions", chat(stream), headers={
-        "x-sim-fault": "slow-headers", "x-sim-header-delay-ms": "3000"})
+    resp = gw.post(
+        "/v1/chat/completions",
+        chat(stream),
+        headers={"x-sim-fault": "slow-headers", "x-sim-header-delay-ms": "3000"},
+    )
     _assert_504(resp, "first_byte")
 
 
 def test_first_byte_timeout_after_heartbeats_started(make_stack) -> None:
     gw = make_stack(env={**FAST, "LLMGATE_HEARTBEAT_S": "0.3"}, memcached=False)
-    resp = gw.post("/v1/chat/completions", chat(True), preload_content=False, headers={
-        "x-sim-fault": "slow-headers", "x-sim-header-delay-ms": "3000"})
+    resp = gw.post(
+        "/v1/chat/completions",
+        chat(True),
+        preload_content=False,
+        headers={"x-sim-fault": "slow-headers", "x-sim-header-delay-ms": "3000"},
+    )
     assert _final_error(resp)["code"] == "first_byte_timeout"
 
 
@@ -78,13 +88,21 @@ def test_idle_timeout_before_the_first_byte(make_stack) -> None:
 
 def test_idle_timeout_after_the_first_byte(make_stack) -> None:
     gw = make_stack(env=FAST, memcached=False)
-    resp = gw.post("/v1/chat/completions", chat(True, max_tokens=6), preload_content=False,
-                   headers={"x-sim-fault": "stall-after", "x-sim-ttft-ms": "0"})
+    resp = gw.post(
+        "/v1/chat/completions",
+        chat(True, max_tokens=6),
+        preload_content=False,
+        headers={"x-sim-fault": "stall-after", "x-sim-ttft-ms": "0"},
+    )
     assert _final_error(resp)["code"] == "idle_timeout"
 
 
-DEADLINE = {**FAST, "LLMGATE_FIRST_BYTE_TIMEOUT_S": "30", "LLMGATE_IDLE_TIMEOUT_S": "30",
-            "LLMGATE_DEADLINE_S": "1.5"}
+DEADLINE = {
+    **FAST,
+    "LLMGATE_FIRST_BYTE_TIMEOUT_S": "30",
+    "LLMGATE_IDLE_TIMEOUT_S": "30",
+    "LLMGATE_DEADLINE_S": "1.5",
+}
 
 
 def test_deadline_before_the_first_byte(make_stack) -> None:
@@ -95,6 +113,10 @@ def test_deadline_before_the_first_byte(make_stack) -> None:
 
 def test_deadline_after_the_first_byte(make_stack) -> None:
     gw = make_stack(env=DEADLINE, memcached=False)
-    resp = gw.post("/v1/chat/completions", chat(True, max_tokens=30), preload_content=False,
-                   headers={"x-sim-tps": "4", "x-sim-ttft-ms": "0"})
+    resp = gw.post(
+        "/v1/chat/completions",
+        chat(True, max_tokens=30),
+        preload_content=False,
+        headers={"x-sim-tps": "4", "x-sim-ttft-ms": "0"},
+    )
     assert _final_error(resp)["code"] == "deadline_timeout"

@@ -21,15 +21,16 @@ def test_defaults_match_the_timeout_model() -> None:
 
 
 def test_from_env_parses_types() -> None:
-    s = Settings.from_env({
-        "LLMGATE_UPSTREAM_URL": "http://127.0.0.1:9/v1",
-        "LLMGATE_POOL_SIZE": "16",
-        "LLMGATE_IDLE_TIMEOUT_S": "2.5",
-        "LLMGATE_LOG_PROMPTS": "yes",
-        "LLMGATE_MEMCACHED": "127.0.0.1:11211, [::1]:11212",
-        "UNRELATED": "x",
-    })
-    assert (s.pool_size, s.idle_timeout_s, s.log_prompts) == (16, 2.5, True)
+    s = Settings.from_env(
+        {
+            "LLMGATE_UPSTREAM_URL": "http://127.0.0.1:9/v1",
+            "LLMGATE_POOL_SIZE": "16",
+            "LLMGATE_IDLE_TIMEOUT_S": "2.5",
+            "LLMGATE_MEMCACHED": "127.0.0.1:11211, [::1]:11212",
+            "UNRELATED": "x",
+        }
+    )
+    assert (s.pool_size, s.idle_timeout_s) == (16, 2.5)
     assert s.memcached_nodes == [("127.0.0.1", 11211), ("::1", 11212)]
 
 
@@ -40,7 +41,7 @@ def test_from_env_parses_types() -> None:
         {"LLMGATE_POOL_SIZE": "0"},
         {"LLMGATE_UPSTREAM_URL": "ftp://example.com"},
         {"LLMGATE_IDLE_TIMEOUT_S": "0"},
-        {"LLMGATE_LOG_PROMPTS": "maybe"},
+        {"LLMGATE_DEADLINE_S": "soon"},
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(env: dict[str, str]) -> None:

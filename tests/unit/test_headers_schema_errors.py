@@ -50,15 +50,31 @@ def test_server_key_only_for_callers_without_one() -> None:
 
 
 def test_downstream_keeps_provider_headers() -> None:
-    kept = dict(downstream_headers({
-        "x-request-id": "req_1", "openai-processing-ms": "12", "x-ratelimit-remaining-tokens": "9",
-        "retry-after-ms": "100", "retry-after": "1", "Content-Type": "application/json",
-        "Content-Length": "99", "Content-Encoding": "gzip", "Transfer-Encoding": "chunked",
-        "Connection": "keep-alive", "Set-Cookie": "__cf_bm=x", "Server": "cloudflare",
-    }))
+    kept = dict(
+        downstream_headers(
+            {
+                "x-request-id": "req_1",
+                "openai-processing-ms": "12",
+                "x-ratelimit-remaining-tokens": "9",
+                "retry-after-ms": "100",
+                "retry-after": "1",
+                "Content-Type": "application/json",
+                "Content-Length": "99",
+                "Content-Encoding": "gzip",
+                "Transfer-Encoding": "chunked",
+                "Connection": "keep-alive",
+                "Set-Cookie": "__cf_bm=x",
+                "Server": "cloudflare",
+            }
+        )
+    )
     assert kept == {
-        "x-request-id": "req_1", "openai-processing-ms": "12", "x-ratelimit-remaining-tokens": "9",
-        "retry-after-ms": "100", "retry-after": "1", "Content-Type": "application/json",
+        "x-request-id": "req_1",
+        "openai-processing-ms": "12",
+        "x-ratelimit-remaining-tokens": "9",
+        "retry-after-ms": "100",
+        "retry-after": "1",
+        "Content-Type": "application/json",
     }
 
 
@@ -93,8 +109,9 @@ def test_validate_names_the_parameter(route: str, body: dict, param: str) -> Non
 
 
 def test_valid_bodies_pass() -> None:
-    schema.validate("chat", {"model": "m", "messages": [{"role": "user", "content": "x"}],
-                             "stream": True})
+    schema.validate(
+        "chat", {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    )
     schema.validate("passthrough", {})
     assert schema.wants_stream({"stream": True}) and not schema.wants_stream({"stream": None})
 

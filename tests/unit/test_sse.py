@@ -61,7 +61,7 @@ def test_cr_at_chunk_end_dispatches_at_once_and_pairs_with_next_lf() -> None:
 
 
 def test_event_helpers() -> None:
-    ping, done, err = _decode(b": ping\n\ndata: [DONE]\n\ndata: {\"error\": {}}\n\n", 5)[0]
+    ping, done, err = _decode(b': ping\n\ndata: [DONE]\n\ndata: {"error": {}}\n\n', 5)[0]
     assert ping.is_comment and not ping.is_done
     assert done.is_done and not done.is_comment
     assert err.json() == {"error": {}}
