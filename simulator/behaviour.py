@@ -1,0 +1,153 @@
+"""Per-request simulator controls. No I/O here: headers and a model name in, a Behaviour out.
+
+A control comes from an ``x-sim-<name>: <value>`` header or from a model named
+``sim/<name>=<value>,<name>=<value>``; when both name the same control the header wins, so a
+test can override what a model name says. Header names may spell ``_`` as ``-``
+(``x-sim-ttft-ms``) because nginx drops header names containing underscores unless
+``underscores_in_headers on`` is set. An unknown control or a bad value is a
+``BehaviourError``: a typo in a test should fail loudly, not silently run the happy path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+HEADER_PREFIX = "x-sim-"
+MODEL_PREFIX = "sim/"
+
+ERROR_FAULTS = frozenset({"429", "500", "503", "401"})
+FAULTS = ERROR_FAULTS | {
+    "reset",
+    "stall-before",
+    "stall-after",
+    "slow-headers",
+    "gzip",
+    "close-delimited",
+}
+
+
+class BehaviourError(ValueError):
+    """A control that cannot be honoured; ``param`` names where it came from."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How one request is answered. Times are milliseconds, except ``retry_after`` (s)."""
+
+    ttft_ms: float = 20.0
+    tps: float = 100.0
+    tokens: int | None = None
+    fault: str | None = None
+    retry_after: float = 1.0
+    reset_after: int = 2
+    stall_ms: float = 3_600_000.0
+    stall_after: int = 2
+    header_delay_ms: float = 1000.0
+    fail_times: int | None = None
+    fail_key: str = "default"
+
+    @property
+    def token_gap(self) -> float:
+        """Seconds between two content events."""
+        return 1.0 / self.tps
+
+
+def _number(name: str, raw: str, *, positive: bool = False) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BehaviourError(f"simulator control {name}={raw!r} is not a number", name) from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise BehaviourError(f"simulator control {name}={raw!r} must be {bound}", name)
+    return value
+
+
+def _non_negative(name: str, raw: str) -> float:
+    return _number(name, raw)
+
+
+def _rate(name: str, raw: str) -> float:
+    return _number(name, raw, positive=True)
+
+
+def _count(name: str, raw: str) -> int:
+    if not raw.strip().isdigit():
+        raise BehaviourError(f"simulator control {name}={raw!r} must be a whole number", name)
+    return int(raw)
+
+
+def _fault(name: str, raw: str) -> str | None:
+    value = raw.strip().lower()
+    if value in ("", "none"):
+        return None  # lets a header switch off a fault that the model name asks for
+    if value not in FAULTS:
+        known = ", ".join(sorted(FAULTS))
+        raise BehaviourError(f"unknown simulator fault {raw!r}; known: {known}", name)
+    return value
+
+
+def _text(name: str, raw: str) -> str:
+    return raw.strip()
+
+
+_PARSERS: dict[str, Callable[[str, str], object]] = {
+    "ttft_ms": _non_negative,
+    "tps": _rate,
+    "tokens": _count,
+    "fault": _fault,
+    "retry_after": _non_negative,
+    "reset_after": _count,
+    "stall_ms": _non_negative,
+    "stall_after": _count,
+    "header_delay_ms": _non_negative,
+    "fail_times": _count,
+    "fail_key": _text,
+}
+CONTROLS = tuple(_PARSERS)
+
+
+def model_controls(model: str | None) -> dict[str, str]:
+    """Controls written into a model name ``sim/<name>=<value>,...``; {} for other models."""
+    if not model or not model.startswith(MODEL_PREFIX):
+        return {}
+    controls: dict[str, str] = {}
+    for item in model[len(MODEL_PREFIX) :].split(","):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise BehaviourError(f"model control {item!r} is not name=value", "model")
+        controls[name.strip().replace("-", "_")] = value.strip()
+    return controls
+
+
+def header_controls(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Controls sent as ``x-sim-<name>`` headers (names already lowercased)."""
+    return {
+        name[len(HEADER_PREFIX) :].replace("-", "_"): value
+        for name, value in headers
+        if name.startswith(HEADER_PREFIX)
+    }
+
+
+def resolve(
+    headers: Iterable[tuple[str, str]], model: str | None, defaults: Behaviour
+) -> Behaviour:
+    """The behaviour for one request: defaults, then model controls, then header controls."""
+    controls = model_controls(model)
+    controls.update(header_controls(headers))
+    values: dict[str, object] = {}
+    for name, raw in controls.items():
+        parse = _PARSERS.get(name)
+        if parse is None:
+            known = ", ".join(CONTROLS)
+            raise BehaviourError(f"unknown simulator control {name!r}; known: {known}", name)
+        values[name] = parse(name, raw)
+    return replace(defaults, **values) if values else defaults  # type: ignore[arg-type]

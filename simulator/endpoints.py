@@ -1,0 +1,170 @@
+"""What each OpenAI endpoint answers. No I/O here: a parsed JSON body in, a reply out.
+
+Validation is deliberately narrow: only the fields the simulator reads are checked, with
+OpenAI's status, type and ``param`` so that a gateway's error passthrough can be tested.
+Timing and faults are not decided here; ``playback`` applies them to the reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import responses as r
+from . import text
+from .behaviour import Behaviour
+
+DEFAULT_TOKENS = 16
+MAX_TOKENS = 100_000
+DEFAULT_DIMENSIONS = 16
+MAX_DIMENSIONS = 8192
+
+NewId = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A generation: the non-stream body, and the framer when a stream was asked for."""
+
+    completion: r.Completion
+    body: dict[str, Any]
+    framer: r.ChunkFramer | None = None
+
+
+def _bad(message: str, param: str | None) -> r.ApiError:
+    return r.ApiError(400, message, param=param)
+
+
+def require_object(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise _bad("The request body must be a JSON object.", None)
+    return body
+
+
+def _model(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("you must provide a model parameter", "model")
+    return model
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _bad(f"Invalid type for '{name}': expected a boolean.", name)
+    return value
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise _bad("Invalid type for 'stream_options': expected an object.", "stream_options")
+    return bool(options.get("include_usage"))
+
+
+def _length(body: dict[str, Any], behaviour: Behaviour, keys: tuple[str, ...]) -> tuple[int, str]:
+    """How many tokens to produce and the finish reason that goes with that count."""
+    if behaviour.tokens is not None:
+        return min(behaviour.tokens, MAX_TOKENS), "stop"
+    for key in keys:
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _bad(f"Invalid '{key}': expected a non-negative integer.", key)
+        return min(value, MAX_TOKENS), "length"
+    return DEFAULT_TOKENS, "stop"
+
+
+def _completion(
+    model: str, prompt: str, count: int, finish: str, prefix: str, new_id: NewId, now: int
+) -> r.Completion:
+    return r.Completion(
+        id=new_id(prefix),
+        created=now,
+        model=model,
+        tokens=tuple(text.words(prompt, count)),
+        finish_reason=finish,
+        prompt_tokens=text.word_count(prompt),
+    )
+
+
+def chat(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) -> Reply:
+    """POST /v1/chat/completions."""
+    model = _model(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("'messages' must be a non-empty array.", "messages")
+    count, finish = _length(body, behaviour, ("max_completion_tokens", "max_tokens"))
+    prompt = text.chat_prompt(messages)
+    c = _completion(model, prompt, count, finish, "chatcmpl-", new_id, now)
+    framer = None
+    if _flag(body, "stream"):
+        framer = r.ChunkFramer(c, chat=True, include_usage=_include_usage(body))
+    return Reply(c, r.chat_completion(c), framer)
+
+
+def completions(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) -> Reply:
+    """POST /v1/completions, the legacy text completion."""
+    model = _model(body)
+    count, finish = _length(body, behaviour, ("max_tokens",))
+    prompt = text.completion_prompt(body.get("prompt", ""))
+    c = _completion(model, prompt, count, finish, "cmpl-", new_id, now)
+    framer = None
+    if _flag(body, "stream"):
+        framer = r.ChunkFramer(c, chat=False, include_usage=_include_usage(body))
+    return Reply(c, r.text_completion(c), framer)
+
+
+def responses(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) -> Reply:
+    """POST /v1/responses, non-stream only."""
+    model = _model(body)
+    if _flag(body, "stream"):
+        raise _bad("The simulator does not stream the Responses API; send stream=false.", "stream")
+    # A Responses object that ran out of tokens would be "incomplete"; we always say
+    # "completed", so the token cap is not a "length" finish here.
+    count, _ = _length(body, behaviour, ("max_output_tokens",))
+    parts = (text.responses_prompt(body.get(k)) for k in ("instructions", "input"))
+    prompt = "\n".join(part for part in parts if part)
+    c = _completion(model, prompt, count, "stop", "resp_", new_id, now)
+    return Reply(c, r.response_object(c, new_id("msg_")))
+
+
+def embeddings(body: dict[str, Any]) -> dict[str, Any]:
+    """POST /v1/embeddings: one unit vector per input, floats or base64 float32."""
+    model = _model(body)
+    inputs = text.embedding_inputs(body.get("input"))
+    if inputs is None:
+        raise _bad("'input' must be a string or a non-empty array.", "input")
+    dimensions = body.get("dimensions", DEFAULT_DIMENSIONS)
+    if dimensions is None:
+        dimensions = DEFAULT_DIMENSIONS
+    if isinstance(dimensions, bool) or not isinstance(dimensions, int):
+        raise _bad("Invalid 'dimensions': expected an integer.", "dimensions")
+    if not 1 <= dimensions <= MAX_DIMENSIONS:
+        raise _bad(f"'dimensions' must be between 1 and {MAX_DIMENSIONS}.", "dimensions")
+    encoding = body.get("encoding_format") or "float"
+    if encoding not in ("float", "base64"):
+        raise _bad("'encoding_format' must be 'float' or 'base64'.", "encoding_format")
+    vectors = [text.embedding(t, dimensions) for t in inputs]
+    data: list[Any] = vectors
+    if encoding == "base64":
+        data = [text.embedding_base64(v) for v in vectors]
+    return r.embedding_list(model, data, sum(text.word_count(t) for t in inputs))
+
+
+def model_by_id(model_id: str) -> dict[str, Any]:
+    """GET /v1/models/{id}: listed models and any ``sim...`` model exist."""
+    if model_id in r.MODELS or model_id.startswith("sim"):
+        return r.model_object(model_id)
+    raise r.ApiError(
+        404,
+        f"The model '{model_id}' does not exist or you do not have access to it.",
+        param=None,
+        code="model_not_found",
+    )

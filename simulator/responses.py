@@ -1,0 +1,233 @@
+"""OpenAI response shapes. No I/O here: values in, JSON-ready dicts and SSE bytes out.
+
+Shapes follow the OpenAI API reference as the official SDK parses them: chat.completion,
+chat.completion.chunk, text_completion, embedding lists, response objects, model lists and
+the ``{"error": {...}}`` envelope. Stream events are encoded once per token on the hot path,
+so ``ChunkFramer`` splices the token into pre-encoded JSON instead of dumping a dict each time.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+DONE = b"data: [DONE]\n\n"
+MODELS = ("sim-model", "gpt-4o-mini", "gpt-4o", "text-embedding-3-small")
+MODELS_CREATED = 1_700_000_000
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sse(value: Any) -> bytes:
+    """One server-sent event carrying ``value`` as JSON."""
+    return b"data: " + dumps(value) + b"\n\n"
+
+
+class ApiError(Exception):
+    """An OpenAI-style error response: status, error body and extra headers."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What the fake model said, independent of the endpoint that asked."""
+
+    id: str
+    created: int
+    model: str
+    tokens: tuple[str, ...]
+    finish_reason: str
+    prompt_tokens: int
+
+    @property
+    def text(self) -> str:
+        return "".join(self.tokens)
+
+    @property
+    def usage(self) -> dict[str, int]:
+        return usage(self.prompt_tokens, len(self.tokens))
+
+
+def chat_completion(c: Completion) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "object": "chat.completion",
+        "created": c.created,
+        "model": c.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": c.text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": c.finish_reason,
+            }
+        ],
+        "usage": c.usage,
+    }
+
+
+def text_completion(c: Completion) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "object": "text_completion",
+        "created": c.created,
+        "model": c.model,
+        "choices": [
+            {"text": c.text, "index": 0, "logprobs": None, "finish_reason": c.finish_reason}
+        ],
+        "usage": c.usage,
+    }
+
+
+def response_object(c: Completion, message_id: str) -> dict[str, Any]:
+    """A completed Responses API object (non-stream only)."""
+    return {
+        "id": c.id,
+        "object": "response",
+        "created_at": c.created,
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "model": c.model,
+        "output": [
+            {
+                "type": "message",
+                "id": message_id,
+                "status": "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": c.text, "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": c.prompt_tokens,
+            "output_tokens": len(c.tokens),
+            "total_tokens": c.prompt_tokens + len(c.tokens),
+        },
+    }
+
+
+def embedding_list(model: str, data: list[Any], prompt_tokens: int) -> dict[str, Any]:
+    """``data`` holds one vector (list of floats or base64 string) per input."""
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": vector}
+            for i, vector in enumerate(data)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    }
+
+
+def model_object(model_id: str) -> dict[str, Any]:
+    return {"id": model_id, "object": "model", "created": MODELS_CREATED, "owned_by": "llmgate"}
+
+
+def model_list() -> dict[str, Any]:
+    return {"object": "list", "data": [model_object(m) for m in MODELS]}
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded_token(token: str) -> bytes:
+    # Tokens come from a small vocabulary: encode each one once per process, not per event.
+    return dumps(token)
+
+
+@dataclass(frozen=True)
+class ChunkFramer:
+    """Encodes the SSE events of one streamed completion, chat or legacy text."""
+
+    completion: Completion
+    chat: bool
+    include_usage: bool
+    _token_template: tuple[bytes, bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Dump a chunk once with a placeholder token, then splice real tokens in between.
+        marker = "\x00"
+        encoded = dumps(self._chunk(self._choice(marker, None)))
+        prefix, _, suffix = encoded.partition(dumps(marker))
+        object.__setattr__(self, "_token_template", (b"data: " + prefix, suffix + b"\n\n"))
+
+    def _choice(self, token: str, finish_reason: str | None) -> dict[str, Any]:
+        if self.chat:
+            delta = {"content": token} if finish_reason is None else {}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {"text": token, "index": 0, "logprobs": None, "finish_reason": finish_reason}
+
+    def _chunk(self, choice: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+        c = self.completion
+        chunk: dict[str, Any] = {
+            "id": c.id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": c.created,
+            "model": c.model,
+            "choices": [choice] if choice is not None else [],
+        }
+        if self.include_usage:
+            chunk["usage"] = None  # OpenAI sends null usage on every chunk but the last
+        chunk.update(extra)
+        return chunk
+
+    def opening(self) -> bytes | None:
+        """The role announcement that opens a chat stream; legacy streams have none."""
+        if not self.chat:
+            return None
+        choice = self._choice("", None)
+        choice["delta"] = {"role": "assistant", "content": ""}
+        return sse(self._chunk(choice))
+
+    def token(self, token: str) -> bytes:
+        prefix, suffix = self._token_template
+        return prefix + _encoded_token(token) + suffix
+
+    def closing(self) -> list[bytes]:
+        """Finish chunk, optional usage chunk, then the [DONE] sentinel."""
+        c = self.completion
+        events = [sse(self._chunk(self._choice("", c.finish_reason)))]
+        if self.include_usage:
+            events.append(sse(self._chunk(None, usage=c.usage)))
+        events.append(DONE)
+        return events

@@ -1,0 +1,66 @@
+"""Counters, the request log and fail-once bookkeeping: the simulator's only mutable state.
+
+Every connection runs in a greenlet of one OS thread and gevent switches only at I/O, so a
+plain ``+= 1`` cannot interleave with another; there are no locks on purpose.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from typing import Any
+
+LOG_SIZE = 100
+
+
+class Stats:
+    """What happened since start or the last reset, as ``GET /sim/stats`` reports it."""
+
+    def __init__(self) -> None:
+        self.connections_open = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero everything except ``connections_open``, which describes the present."""
+        self.connections_accepted = 0
+        self.requests = 0
+        self.requests_by_path: Counter[str] = Counter()
+        self.streams_started = 0
+        self.streams_completed = 0
+        self.streams_abandoned = 0
+        self.requests_abandoned = 0
+        self.faults_injected = 0
+        self.log: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
+        self._failures: Counter[str] = Counter()
+
+    def record(
+        self, method: str, path: str, query: str, headers: dict[str, str], body: Any
+    ) -> None:
+        """Count a request and keep it (body parsed as JSON, or None) for ``/sim/requests``."""
+        self.requests += 1
+        self.requests_by_path[path] += 1
+        self.log.append(
+            {"method": method, "path": path, "query": query, "headers": headers, "body": body}
+        )
+
+    def take_failure(self, key: str, times: int) -> bool:
+        """True while fewer than ``times`` requests with ``key`` have been failed."""
+        if self._failures[key] >= times:
+            return False
+        self._failures[key] += 1
+        return True
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "connections_accepted": self.connections_accepted,
+            "connections_open": self.connections_open,
+            "requests": self.requests,
+            "requests_by_path": dict(self.requests_by_path),
+            "streams_started": self.streams_started,
+            "streams_completed": self.streams_completed,
+            "streams_abandoned": self.streams_abandoned,
+            "requests_abandoned": self.requests_abandoned,
+            "faults_injected": self.faults_injected,
+        }
+
+    def requests_log(self) -> list[dict[str, Any]]:
+        return list(self.log)
