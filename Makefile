@@ -27,7 +27,7 @@ format: setup
 	$(PY) -m ruff check --fix .
 
 typecheck: setup
-	$(PY) -m mypy app runner simulator
+	$(PY) -m mypy app runner simulator llmgate_client
 
 check: lint typecheck test
 

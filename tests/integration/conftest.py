@@ -59,7 +59,7 @@ class StackHandle:
 
 @pytest.fixture(scope="session")
 def stacks() -> Iterator[dict]:
-    started: dict[tuple, StackHandle] = {}
+    started: dict[str, StackHandle] = {}
     yield started
     for handle in started.values():
         handle.stack.stop()
@@ -71,7 +71,7 @@ def make_stack(stacks: dict):
 
     def make(env: dict[str, str] | None = None, **options) -> StackHandle:
         env = dict(env or {})
-        key = (tuple(sorted(env.items())), tuple(sorted(options.items())))
+        key = repr((sorted(env.items()), sorted(options.items())))
         if key not in stacks:
             if options.get("nginx", True):
                 require_binary("nginx")

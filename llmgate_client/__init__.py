@@ -1,0 +1,71 @@
+"""llmgate_client: a sync, thread-safe client for llmgate (and any OpenAI-compatible API).
+
+Modules, imports flow downwards only:
+
+    cli.py, __main__.py   command line: ``chat`` streams to the terminal, ``batch`` runs JSONL
+    client.py             Client: chat, chat_stream, embeddings, models, map/imap
+    batch.py              bounded fan-out on a ThreadPoolExecutor, results in input order
+    stream.py             ChatStream: SSE (via app.sse) to chunks and text deltas
+    transport.py          the only urllib3 importer: one keep-alive pool, error translation
+    policy.py, config.py  pure values: Timeout, Deadline, RetryPolicy; base URL and env
+    errors.py             the error tree
+
+Importing it pulls in neither Flask nor gevent: the only gateway module used is the pure SSE
+codec ``app.sse``. Nothing opens a socket at import time.
+"""
+
+from __future__ import annotations
+
+from .batch import Outcome
+from .client import Client, Result
+from .errors import (
+    APIConnectionError,
+    APIResponseError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadGatewayError,
+    BadRequestError,
+    DeadlineExceeded,
+    GatewayTimeoutError,
+    IncompleteStreamError,
+    InternalServerError,
+    LLMGateError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitError,
+    RequestTooLargeError,
+    ServiceUnavailableError,
+    StreamError,
+    UnprocessableEntityError,
+)
+from .policy import RetryPolicy, Timeout
+from .stream import ChatStream
+
+__all__ = [
+    "APIConnectionError",
+    "APIResponseError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AuthenticationError",
+    "BadGatewayError",
+    "BadRequestError",
+    "ChatStream",
+    "Client",
+    "DeadlineExceeded",
+    "GatewayTimeoutError",
+    "IncompleteStreamError",
+    "InternalServerError",
+    "LLMGateError",
+    "NotFoundError",
+    "Outcome",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "RequestTooLargeError",
+    "Result",
+    "RetryPolicy",
+    "ServiceUnavailableError",
+    "StreamError",
+    "Timeout",
+    "UnprocessableEntityError",
+]
