@@ -12,8 +12,9 @@ urllib3 (it is never put back half-read), see ``HTTPConnectionPool.urlopen``'s c
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import gevent
@@ -116,69 +117,68 @@ class Upstream:
             _discard(raw)
             self._sleep(delay)
 
-    def _attempt(self, req: UpstreamRequest, deadline: Deadline) -> urllib3.BaseHTTPResponse:
-        s = self.settings
+    @contextlib.contextmanager
+    def _phase(self, phase: str, limit: float, deadline: Deadline) -> Iterator[float]:
+        """Bound the block by ``limit`` seconds or what is left of the deadline, whichever is
+        shorter, and turn its expiry into the UpstreamTimeout naming that phase. Yields the
+        seconds left of the deadline."""
         remaining = deadline.remaining()
         if remaining <= 0:
-            raise UpstreamTimeout("deadline", s.deadline_s)
-        phase, window = ("first_byte", s.first_byte_timeout_s)
-        if remaining < window:
-            phase, window = "deadline", remaining
-        url = self.base + req.path + (f"?{req.query}" if req.query else "")
-        timer = gevent.Timeout(window)
+            raise UpstreamTimeout("deadline", self.settings.deadline_s)
+        if remaining < limit:
+            phase, limit, reported = "deadline", remaining, self.settings.deadline_s
+        else:
+            reported = limit
+        timer = gevent.Timeout(limit)
         timer.start()
         try:
-            return self.pool.urlopen(
-                req.method,
-                url,
-                body=req.body,
-                headers=dict(req.headers),
-                preload_content=False,
-                decode_content=True,
-                redirect=False,
-                retries=False,
-                timeout=urllib3.Timeout(
-                    connect=min(s.connect_timeout_s, remaining), read=s.deadline_s
-                ),
-            )
+            yield remaining
         except gevent.Timeout as exc:
             if exc is not timer:
                 raise
-            raise UpstreamTimeout(phase, s.deadline_s if phase == "deadline" else window) from None
-        except NewConnectionError as exc:
-            raise UpstreamUnreachable(f"Upstream unreachable: {_reason(exc)}.") from None
-        except ConnectTimeoutError:
-            error = UpstreamTimeout("connect", s.connect_timeout_s, retryable=True)
-            error.before_send = True
-            raise error from None
-        except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
-            raise UpstreamReset(f"Upstream closed the connection: {_reason(exc)}.") from None
+            raise UpstreamTimeout(phase, reported) from None
         finally:
             timer.close()
 
-    def read_chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:
-        """What has arrived of the body (b"" at its end), within the idle and total budgets."""
+    def _attempt(self, req: UpstreamRequest, deadline: Deadline) -> urllib3.BaseHTTPResponse:
         s = self.settings
-        remaining = deadline.remaining()
-        if remaining <= 0:
-            raise UpstreamTimeout("deadline", s.deadline_s)
-        phase, window = ("idle", s.idle_timeout_s)
-        if remaining < window:
-            phase, window = "deadline", remaining
-        timer = gevent.Timeout(window)
-        timer.start()
+        url = self.base + req.path + (f"?{req.query}" if req.query else "")
+        with self._phase("first_byte", s.first_byte_timeout_s, deadline) as remaining:
+            try:
+                return self.pool.urlopen(
+                    req.method,
+                    url,
+                    body=req.body,
+                    headers=dict(req.headers),
+                    preload_content=False,
+                    decode_content=True,
+                    redirect=False,
+                    retries=False,
+                    timeout=urllib3.Timeout(
+                        connect=min(s.connect_timeout_s, remaining), read=s.deadline_s
+                    ),
+                )
+            except NewConnectionError as exc:
+                raise UpstreamUnreachable(f"Upstream unreachable: {_reason(exc)}.") from None
+            except ConnectTimeoutError:
+                error = UpstreamTimeout("connect", s.connect_timeout_s, retryable=True)
+                error.before_send = True
+                raise error from None
+            except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
+                raise UpstreamReset(f"Upstream closed the connection: {_reason(exc)}.") from None
+
+    def read_chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:
+        """What has arrived of the body (b"" at its end), within the idle and total budgets.
+        On any failure the response is closed: a half-read connection is never reused."""
         try:
-            return resp.raw.read1(_READ_SIZE)
-        except gevent.Timeout as exc:
-            if exc is not timer:
-                raise
+            with self._phase("idle", self.settings.idle_timeout_s, deadline):
+                return resp.raw.read1(_READ_SIZE)
+        except GatewayError:
             resp.close()
-            raise UpstreamTimeout(phase, s.deadline_s if phase == "deadline" else window) from None
+            raise
         except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
             resp.close()
             raise UpstreamReset(f"Upstream broke off the response: {_reason(exc)}.") from None
-        finally:
-            timer.close()
 
     def read_all(self, resp: UpstreamResponse, deadline: Deadline, limit: int) -> bytes:
         parts: list[bytes] = []

@@ -18,9 +18,10 @@ The rules:
 
 from __future__ import annotations
 
-import email.utils
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from app.policy import parse_retry_after
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
@@ -138,22 +139,6 @@ class RetryPolicy:
 
 def retry_after(headers: Mapping[str, str], now_epoch: float) -> float | None:
     """The server's requested wait in seconds: ``retry-after-ms``, else ``retry-after`` as
-    seconds or an HTTP-date (RFC 9110 section 10.2.3). ``None`` when absent or unreadable."""
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now_epoch)
+    seconds or an HTTP-date (RFC 9110 section 10.2.3). ``None`` when absent or unreadable.
+    The gateway's pure policy module parses it; the client shares it, like the SSE codec."""
+    return parse_retry_after(headers, now=lambda: now_epoch)

@@ -82,6 +82,30 @@ def render_nginx(params: NginxParams, template: str | None = None) -> str:
     return _FIELD.sub(lambda m: values[m.group(1)], text)
 
 
+def start_nginx(prefix: Path, params: NginxParams, *, log_path: Path, name: str = "nginx"):
+    """Render ``params`` into ``prefix`` and run nginx there until it answers on its port.
+
+    The prefix holds the config, pid and temp files (nothing under /etc). As root nginx's
+    workers run as nobody, so the prefix is made world-traversable.
+    """
+    from runner.procs import Proc, StartError, find_binary
+
+    binary = find_binary("nginx")
+    if binary is None:
+        raise StartError("nginx is not installed (make setup installs it)")
+    for path in (prefix, prefix / "tmp", prefix / "logs"):
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o755)
+    conf = prefix / "nginx.conf"
+    conf.write_text(render_nginx(params))
+    proc = Proc(
+        name, [binary, "-p", str(prefix), "-c", str(conf), "-e", "stderr"], log_path=log_path
+    )
+    host, _, port = params.listen.rpartition(":")
+    proc.wait_port(int(port), host or "127.0.0.1")
+    return proc
+
+
 if __name__ == "__main__":
     settings = Settings.from_env(os.environ)
     print(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.config import Settings
-from runner.nginx import NginxParams, render_nginx
+from runner.nginx import NginxParams, start_nginx
 from runner.procs import Proc, StartError, find_binary, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,14 +133,9 @@ class Stack:
         proc.wait_http(self.app_url + "/healthz")
 
     def _start_nginx(self) -> None:
-        binary = find_binary("nginx")
-        if binary is None:
-            raise StartError("nginx is not installed (make setup installs it)")
         opts = self.options
         assert self.settings is not None
         port = opts.port or free_port()
-        prefix = opts.run_dir / "nginx"
-        (prefix / "tmp").mkdir(parents=True, exist_ok=True)
         params = NginxParams.for_settings(
             self.settings,
             listen=f"127.0.0.1:{port}",
@@ -150,13 +145,6 @@ class Stack:
             read_timeout_s=opts.nginx_read_timeout_s,
             access_log="logs/access.log",
         )
-        (prefix / "logs").mkdir(exist_ok=True)
-        for path in (prefix, prefix / "tmp", prefix / "logs"):
-            os.chmod(path, 0o755)
-        conf = prefix / "nginx.conf"
-        conf.write_text(render_nginx(params))
-        argv = [binary, "-p", str(prefix), "-c", str(conf), "-e", "stderr"]
-        proc = Proc("nginx", argv, log_path=self._log("nginx"))
-        self.procs.append(proc)
+        self.procs.append(start_nginx(opts.run_dir / "nginx", params, log_path=self._log("nginx")))
         self.url = f"http://127.0.0.1:{port}"
-        proc.wait_http(self.url + "/healthz")
+        self.procs[-1].wait_http(self.url + "/healthz")

@@ -11,8 +11,8 @@ import pytest
 import urllib3
 
 from app.config import Settings
-from runner.nginx import NginxParams, render_nginx
-from runner.procs import Proc, free_port
+from runner.nginx import NginxParams, start_nginx
+from runner.procs import free_port
 from tests.conftest import require_binary
 from tests.integration.faults import closed_port_url
 from tests.integration.sse_reader import chat
@@ -126,10 +126,8 @@ def test_readyz_reports_each_dependency(gw) -> None:
 @pytest.fixture(scope="module")
 def nginx_without_app():
     """nginx alone, its upstream (gunicorn) down: every answer is nginx's own."""
-    binary = require_binary("nginx")
+    require_binary("nginx")
     prefix = Path(tempfile.mkdtemp(prefix="llmgate-nginx-"))
-    (prefix / "tmp").mkdir()
-    prefix.chmod(0o755)
     port = free_port()
     params = NginxParams.for_settings(
         Settings(max_body_bytes=1000),
@@ -138,13 +136,7 @@ def nginx_without_app():
         worker_processes=1,
         worker_connections=256,
     )
-    (prefix / "nginx.conf").write_text(render_nginx(params))
-    proc = Proc(
-        "nginx",
-        [binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-e", "stderr"],
-        log_path=prefix / "nginx.log",
-    )
-    proc.wait_port(port)
+    proc = start_nginx(prefix, params, log_path=prefix / "nginx.log")
     yield f"http://127.0.0.1:{port}", port
     proc.stop()
 

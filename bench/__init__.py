@@ -1,0 +1,1 @@
+"""Benchmarks: print ratios against direct-to-upstream and nginx-only runs. Never asserts."""
