@@ -75,3 +75,11 @@ def test_provider_headers_come_back(gw) -> None:
     for name in direct.headers:
         if name.lower().startswith(("x-request-id", "openai-", "x-ratelimit-")):
             assert name in resp.headers, name
+
+
+def test_without_nginx_gunicorn_serves_the_public_port(make_stack) -> None:
+    # What `make run` does on a machine without nginx.
+    gw = make_stack(nginx=False, memcached=False)
+    assert gw.url == gw.app_url
+    resp = gw.post("/v1/chat/completions", chat(True, max_tokens=2))
+    assert resp.status == 200 and resp.data.endswith(b"data: [DONE]\n\n")

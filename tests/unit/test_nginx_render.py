@@ -1,0 +1,49 @@
+"""The nginx template renders to a config nginx accepts, with values tied to the settings."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from runner.nginx import NginxParams, render_nginx
+from tests.conftest import require_binary
+
+
+def _params(**settings) -> NginxParams:
+    return NginxParams.for_settings(
+        Settings(**settings), listen="127.0.0.1:18080", app_servers=["127.0.0.1:18000"]
+    )
+
+
+def test_every_field_is_filled_and_limits_follow_the_settings() -> None:
+    text = render_nginx(_params(max_body_bytes=1234, deadline_s=50, idle_timeout_s=700))
+    assert "{{" not in text
+    assert "client_max_body_size 1234;" in text
+    # Above the largest gateway timeout (idle 700 s here), never nginx's default 60 s.
+    assert "proxy_read_timeout 730000ms;" in text
+    assert re.search(r"proxy_buffering off;", text)
+    assert "proxy_http_version 1.1;" in text and 'proxy_set_header Connection "";' in text
+
+
+def test_unknown_template_field_is_an_error() -> None:
+    with pytest.raises(KeyError, match="nope"):
+        render_nginx(_params(), template="x {{ nope }} y")
+
+
+def test_rendered_config_passes_nginx_t(tmp_path: Path) -> None:
+    binary = require_binary("nginx")
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "logs").mkdir()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(render_nginx(_params()))
+    result = subprocess.run(
+        [binary, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
