@@ -12,15 +12,20 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import gevent
-import gevent.queue
-
 from app import schema
 from app.config import Settings
 from app.errors import GatewayError, wrap_upstream_body
 from app.headers import downstream_headers, upstream_request_headers
 from app.policy import Deadline
-from app.relay import ClientGone, DisconnectWatcher, Exchange, Head, relay
+from app.relay import (
+    ClientGone,
+    DisconnectWatcher,
+    Flight,
+    Head,
+    Listener,
+    relay,
+    upstream_producer,
+)
 from app.upstream import Upstream, UpstreamRequest
 
 # Routes whose body we parse and check; everything else under /v1 is forwarded as is.
@@ -76,21 +81,27 @@ class Gateway:
             stream=stream,
         )
         deadline = Deadline.start(self.settings.deadline_s)
-        exchange = Exchange(self.upstream, req, deadline, max_body=self.settings.max_body_bytes)
-        watcher = DisconnectWatcher(call.client_socket, exchange.cancel)
+        flight = Flight(
+            upstream_producer(self.upstream, req, deadline, max_body=self.settings.max_body_bytes)
+        )
+        return self.answer(call, flight.join(), stream)
+
+    def answer(self, call: Call, listener: Listener, stream: bool) -> Reply:
+        """The caller's reply from a flight: a complete response, or a live stream."""
+        watcher = DisconnectWatcher(call.client_socket, listener.leave)
         try:
-            head = self._await_first_byte(exchange, stream)
+            head = self._await_first_byte(listener, stream)
         except ClientGone:
             watcher.stop()
             return Reply(CLIENT_CLOSED, [], b"")
         except BaseException:
             watcher.stop()
-            exchange.cancel()
+            listener.leave()
             raise
         if head is None:
             # The upstream is slow to answer a stream: commit the 200 now and keep the line
             # alive with pings; whatever the upstream says later travels as SSE.
-            return Reply(200, list(SSE_HEADERS), self._stream(call, exchange, watcher))
+            return Reply(200, list(SSE_HEADERS), self._stream(call, listener, watcher))
         if head.body is None:
             headers = [
                 (k, v)
@@ -98,12 +109,13 @@ class Gateway:
                 if k.lower() not in ("content-type", "cache-control")
             ]
             return Reply(
-                head.status, list(SSE_HEADERS) + headers, self._stream(call, exchange, watcher)
+                head.status, list(SSE_HEADERS) + headers, self._stream(call, listener, watcher)
             )
         watcher.stop()
+        listener.leave()
         return self._complete_reply(head)
 
-    def _await_first_byte(self, exchange: Exchange, stream: bool) -> Head | None:
+    def _await_first_byte(self, listener: Listener, stream: bool) -> Head | None:
         """The upstream's head once its first event (or whole body) is in; None when a
         stream should be committed before that, to send heartbeats.
 
@@ -111,17 +123,13 @@ class Gateway:
         producing anything still answer with a proper HTTP error status.
         """
         heartbeat = self.settings.heartbeat_s
-        if not stream or heartbeat <= 0:
-            head = exchange.head.get()
-            if head.body is None:
-                _raise_if_failed(exchange.queue.peek())
-            return head
-        window = Deadline.start(heartbeat)
-        try:
-            head = exchange.head.get(timeout=heartbeat)
-            if head.body is None:
-                _raise_if_failed(exchange.queue.peek(timeout=window.remaining()))
-        except (gevent.Timeout, gevent.queue.Empty):
+        window = None if not stream or heartbeat <= 0 else Deadline.start(heartbeat)
+        head = listener.wait_head(window.remaining() if window else None)
+        if head is None:
+            return None
+        if head.body is None and not listener.wait_first_event(
+            window.remaining() if window else None
+        ):
             return None
         return head
 
@@ -141,25 +149,18 @@ class Gateway:
         return Reply(head.status, headers, body)
 
     def _stream(
-        self, call: Call, exchange: Exchange, watcher: DisconnectWatcher
+        self, call: Call, listener: Listener, watcher: DisconnectWatcher
     ) -> Iterator[bytes]:
         try:
             yield from relay(
-                exchange,
+                listener,
                 heartbeat=self.settings.heartbeat_s,
                 expect_done=call.route in DONE_ROUTES,
             )
         finally:
             # Normal end, error, or the WSGI server closing us because the caller left.
             watcher.stop()
-            exchange.cancel()
-
-
-def _raise_if_failed(item: object) -> None:
-    if isinstance(item, GatewayError):
-        raise item
-    if isinstance(item, ClientGone):
-        raise item
+            listener.leave()
 
 
 def error_reply(exc: GatewayError) -> Reply:

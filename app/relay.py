@@ -1,34 +1,34 @@
-"""One upstream exchange in its own greenlet, and the loop that relays it to the caller.
+"""An answer produced once in its own greenlet and relayed, live, to one or more callers.
 
-The exchange greenlet sends the request, publishes the upstream's headers, then reads the body
-with ``read1`` (what has arrived, never "fill 64 KB"), cuts it into whole SSE events with the
-pure decoder and puts them on a bounded queue. The caller's generator takes events off the
-queue and yields each one at once; when nothing came for ``heartbeat`` seconds it yields a
-``: ping`` comment instead, so heartbeats fall only between events.
+A ``Flight`` runs a producer (normally one upstream exchange) in a greenlet. The producer
+publishes the head (status, headers; the whole body for a non-stream answer), then each SSE
+event as soon as ``read1`` and the pure decoder have a complete one, then the end. Events go
+into an append-only log, so any number of listeners can read it: the caller who started it,
+and identical requests that coalesced onto it, a late joiner reading the events so far and
+then the live ones. A listener's generator yields each event at once and, when nothing came
+for ``heartbeat`` seconds, a ``: ping`` comment instead: heartbeats fall only between events.
 
-A watcher greenlet notices the caller leaving (EOF on the worker's client socket) within a
-millisecond, even while nothing is being written, and cancels the exchange: the upstream
-connection is closed, not drained, and never returns to the pool half-read.
+The upstream call is cancelled only when no listener is left: a watcher greenlet notices a
+caller leaving (EOF on the worker's client socket) within a millisecond, even while nothing is
+being written; the flight is killed when its last listener leaves, and the upstream response
+is closed, not drained, and never returns to the pool half-read.
 """
 
 from __future__ import annotations
 
-import contextlib
 import socket
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import gevent
 import gevent.event
-import gevent.queue
 from gevent.socket import wait_read
 
 from app import sse
 from app.errors import GatewayError, UpstreamReset, wrap_upstream_body
 from app.policy import Deadline
 from app.upstream import Upstream, UpstreamRequest, UpstreamResponse
-
-_QUEUE_EVENTS = 256
 
 
 class ClientGone(Exception):
@@ -40,85 +40,204 @@ class Head:
     status: int
     headers: list[tuple[str, str]]
     attempts: int
-    body: bytes | None  # None: an event stream follows on the queue
+    body: bytes | None  # None: an event stream follows
 
 
 @dataclass(frozen=True)
-class _Finished:
-    leftover: bytes
+class Finished:
+    leftover: bytes  # bytes of an unterminated last event, if any
 
 
-class Exchange:
-    """The upstream side of one request, running in its own greenlet."""
+Producer = Callable[["Flight"], None]
 
-    def __init__(
-        self, upstream: Upstream, req: UpstreamRequest, deadline: Deadline, *, max_body: int
-    ) -> None:
-        self.upstream = upstream
-        self.req = req
-        self.deadline = deadline
-        self.max_body = max_body
-        self.head: gevent.event.AsyncResult = gevent.event.AsyncResult()
-        self.queue: gevent.queue.Queue = gevent.queue.Queue(maxsize=_QUEUE_EVENTS)
-        self._resp: UpstreamResponse | None = None
+
+class Flight:
+    """One answer in the making: a head, a log of events, an end; read by many listeners."""
+
+    def __init__(self, producer: Producer, *, on_done: Callable[[Flight], None] | None = None):
+        self.head: Head | None = None
+        self.events: list[sse.Event] = []
+        self.end: Finished | GatewayError | None = None
+        self.listeners = 0
         self.cancelled = False
-        self._greenlet = gevent.spawn(self._run)
+        self.started = time.monotonic()
+        self.finished_at: float | None = None
+        self._changed = gevent.event.Event()
+        self._on_done = on_done
+        self._greenlet = gevent.spawn(self._run, producer)
 
-    def _run(self) -> None:
+    # -- producing (in the flight's greenlet) ----------------------------------------------
+    def _run(self, producer: Producer) -> None:
         try:
-            resp = self._resp = self.upstream.open(self.req, self.deadline)
-            ctype = resp.headers.get("content-type", "")
-            if resp.status >= 300 or not ctype.startswith("text/event-stream"):
-                body = self.upstream.read_all(resp, self.deadline, self.max_body)
-                self.head.set(Head(resp.status, _header_list(resp), resp.attempts, body))
-                return
-            self.head.set(Head(resp.status, _header_list(resp), resp.attempts, None))
+            producer(self)
         except GatewayError as exc:
-            self.head.set_exception(exc)
-            return
-        self._pump(resp)
-
-    def _pump(self, resp: UpstreamResponse) -> None:
-        decoder = sse.Decoder()
-        try:
-            while chunk := self.upstream.read_chunk(resp, self.deadline):
-                for event in decoder.feed(chunk):
-                    self.queue.put(event)
-            self.queue.put(_Finished(decoder.close()))
-            resp.raw.release_conn()
-        except GatewayError as exc:
-            self.queue.put(exc)
+            self.fail(exc)
         finally:
-            if not resp.raw.closed:
-                resp.close()
+            self.finished_at = time.monotonic()
+            if self.end is None and not self.complete:
+                self.cancelled = True
+            self._notify()
+            if self._on_done is not None:
+                self._on_done(self)
+
+    def publish_head(self, head: Head) -> None:
+        self.head = head
+        self._notify()
+
+    def publish(self, event: sse.Event) -> None:
+        self.events.append(event)
+        self._notify()
+
+    def finish(self, leftover: bytes = b"") -> None:
+        self.end = Finished(leftover)
+        self._notify()
+
+    def fail(self, exc: GatewayError) -> None:
+        self.end = exc
+        self._notify()
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, gevent.event.Event()
+        changed.set()
+
+    # -- state ------------------------------------------------------------------------------
+    @property
+    def complete(self) -> bool:
+        """A whole answer is in: a non-stream body, or a stream that reached its end."""
+        if self.head is not None and self.head.body is not None:
+            return True
+        return isinstance(self.end, Finished)
+
+    @property
+    def failure(self) -> GatewayError | None:
+        return self.end if isinstance(self.end, GatewayError) else None
+
+    # -- listening --------------------------------------------------------------------------
+    def join(self) -> Listener:
+        self.listeners += 1
+        return Listener(self)
+
+    def _left(self) -> None:
+        self.listeners -= 1
+        if self.listeners <= 0 and not self.complete and self.end is None:
+            self.cancel()
+        self._notify()
+
+    def wait(self, listener: Listener, ready: Callable[[], bool], timeout: float | None) -> bool:
+        """Block until ``ready()``, the listener left, or ``timeout``; False on timeout."""
+        until = None if timeout is None else time.monotonic() + timeout
+        while not ready():
+            if listener.left or self.cancelled:
+                raise ClientGone()
+            if self.end is not None or self.finished_at is not None:
+                return True
+            remaining = None if until is None else until - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            self._changed.wait(remaining)
+        return True
 
     def cancel(self) -> None:
-        """Stop the upstream call now: kill the greenlet, close the connection.
-
-        The kill waits for the greenlet to unwind: it may be inside a read on the response,
-        and only it can close that reader (closing it from here raises "reentrant call").
-        Its own ``finally`` closes the connection; urllib3 discards one interrupted mid-call.
-        """
-        self._greenlet.kill(block=True, timeout=2.0)
-        if self._resp is not None and not self._resp.raw.closed:
-            self._resp.close()
+        """Stop producing now. The kill waits for the greenlet to unwind: it may be inside a
+        read on the upstream response, and only it can close that reader (closing it from
+        here raises "reentrant call"); its ``finally`` closes the connection."""
         self.cancelled = True
-        if not self.head.ready():
-            self.head.set_exception(ClientGone())
-        # Wake a waiting relay loop; when the queue is full the loop is not waiting and
-        # sees `cancelled` before its next get.
-        with contextlib.suppress(gevent.queue.Full):
-            self.queue.put_nowait(ClientGone())
+        self._greenlet.kill(block=True, timeout=2.0)
+        self._notify()
+
+
+class Listener:
+    """One caller reading a flight. ``leave()`` when the caller is done or gone."""
+
+    def __init__(self, flight: Flight) -> None:
+        self.flight = flight
+        self.left = False
+
+    def leave(self) -> None:
+        if not self.left:
+            self.left = True
+            self.flight._left()
+
+    def wait_head(self, timeout: float | None) -> Head | None:
+        """The head, None on timeout; raises the flight's failure or ClientGone."""
+        flight = self.flight
+
+        def ready() -> bool:
+            return flight.head is not None or flight.end is not None
+
+        if not flight.wait(self, ready, timeout):
+            return None
+        if flight.head is None:
+            raise flight.failure or ClientGone()
+        return flight.head
+
+    def wait_first_event(self, timeout: float | None) -> bool:
+        """True once a first event or the end is in (raises the failure if that came first)."""
+        flight = self.flight
+        ready = lambda: bool(flight.events) or flight.end is not None  # noqa: E731
+        if not flight.wait(self, ready, timeout):
+            return False
+        if not flight.events and flight.failure is not None:
+            raise flight.failure
+        return True
+
+    def item(self, index: int, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
+        """Event ``index`` of the log, or the end once the log is read; None on timeout."""
+        flight = self.flight
+        ready = lambda: index < len(flight.events) or flight.end is not None  # noqa: E731
+        if not flight.wait(self, ready, timeout):
+            return None
+        if index < len(flight.events):
+            return flight.events[index]
+        if flight.end is None:
+            raise ClientGone()
+        return flight.end
+
+    def wait_complete(self, timeout: float | None = None) -> None:
+        """Until the whole answer is in; raises the failure or ClientGone."""
+        flight = self.flight
+        flight.wait(self, lambda: flight.complete or flight.end is not None, timeout)
+        if not flight.complete:
+            raise flight.failure or ClientGone()
+
+
+def upstream_producer(
+    upstream: Upstream, req: UpstreamRequest, deadline: Deadline, *, max_body: int
+) -> Producer:
+    """A producer that makes the upstream call and publishes what it answers."""
+
+    def produce(flight: Flight) -> None:
+        resp: UpstreamResponse | None = None
+        try:
+            resp = upstream.open(req, deadline)
+            headers = list(resp.headers.items())
+            ctype = resp.headers.get("content-type", "")
+            if resp.status >= 300 or not ctype.startswith("text/event-stream"):
+                body = upstream.read_all(resp, deadline, max_body)
+                flight.publish_head(Head(resp.status, headers, resp.attempts, body))
+                return
+            flight.publish_head(Head(resp.status, headers, resp.attempts, None))
+            decoder = sse.Decoder()
+            while chunk := upstream.read_chunk(resp, deadline):
+                for event in decoder.feed(chunk):
+                    flight.publish(event)
+            resp.raw.release_conn()
+            flight.finish(decoder.close())
+        finally:
+            if resp is not None and not resp.raw.closed:
+                resp.close()
+
+    return produce
 
 
 def relay(
-    exchange: Exchange,
+    listener: Listener,
     *,
     heartbeat: float,
     expect_done: bool,
     on_ping: Callable[[], None] = lambda: None,
 ) -> Iterator[bytes]:
-    """The caller's body: events as they arrive, pings between them, one error event at worst.
+    """A listener's body: events as they arrive, pings between them, one error event at worst.
 
     Used only after the 200 is decided, so the head may still be pending (we are already
     sending pings while the upstream has not answered). A stream that ends without [DONE]
@@ -127,43 +246,44 @@ def relay(
     timeout = heartbeat if heartbeat > 0 else None
     while True:
         try:
-            head = exchange.head.get(timeout=timeout)
-            break
-        except gevent.Timeout:
-            on_ping()
-            yield sse.comment()
+            head = listener.wait_head(timeout)
         except ClientGone:
             return
         except GatewayError as exc:
             yield error_event(exc)
             return
+        if head is not None:
+            break
+        on_ping()
+        yield sse.comment()
     if head.body is not None:
-        # The upstream answered after we had committed to a stream: carry its answer over
-        # as one event (an error becomes the final error event).
+        # The upstream answered with a whole body after we had committed to a stream:
+        # carry it over (an error becomes the final error event).
         if head.status >= 300:
             yield b"data: " + wrap_upstream_body(head.status, head.body) + b"\n\n"
         else:
             yield head.body
         return
+    index = 0
     saw_done = saw_error = False
-    while not exchange.cancelled:
+    while True:
         try:
-            item = exchange.queue.get(timeout=timeout)
-        except gevent.queue.Empty:
+            item = listener.item(index, timeout)
+        except ClientGone:
+            return
+        if item is None:
             on_ping()
             yield sse.comment()
-            continue
-        if isinstance(item, sse.Event):
+        elif isinstance(item, sse.Event):
+            index += 1
             saw_done = saw_done or item.is_done
-            saw_error = saw_error or _is_error(item)
+            saw_error = saw_error or is_error_event(item)
             yield item.raw
-        elif isinstance(item, _Finished):
+        elif isinstance(item, Finished):
             if expect_done and not (saw_done or saw_error):
                 yield error_event(UpstreamReset("Upstream ended the stream before [DONE]."))
             elif item.leftover:
                 yield item.leftover
-            return
-        elif isinstance(item, ClientGone):
             return
         else:
             yield error_event(item)
@@ -175,7 +295,7 @@ def error_event(exc: GatewayError) -> bytes:
     return sse.encode_json(exc.to_body())
 
 
-def _is_error(event: sse.Event) -> bool:
+def is_error_event(event: sse.Event) -> bool:
     if event.event == "error":
         return True
     if not event.data or '"error"' not in event.data[:32]:
@@ -184,10 +304,6 @@ def _is_error(event: sse.Event) -> bool:
         return isinstance(event.json().get("error"), dict)
     except (ValueError, AttributeError):
         return False
-
-
-def _header_list(resp: UpstreamResponse) -> list[tuple[str, str]]:
-    return list(resp.headers.items())
 
 
 class DisconnectWatcher:
