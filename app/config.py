@@ -94,8 +94,56 @@ class Settings:
     memcached: str = _setting(
         "LLMGATE_MEMCACHED",
         "",
-        "Comma-separated host:port list of Memcached nodes. Today /readyz reports on them; "
-        "the shared response cache that uses them is the next milestone.",
+        "Comma-separated host:port list of Memcached nodes (the shared L2 cache, consistent "
+        "hashing); empty: the in-process L1 cache only.",
+    )
+    memcached_timeout_s: float = _setting(
+        "LLMGATE_MEMCACHED_TIMEOUT_S",
+        0.2,
+        "Memcached operation timeout; a slower node is a miss, never an error.",
+    )
+    memcached_connect_timeout_s: float = _setting(
+        "LLMGATE_MEMCACHED_CONNECT_TIMEOUT_S", 0.1, "Memcached connect timeout."
+    )
+    cache_mode: str = _setting(
+        "LLMGATE_CACHE_MODE",
+        "deterministic",
+        "off | deterministic (temperature 0, a seed, or embeddings) | all.",
+    )
+    cache_ttl_s: int = _setting("LLMGATE_CACHE_TTL_S", 3600, "Base lifetime of a cached answer.")
+    cache_ttl_jitter_s: int = _setting(
+        "LLMGATE_CACHE_TTL_JITTER_S",
+        360,
+        "Random extra lifetime in [0, this], so entries written together expire apart.",
+    )
+    cache_l1_ttl_s: int = _setting(
+        "LLMGATE_CACHE_L1_TTL_S", 60, "Lifetime of the per-worker in-process copy (L1)."
+    )
+    cache_l1_bytes: int = _setting(
+        "LLMGATE_CACHE_L1_BYTES", 64 * 1024 * 1024, "Size bound of the per-worker L1 cache."
+    )
+    cache_max_entry_bytes: int = _setting(
+        "LLMGATE_CACHE_MAX_ENTRY_BYTES",
+        8 * 1024 * 1024,
+        "Largest answer cached (compressed); larger ones are served but not stored.",
+    )
+    cache_namespaces: str = _setting(
+        "LLMGATE_CACHE_NAMESPACES",
+        "",
+        "Shared cache namespaces callers may name (comma-separated, * for any); empty: "
+        "every entry is private to the caller's credential.",
+    )
+    cache_lease_s: float = _setting(
+        "LLMGATE_CACHE_LEASE_S",
+        30.0,
+        "Across workers and instances, one caller per key computes while the others wait up "
+        "to this long for its entry (0 disables the lease).",
+    )
+    cache_lease_streams: bool = _setting(
+        "LLMGATE_CACHE_LEASE_STREAMS",
+        True,
+        "Whether stream requests wait behind another process's lease (off: streams that "
+        "value first-token latency over cost go upstream at once).",
     )
 
     @classmethod
@@ -120,10 +168,16 @@ class Settings:
         for name in ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "deadline_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{_env(name)} must be > 0")
+        if self.cache_mode not in ("off", "deterministic", "all"):
+            raise SettingsError("LLMGATE_CACHE_MODE must be off, deterministic or all")
         if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"
             )
+
+    @property
+    def allowed_namespaces(self) -> frozenset[str]:
+        return frozenset(n.strip() for n in self.cache_namespaces.split(",") if n.strip())
 
     @property
     def memcached_nodes(self) -> list[tuple[str, int]]:
@@ -143,6 +197,12 @@ def _env(name: str) -> str:
 def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
     kind = f.type if isinstance(f.type, str) else f.type.__name__
     try:
+        if kind == "bool":
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
         if kind == "int":
             return int(raw)
         if kind == "float":

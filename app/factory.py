@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from flask import Flask
 
+from app.cache import build_answer_cache
 from app.config import Settings, SettingsError
 from app.gateway import Gateway
 from app.routes import api, register_error_handlers
@@ -25,7 +26,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     app = Flask("llmgate")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions["llmgate"] = Gateway(settings, Upstream(settings))
+    app.extensions["llmgate"] = Gateway(settings, Upstream(settings), build_answer_cache(settings))
     app.register_blueprint(api)
     register_error_handlers(app)
     logging.getLogger("llmgate").setLevel(logging.INFO)

@@ -8,11 +8,18 @@ so a failure in that window is a real HTTP error; after it, a failure is one SSE
 
 from __future__ import annotations
 
-import socket
+import json
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import Any
 
-from app import schema
+from app import keys, schema
+from app.cache import policy as cache_policy
+from app.cache.entry import Entry
+from app.cache.policy import BYPASS, COALESCED, STATUS_HEADER, Directive
+from app.cache.store import AnswerCache, entry_from_flight
+from app.calls import CLIENT_CLOSED, SSE_HEADERS, Call, Reply
+from app.coalesce import Flights, lease_wait_producer
 from app.config import Settings
 from app.errors import GatewayError, wrap_upstream_body
 from app.headers import downstream_headers, upstream_request_headers
@@ -23,9 +30,11 @@ from app.relay import (
     Flight,
     Head,
     Listener,
+    Producer,
     relay,
     upstream_producer,
 )
+from app.replay import reply_from_entry
 from app.upstream import Upstream, UpstreamRequest
 
 # Routes whose body we parse and check; everything else under /v1 is forwarded as is.
@@ -33,43 +42,27 @@ VALIDATED_ROUTES = frozenset({"chat", "completions", "embeddings", "responses"})
 # Routes whose streams end with `data: [DONE]`; one that does not is reported as broken.
 DONE_ROUTES = frozenset({"chat", "completions"})
 
-SSE_HEADERS = (
-    ("Content-Type", "text/event-stream; charset=utf-8"),
-    ("Cache-Control", "no-cache"),
-    ("X-Accel-Buffering", "no"),
-)
-CLIENT_CLOSED = 499  # nginx's code for "client closed request"; never reaches anyone
-
-
-@dataclass(frozen=True)
-class Call:
-    route: str
-    method: str
-    path: str  # as received, e.g. "/v1/chat/completions"
-    query: str
-    headers: list[tuple[str, str]]
-    body: bytes
-    client_socket: socket.socket | None = None
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes | Iterator[bytes]
-
 
 class Gateway:
-    def __init__(self, settings: Settings, upstream: Upstream) -> None:
+    def __init__(
+        self, settings: Settings, upstream: Upstream, answers: AnswerCache | None = None
+    ) -> None:
         self.settings = settings
         self.upstream = upstream
+        self.answers = answers
+        self.flights = Flights()
 
     def handle(self, call: Call) -> Reply:
+        body: dict[str, Any] | None = None
         stream = False
+        forward = call.body
         if call.route in VALIDATED_ROUTES:
             body = schema.parse_body(call.body)
             schema.validate(call.route, body)
             stream = schema.wants_stream(body)
+            if "cache" in body:
+                # Our control object, not the provider's: it never goes upstream.
+                forward = json.dumps({k: v for k, v in body.items() if k != "cache"}).encode()
         req = UpstreamRequest(
             method=call.method,
             path=call.path.removeprefix("/v1"),
@@ -77,14 +70,115 @@ class Gateway:
             headers=upstream_request_headers(
                 call.headers, stream=stream, fallback_api_key=self.settings.upstream_api_key
             ),
-            body=call.body if call.body or call.method not in ("GET", "HEAD") else None,
+            body=forward if forward or call.method not in ("GET", "HEAD") else None,
             stream=stream,
         )
         deadline = Deadline.start(self.settings.deadline_s)
-        flight = Flight(
-            upstream_producer(self.upstream, req, deadline, max_body=self.settings.max_body_bytes)
+        compute = upstream_producer(
+            self.upstream, req, deadline, max_body=self.settings.max_body_bytes
         )
-        return self.answer(call, flight.join(), stream)
+        plan = self._plan(call, body)
+        if plan is None:
+            return _with_status(self.answer(call, Flight(compute).join(), stream), BYPASS)
+        key, directive = plan
+        assert body is not None
+        if directive.lookup and self.answers is not None:
+            found = self.answers.lookup(key, directive)
+            if found is not None:
+                entry, level = found
+                reply = self._replay(call, body, entry, f"HIT; level={level}")
+                if reply is not None:
+                    return reply
+        flight = self.flights.get(key)
+        if flight is not None:
+            return self._follow(call, body, flight, COALESCED)
+        flight = self._start_flight(key, directive, compute, deadline, stream)
+        status = COALESCED if flight.source == "lease" else directive.status_on_miss
+        return self._follow(call, body, flight, status)
+
+    def _plan(self, call: Call, body: dict[str, Any] | None) -> tuple[str, Directive] | None:
+        """The cache key and the caller's directive, or None when this call is not cached."""
+        if body is None or self.answers is None:
+            return None
+        if not cache_policy.is_cacheable(call.route, body, self.settings.cache_mode):
+            return None
+        directive = cache_policy.parse_cache_control(
+            v for k, v in call.headers if k.lower() == "cache-control"
+        )
+        directive = cache_policy.apply_body_controls(directive, body.get("cache"))
+        directive = cache_policy.check_namespace(directive, self.settings.allowed_namespaces)
+        tenant = keys.tenant_of(call.headers, namespace=directive.namespace)
+        key = keys.cache_key(
+            upstream=self.settings.upstream_url, route=call.route, tenant=tenant, body=body
+        )
+        return key, directive
+
+    def _start_flight(
+        self, key: str, directive: Directive, compute: Producer, deadline: Deadline, stream: bool
+    ) -> Flight:
+        """Lead the computation of ``key``: this worker's only flight for it, and across
+        processes the lease holder (or a waiter for the holder's entry)."""
+        assert self.answers is not None
+        producer, lease_held, waiting = compute, False, False
+        if self.answers.shared and self.settings.cache_lease_s > 0:
+            if stream and not self.settings.cache_lease_streams:
+                pass  # first-token latency matters more than cost for these streams
+            elif self.answers.try_lease(key):
+                lease_held = True
+            else:
+                waiting = True
+                producer = lease_wait_producer(self.answers, key, deadline, compute)
+
+        def done(flight: Flight) -> None:
+            self.flights.remove(key, flight)
+            try:
+                if directive.store and flight.source == "upstream":
+                    self.answers.store(key, flight, directive)  # type: ignore[union-attr]
+            finally:
+                if flight.lease_held:
+                    self.answers.release_lease(key)  # type: ignore[union-attr]
+
+        flight = Flight(producer, on_done=done)
+        flight.stream, flight.lease_held = stream, lease_held
+        flight.source = "lease" if waiting else "upstream"
+        self.flights.put(key, flight)
+        return flight
+
+    def _follow(self, call: Call, body: dict[str, Any], flight: Flight, status: str) -> Reply:
+        """Answer from a flight: live when the shapes match, else once it is complete."""
+        stream = schema.wants_stream(body)
+        listener = flight.join()
+        if flight.stream == stream:
+            return _with_status(self.answer(call, listener, stream), status)
+        watcher = DisconnectWatcher(call.client_socket, listener.leave)
+        try:
+            listener.wait_complete()
+        except ClientGone:
+            return Reply(CLIENT_CLOSED, [], b"")
+        finally:
+            watcher.stop()
+            listener.leave()
+        head = flight.head
+        assert head is not None
+        entry = entry_from_flight(flight, now=time.time())
+        if entry is None:
+            return _with_status(self._complete_reply(head), status)
+        reply = self._replay(call, body, entry, status, age=False)
+        if reply is None:
+            return _with_status(self._complete_reply(head), status)
+        return reply
+
+    def _replay(
+        self, call: Call, body: dict[str, Any], entry: Entry, status: str, *, age: bool = True
+    ) -> Reply | None:
+        return reply_from_entry(
+            entry,
+            route=call.route,
+            stream=schema.wants_stream(body),
+            include_usage=schema.wants_usage(body),
+            status=status,
+            age=int(entry.age(time.time())) if age else None,
+        )
 
     def answer(self, call: Call, listener: Listener, stream: bool) -> Reply:
         """The caller's reply from a flight: a complete response, or a live stream."""
@@ -161,6 +255,12 @@ class Gateway:
             # Normal end, error, or the WSGI server closing us because the caller left.
             watcher.stop()
             listener.leave()
+
+
+def _with_status(reply: Reply, status: str) -> Reply:
+    if reply.status != CLIENT_CLOSED:
+        reply.headers.append((STATUS_HEADER, status))
+    return reply
 
 
 def error_reply(exc: GatewayError) -> Reply:

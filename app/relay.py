@@ -62,6 +62,11 @@ class Flight:
         self.cancelled = False
         self.started = time.monotonic()
         self.finished_at: float | None = None
+        # Set by whoever starts the flight: the answer's shape, where it came from, and
+        # whether this process holds the cross-process lease for its key.
+        self.stream = False
+        self.source = "upstream"
+        self.lease_held = False
         self._changed = gevent.event.Event()
         self._on_done = on_done
         self._greenlet = gevent.spawn(self._run, producer)

@@ -61,3 +61,8 @@ def validate(route: str, body: dict[str, Any]) -> None:
 
 def wants_stream(body: dict[str, Any]) -> bool:
     return body.get("stream") is True
+
+
+def wants_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True

@@ -1,5 +1,18 @@
-"""`make bench` / `python -m bench`: the relay benchmark (see bench/relay.py)."""
+"""`make bench` / `python -m bench [relay|cache]`: print the benchmarks' tables."""
 
-from bench.relay import cli
+import argparse
+import threading
 
-cli()
+from bench import cache, relay
+
+parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+parser.add_argument("which", nargs="*", choices=["relay", "cache"], default=["relay", "cache"])
+parser.add_argument("--requests", type=int, default=2000)
+parser.add_argument("--concurrency", type=int, default=16)
+parser.add_argument("--streams", type=int, default=1000)
+args = parser.parse_args()
+threading.stack_size(512 * 1024)
+if "relay" in args.which:
+    relay.main(args.requests, args.concurrency, args.streams)
+if "cache" in args.which:
+    cache.main(max(100, args.requests // 5), args.concurrency)

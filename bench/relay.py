@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -211,15 +211,4 @@ def main(requests: int = 2000, concurrency: int = 16, streams: int = 1000) -> No
     finally:
         nginx_only.stop()
         stack.stop()
-
-
-def cli() -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--streams", type=int, default=1000)
-    args = parser.parse_args()
-    threading.stack_size(512 * 1024)
-    main(args.requests, args.concurrency, args.streams)
+        shutil.rmtree(run_dir, ignore_errors=True)

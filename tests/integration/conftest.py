@@ -7,6 +7,7 @@ share one set of processes; each test resets the simulator's counters first.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +59,18 @@ class StackHandle:
 
 
 @pytest.fixture(scope="session")
+def runs_dir(request) -> Iterator[Path]:
+    """One folder for every stack's run directory; kept (logs!) when a test failed."""
+    path = Path(tempfile.mkdtemp(prefix="llmgate-tests-"))
+    path.chmod(0o755)  # nginx workers run as nobody when the tests run as root
+    yield path
+    if request.session.testsfailed == 0:
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        print(f"\nstack logs kept in {path}")
+
+
+@pytest.fixture(scope="session")
 def stacks() -> Iterator[dict]:
     started: dict[str, StackHandle] = {}
     yield started
@@ -66,7 +79,7 @@ def stacks() -> Iterator[dict]:
 
 
 @pytest.fixture(scope="session")
-def make_stack(stacks: dict):
+def make_stack(stacks: dict, runs_dir: Path):
     """make_stack(env={...}, **StackOptions fields) -> a running StackHandle (shared by key)."""
 
     def make(env: dict[str, str] | None = None, **options) -> StackHandle:
@@ -77,7 +90,7 @@ def make_stack(stacks: dict):
                 require_binary("nginx")
             if options.get("memcached", True):
                 require_binary("memcached")
-            run_dir = Path(tempfile.mkdtemp(prefix="llmgate-test-"))
+            run_dir = Path(tempfile.mkdtemp(prefix="stack-", dir=runs_dir))
             stack = Stack(StackOptions(run_dir=run_dir, env=env, **options)).start()
             stacks[key] = StackHandle(stack)
         return stacks[key]

@@ -124,10 +124,10 @@ def test_readyz_reports_each_dependency(gw) -> None:
 
 
 @pytest.fixture(scope="module")
-def nginx_without_app():
+def nginx_without_app(runs_dir):
     """nginx alone, its upstream (gunicorn) down: every answer is nginx's own."""
     require_binary("nginx")
-    prefix = Path(tempfile.mkdtemp(prefix="llmgate-nginx-"))
+    prefix = Path(tempfile.mkdtemp(prefix="nginx-", dir=runs_dir))
     port = free_port()
     params = NginxParams.for_settings(
         Settings(max_body_bytes=1000),

@@ -1,0 +1,42 @@
+"""The response cache: two levels behind one interface.
+
+    policy.py   pure: what is cacheable, the caller's controls, TTL with jitter
+    entry.py    pure: a stored answer and its byte format
+    shapes.py   pure: stream events <-> completion, so one entry serves both shapes
+    backends.py the Backend contract (bytes in, bytes out, every failure a miss)
+    memory.py   L1: per-worker LRU bounded in bytes
+    memcached.py L2: pymemcache HashClient over the Memcached pool (the only pymemcache user)
+    tiered.py   L1 in front of L2
+    store.py    entries in and out of the tiers, the cross-process lease
+
+`build_answer_cache` is called by the app factory inside the worker, after gevent patched.
+"""
+
+from __future__ import annotations
+
+from app.cache.store import AnswerCache
+from app.config import Settings
+
+
+def build_answer_cache(settings: Settings) -> AnswerCache | None:
+    if settings.cache_mode == "off":
+        return None
+    from app.cache.memcached import MemcachedBackend
+    from app.cache.memory import MemoryBackend
+    from app.cache.tiered import TieredCache
+
+    l1 = MemoryBackend(settings.cache_l1_bytes, name="l1")
+    nodes = settings.memcached_nodes
+    l2 = (
+        MemcachedBackend(
+            nodes,
+            connect_timeout=settings.memcached_connect_timeout_s,
+            timeout=settings.memcached_timeout_s,
+            max_value_bytes=settings.cache_max_entry_bytes,
+            name="l2",
+        )
+        if nodes
+        else None
+    )
+    tiers = TieredCache(l1, l2, l1_ttl=settings.cache_l1_ttl_s)
+    return AnswerCache(tiers, settings, shared=l2 is not None)

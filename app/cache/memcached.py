@@ -1,0 +1,375 @@
+"""The shared cache level: Memcached nodes through pymemcache's HashClient. Fails open.
+
+The only module that talks to pymemcache (STYLE.md lesson 3). Built inside the gunicorn
+worker, after gevent patched ``socket`` and ``threading``; no socket opens before the first
+command. What pymemcache does not give us, and how it is handled here (DESIGN.md section 5):
+
+- No timeouts by default: ``connect_timeout`` and ``timeout`` are always passed.
+- HashClient writes with ``noreply`` by default (a 2 MB set "succeeded" and stored nothing):
+  ``default_noreply=False`` and ``noreply=False`` on every write.
+- Pickle is never used: a bytes-only serde; the item's flags say what the item is (a whole
+  value, a manifest, a part). Anything else reads as a miss.
+- Items of 1 MiB or more are rejected by Memcached: larger values are split into parts of
+  ``part_bytes`` under ``<key>:<content id>:p<i>``, with a manifest under ``<key>`` holding
+  the part count, total length and a BLAKE2b digest. The part keys depend on the content, so
+  two writers of one key never mix their parts; a missing or mismatching part is a miss.
+- Node health is ours, not HashClient's. HashClient marks a node failed only on ``OSError``,
+  returns a silent default while it waits ``retry_timeout``, retries the node on live traffic
+  ``retry_attempts`` times (each costing a full timeout), then removes it from the hash ring,
+  moving its keys to other nodes (client/hash.py ``_safely_run_func``,
+  ``_mark_failed_server``); its bookkeeping is unlocked and its silent skips cannot be counted.
+  Our client turns ``OSError`` and unexpected closes into ``_NodeFailure`` (which HashClient
+  re-raises untouched with ``ignore_exc=False``), so its machinery never engages, and a small
+  per-node breaker skips a failed node for ``dead_timeout`` seconds, then lets one caller probe.
+- pymemcache cleans up a connection only on ``Exception``: ``Client`` closes its socket in
+  ``except Exception`` (client/base.py ``_fetch_cmd``/``_store_cmd``/``_misc_cmd``) and the
+  pool's ``get_and_release(destroy_on_fail=True)`` handles only ``Exception`` (pool.py).
+  A ``gevent.Timeout`` or ``GreenletExit`` mid-reply leaves the unread reply on an open
+  socket and the client stuck in the pool's "used" list forever (after ``max_pool_size`` such
+  interruptions the node's pool refuses every call). Our client closes its socket on any
+  ``BaseException`` and marks itself poisoned; the backend then destroys it from its pool.
+  It is never used again, so no caller can read another caller's reply.
+- ``max_pool_size`` raises instead of waiting: a semaphore of ``pool_size`` slots (each call
+  holds one connection at a time) makes callers wait up to ``timeout`` for a slot first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from pymemcache.client.base import Client
+from pymemcache.client.hash import HashClient
+from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
+
+from app.cache.backends import check_value, clamp_ttl, validate_key
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Item flags (32 bits, opaque to Memcached): "lg" plus the item's kind. The low five bits
+# stay clear: python-memcached and pymemcache's default serde read them as pickle, int, long,
+# zlib and text, so another client that reads our items sees plain bytes, never a pickle.
+FLAG_VALUE = 0x6C670100
+FLAG_MANIFEST = 0x6C670200
+FLAG_PART = 0x6C670300
+
+DEFAULT_PART_BYTES = 900 * 1024  # under Memcached's 1 MiB item limit, key and header included
+DEFAULT_MAX_VALUE_BYTES = 8 * 1024 * 1024
+
+_FAILED: Any = object()  # a call that did not happen or did not finish
+
+
+class _NodeFailure(MemcacheError):
+    """The node could not be reached or dropped the connection (not an OSError on purpose)."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(f"memcached node {node} failed")
+        self.node = node
+
+
+class _BytesSerde:
+    """Bytes only, never pickle; a read returns ``(flags, value)`` so the caller can check."""
+
+    def serialize(self, key: bytes, value: Any) -> tuple[bytes, int]:
+        if not isinstance(value, bytes):
+            raise TypeError("memcached values are bytes")
+        return value, FLAG_VALUE
+
+    def deserialize(self, key: bytes, value: bytes, flags: int) -> tuple[int, bytes]:
+        return flags, value
+
+
+def _node_name(server: Any) -> str:
+    # The same spelling HashClient uses for its ring (client/hash.py _make_client_key).
+    if isinstance(server, list | tuple) and len(server) == 2:
+        return f"{server[0]}:{server[1]}"
+    return str(server)
+
+
+class _GuardedClient(Client):
+    """A pymemcache ``Client`` that never survives an interrupted command."""
+
+    poisoned = False
+
+    def _guard(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return call(*args, **kwargs)
+        except (OSError, MemcacheUnexpectedCloseError) as exc:
+            self.close()
+            raise _NodeFailure(_node_name(self.server)) from exc
+        except Exception:
+            raise  # pymemcache already closed the socket (base.py `except Exception`)
+        except BaseException:
+            # gevent.Timeout, GreenletExit, KeyboardInterrupt: the request may be half
+            # sent or its reply unread. Nothing may read this socket again.
+            self.poisoned = True
+            self.close()
+            raise
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().get, *args, **kwargs)
+
+    def get_many(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().get_many, *args, **kwargs)
+
+    def set(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().set, *args, **kwargs)
+
+    def set_many(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().set_many, *args, **kwargs)
+
+    def add(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().add, *args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().delete, *args, **kwargs)
+
+    def delete_many(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().delete_many, *args, **kwargs)
+
+
+class _HashClient(HashClient):
+    client_class = _GuardedClient  # PooledClient builds its connections from this class
+
+
+class _Breaker:
+    """Per node: after a failure, skip it for ``dead_timeout`` s, then let one caller probe."""
+
+    def __init__(self, dead_timeout: float, clock: Callable[[], float]) -> None:
+        self.dead_timeout = dead_timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._retry_at: dict[str, float] = {}
+
+    def allow(self, nodes: Iterable[str]) -> bool:
+        if not self._retry_at:
+            return True
+        with self._lock:
+            now = self._clock()
+            due = [n for n in nodes if n in self._retry_at]
+            if any(self._retry_at[n] > now for n in due):
+                return False
+            for node in due:  # this caller probes; the others keep skipping meanwhile
+                self._retry_at[node] = now + self.dead_timeout
+            return True
+
+    def failed(self, node: str) -> bool:
+        """Mark the node dead; True when it was alive until now."""
+        with self._lock:
+            was_alive = node not in self._retry_at
+            self._retry_at[node] = self._clock() + self.dead_timeout
+            return was_alive
+
+    def succeeded(self, nodes: Iterable[str]) -> None:
+        if not self._retry_at:
+            return
+        with self._lock:
+            for node in nodes:
+                if self._retry_at.pop(node, None) is not None:
+                    log.info("memcached node %s is back", node)
+
+    def dead(self) -> list[str]:
+        with self._lock:
+            now = self._clock()
+            return sorted(n for n, at in self._retry_at.items() if at > now)
+
+
+class MemcachedBackend:
+    def __init__(
+        self,
+        nodes: list[tuple[str, int]],
+        *,
+        connect_timeout: float = 0.1,
+        timeout: float = 0.2,
+        dead_timeout: float = 10.0,
+        pool_size: int = 32,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        part_bytes: int = DEFAULT_PART_BYTES,
+        name: str = "l2",
+    ) -> None:
+        if not nodes:
+            raise ValueError("MemcachedBackend needs at least one node")
+        if not 0 < part_bytes < 1024 * 1024 - 1024:
+            raise ValueError("part_bytes must stay under Memcached's 1 MiB item limit")
+        self.name = name
+        self.nodes = [(host, int(port)) for host, port in nodes]
+        self.timeout = timeout
+        self.max_value_bytes = max_value_bytes
+        self.part_bytes = part_bytes
+        self._client = _HashClient(
+            self.nodes,
+            serde=_BytesSerde(),
+            connect_timeout=connect_timeout,
+            timeout=timeout,
+            no_delay=True,
+            use_pooling=True,
+            max_pool_size=pool_size,
+            ignore_exc=False,  # errors must reach us: we count them and run the breaker
+            default_noreply=False,
+        )
+        self._breaker = _Breaker(dead_timeout, time.monotonic)
+        self._slots = threading.BoundedSemaphore(pool_size)
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(
+            ("hits", "misses", "sets", "errors", "too_large", "dead_skips", "parts", "busy"), 0
+        )
+
+    # -- Backend --------------------------------------------------------------------------
+    def get(self, key: str) -> bytes | None:
+        validate_key(key)
+        head = self._call([key], lambda: self._client.get(key), _FAILED)
+        value = None
+        if head is not _FAILED and head is not None:
+            flags, data = head
+            if flags == FLAG_VALUE:
+                value = data
+            elif flags == FLAG_MANIFEST:
+                value = self._get_parts(key, data)
+        self._count("hits" if value is not None else "misses")
+        return value
+
+    def set(self, key: str, value: bytes, ttl: int) -> bool:
+        return self._store(key, value, ttl, only_if_absent=False)
+
+    def add(self, key: str, value: bytes, ttl: int) -> bool:
+        return self._store(key, value, ttl, only_if_absent=True)
+
+    def delete(self, key: str) -> None:
+        """Parts of a split value are left to expire with their TTL (no manifest, no reader)."""
+        validate_key(key)
+        self._call([key], lambda: self._client.delete(key, noreply=False), _FAILED)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def stats(self) -> dict[str, int]:
+        """hits, misses, sets, errors, too_large, dead_skips, parts (items moved as parts of
+        split values), busy (no pool slot within ``timeout``)."""
+        with self._lock:
+            return dict(self._counts)
+
+    def dead_nodes(self) -> list[str]:
+        """Nodes being skipped right now (for health reporting)."""
+        return self._breaker.dead()
+
+    # -- storing ----------------------------------------------------------------------------
+    def _store(self, key: str, value: bytes, ttl: int, *, only_if_absent: bool) -> bool:
+        validate_key(key)
+        value = check_value(value)
+        ttl = clamp_ttl(ttl)
+        if len(value) > self.max_value_bytes:
+            self._count("too_large")
+            if not only_if_absent:  # like Memcached: a failed set leaves no older value
+                self.delete(key)
+            return False
+        if len(value) <= self.part_bytes:
+            write = self._client.add if only_if_absent else self._client.set
+            stored = self._call(
+                [key],
+                lambda: write(key, value, expire=ttl, noreply=False, flags=FLAG_VALUE),
+                False,
+            )
+        else:
+            stored = self._store_parts(key, value, ttl, only_if_absent)
+        if stored:
+            self._count("sets")
+        return bool(stored)
+
+    def _store_parts(self, key: str, value: bytes, ttl: int, only_if_absent: bool) -> bool:
+        digest = hashlib.blake2b(value, digest_size=16).hexdigest()
+        size = self.part_bytes
+        count = -(-len(value) // size)
+        part_keys = _part_keys(key, digest, count)
+        parts = {k: value[i * size : (i + 1) * size] for i, k in enumerate(part_keys)}
+        manifest = json.dumps({"n": count, "len": len(value), "h": digest}).encode()
+
+        def write() -> bool:
+            # Parts first: a reader never finds a manifest whose parts were not yet written.
+            if self._client.set_many(parts, expire=ttl, noreply=False, flags=FLAG_PART):
+                return False  # some part NOT_STORED
+            head = self._client.add if only_if_absent else self._client.set
+            return bool(head(key, manifest, expire=ttl, noreply=False, flags=FLAG_MANIFEST))
+
+        stored = self._call([key, *part_keys], write, False)
+        if stored:
+            self._count("parts", count)
+        return stored
+
+    def _get_parts(self, key: str, manifest: bytes) -> bytes | None:
+        try:
+            doc = json.loads(manifest)
+            count, length, digest = int(doc["n"]), int(doc["len"]), str(doc["h"])
+        except (ValueError, KeyError, TypeError):
+            self._count("errors")
+            return None
+        if not 0 < count <= -(-self.max_value_bytes // self.part_bytes):
+            self._count("errors")
+            return None
+        part_keys = _part_keys(key, digest, count)
+        found = self._call(part_keys, lambda: self._client.get_many(part_keys), _FAILED)
+        if found is _FAILED:
+            return None
+        chunks = []
+        for part_key in part_keys:
+            item = found.get(part_key)
+            if item is None or item[0] != FLAG_PART:
+                return None  # evicted or never written: the whole value is a miss
+            chunks.append(item[1])
+        value = b"".join(chunks)
+        if len(value) != length or hashlib.blake2b(value, digest_size=16).hexdigest() != digest:
+            self._count("errors")
+            return None
+        self._count("parts", count)
+        return value
+
+    # -- calling pymemcache -----------------------------------------------------------------
+    def _call(self, keys: list[str], op: Callable[[], T], failed: T) -> T:
+        """Run ``op`` unless a node it needs is being skipped; any failure returns ``failed``."""
+        nodes = {self._client.hasher.get_node(k) for k in keys}
+        if not self._breaker.allow(nodes):
+            self._count("dead_skips")
+            return failed
+        if not self._slots.acquire(timeout=self.timeout):
+            self._count("busy")
+            return failed
+        try:
+            result = op()
+        except _NodeFailure as exc:
+            self._count("errors")
+            if self._breaker.failed(exc.node):
+                log.warning("memcached node %s failed (%s); skipping it", exc.node, exc.__cause__)
+            return failed
+        except Exception as exc:
+            self._count("errors")
+            log.debug("memcached call failed: %r", exc)
+            return failed
+        except BaseException:
+            self._discard_poisoned()
+            raise
+        finally:
+            self._slots.release()
+        self._breaker.succeeded(nodes)
+        return result
+
+    def _discard_poisoned(self) -> None:
+        """Destroy pool members left behind by an interrupted call (pool.py keeps them)."""
+        for pooled in list(self._client.clients.values()):
+            pool = pooled.client_pool
+            for client in pool.used:
+                if getattr(client, "poisoned", False):
+                    pool.destroy(client)
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
+
+
+def _part_keys(key: str, digest: str, count: int) -> list[str]:
+    return [f"{key}:{digest[:12]}:p{i}" for i in range(count)]

@@ -1,0 +1,112 @@
+"""The answer cache: entries in and out of the tiered backends, and the cross-process lease.
+
+Only complete, successful answers are stored: a 2xx body, or a stream that ended with
+`[DONE]` and carried no error event — never an error, a 429, or a partial or aborted stream.
+Every backend failure is a miss (the backends fail open); an unreadable entry is a miss.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from app.cache.entry import Entry, EntryError
+from app.cache.policy import Directive, acceptable_age, entry_ttl
+from app.config import Settings
+from app.keys import lease_key
+from app.relay import Finished, Flight, is_error_event
+
+log = logging.getLogger("llmgate.cache")
+
+
+class Tiers(Protocol):
+    def get(self, key: str) -> tuple[bytes, str] | None: ...
+    def set(self, key: str, value: bytes, ttl: int) -> bool: ...
+    def add(self, key: str, value: bytes, ttl: int) -> bool: ...
+    def delete(self, key: str) -> None: ...
+    def stats(self) -> dict[str, int]: ...
+
+
+def entry_from_flight(flight: Flight, *, now: float, ttl: int = 0) -> Entry | None:
+    """The flight's answer as an entry, or None when it must not be stored."""
+    head = flight.head
+    if head is None or not 200 <= head.status < 300 or not flight.complete:
+        return None
+    ctype = next((v for k, v in head.headers if k.lower() == "content-type"), "")
+    compute_s = (flight.finished_at or time.monotonic()) - flight.started
+    try:
+        if head.body is not None:
+            head.body.decode("utf-8")
+            return Entry(now, compute_s, ttl, head.status, ctype, body=head.body)
+        end = flight.end
+        if not isinstance(end, Finished) or end.leftover:
+            return None
+        events = flight.events
+        if not events or not events[-1].is_done or any(is_error_event(e) for e in events):
+            return None
+        raw = tuple(e.raw for e in events if not e.is_comment)
+        for event in raw:
+            event.decode("utf-8")
+        return Entry(now, compute_s, ttl, head.status, ctype, events=raw)
+    except UnicodeDecodeError:
+        return None
+
+
+class AnswerCache:
+    def __init__(
+        self,
+        tiers: Tiers,
+        settings: Settings,
+        *,
+        shared: bool,
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.tiers = tiers
+        self.settings = settings
+        self.shared = shared  # an L2 other processes see: leases make sense
+        self._clock = clock
+        self._rand = rand
+        self.counters: dict[str, int] = {"not_stored_too_large": 0, "unreadable": 0}
+
+    def lookup(self, key: str, directive: Directive) -> tuple[Entry, str] | None:
+        found = self.tiers.get(key)
+        if found is None:
+            return None
+        data, level = found
+        try:
+            entry = Entry.from_bytes(data)
+        except EntryError as exc:
+            self.counters["unreadable"] += 1
+            log.warning("cache entry unreadable, treated as a miss: %s", exc)
+            return None
+        now = self._clock()
+        if entry.expired(now) or not acceptable_age(directive, entry.age(now)):
+            return None
+        return entry, level
+
+    def store(self, key: str, flight: Flight, directive: Directive) -> bool:
+        ttl = entry_ttl(
+            directive, self.settings.cache_ttl_s, self.settings.cache_ttl_jitter_s, self._rand
+        )
+        entry = entry_from_flight(flight, now=self._clock(), ttl=ttl)
+        if entry is None:
+            return False
+        data = entry.to_bytes()
+        if len(data) > self.settings.cache_max_entry_bytes:
+            self.counters["not_stored_too_large"] += 1
+            return False
+        return self.tiers.set(key, data, ttl)
+
+    def try_lease(self, key: str) -> bool:
+        ttl = max(1, int(self.settings.cache_lease_s + 0.999))
+        return self.tiers.add(lease_key(key), b"1", ttl)
+
+    def release_lease(self, key: str) -> None:
+        self.tiers.delete(lease_key(key))
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.tiers.stats(), **self.counters}

@@ -1,0 +1,96 @@
+"""Single flight: identical cacheable requests share one upstream call.
+
+Within a worker, the first request for a key starts a flight and registers it; identical
+requests that arrive while it runs join it as listeners and read its events live (a late
+joiner reads the events so far, then the live ones). The entry leaves the map when the flight
+ends; an error reaches every listener and is not cached.
+
+Across workers and instances, a short Memcached lease (`add` with a TTL) elects one computing
+caller per key; the others wait for its entry (bounded by the lease and their own deadline)
+and replay it. A lease whose holder died expires, and one waiter takes over.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+
+from app import sse
+from app.cache.entry import Entry
+from app.cache.policy import Directive
+from app.cache.store import AnswerCache
+from app.policy import Deadline
+from app.relay import Flight, Head, Producer
+
+
+class Flights:
+    """The flights in progress in this worker, by key."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, Flight] = {}
+
+    def get(self, key: str) -> Flight | None:
+        flight = self._by_key.get(key)
+        if flight is None or flight.cancelled or flight.failure is not None:
+            return None
+        return flight
+
+    def put(self, key: str, flight: Flight) -> None:
+        self._by_key[key] = flight
+
+    def remove(self, key: str, flight: Flight) -> None:
+        if self._by_key.get(key) is flight:
+            del self._by_key[key]
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
+def publish_entry(flight: Flight, entry: Entry) -> None:
+    """Play a stored entry into a flight, all at once."""
+    headers = [("Content-Type", entry.content_type)] if entry.content_type else []
+    if entry.body is not None:
+        flight.publish_head(Head(entry.status, headers, 1, entry.body))
+        return
+    flight.publish_head(Head(entry.status, headers, 1, None))
+    decoder = sse.Decoder()
+    for raw in entry.events or ():
+        for event in decoder.feed(raw):
+            flight.publish(event)
+    flight.finish(decoder.close())
+
+
+def lease_wait_producer(
+    answers: AnswerCache,
+    key: str,
+    deadline: Deadline,
+    compute: Producer,
+    *,
+    poll_s: float = 0.02,
+    max_poll_s: float = 0.25,
+) -> Producer:
+    """Wait for the lease holder's entry; take over the lease if it lapses; compute at worst.
+
+    Polls with a growing interval (20 ms up to 250 ms): a waiter costs a few Memcached gets
+    per second, and the first poll lands within milliseconds of a short answer being stored.
+    """
+
+    def produce(flight: Flight) -> None:
+        until = time.monotonic() + min(answers.settings.cache_lease_s, deadline.remaining())
+        delay = poll_s
+        while time.monotonic() < until:
+            gevent.sleep(delay)
+            delay = min(delay * 1.5, max_poll_s)
+            found = answers.lookup(key, Directive())
+            if found is not None:
+                flight.source = "cache"
+                publish_entry(flight, found[0])
+                return
+            if answers.try_lease(key):
+                flight.lease_held = True
+                break
+        flight.source = "upstream"
+        compute(flight)
+
+    return produce

@@ -1,0 +1,212 @@
+"""The response cache through the whole stack: what is stored, what is replayed, for whom."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+import openai
+import pytest
+
+from tests.integration.sse_reader import content_of, data_events, read_events
+
+STATUS = "X-LLMGate-Cache"
+
+
+def body(stream: bool = False, **fields) -> dict:
+    """A deterministic (cacheable) chat request with a prompt no other test uses."""
+    prompt = fields.pop("prompt", None) or f"cache test {uuid.uuid4().hex}"
+    return {
+        "model": "sim-model",
+        "temperature": 0,
+        "max_tokens": 6,
+        "stream": stream,
+        "messages": [{"role": "user", "content": prompt}],
+        **fields,
+    }
+
+
+def ask(gw, payload: dict, headers: dict | None = None, key: str = "sk-alice"):
+    return gw.post(
+        "/v1/chat/completions",
+        payload,
+        headers={"Authorization": f"Bearer {key}", **(headers or {})},
+    )
+
+
+def test_miss_then_hit_replays_the_same_events_in_order(gw) -> None:
+    payload = body(True, stream_options={"include_usage": True})
+    first = ask(gw, payload)
+    second = ask(gw, payload)
+    assert first.headers[STATUS] == "MISS"
+    assert second.headers[STATUS].startswith("HIT; level=")
+    assert int(second.headers["Age"]) >= 0
+    events = [e.event.raw for e in read_events_bytes(second.data)]
+    assert events == [e.event.raw for e in read_events_bytes(first.data)]
+    assert events[-1] == b"data: [DONE]\n\n" and len(events) > 3
+    assert gw.sim_stats()["requests"] == 1
+
+
+def read_events_bytes(raw: bytes):
+    class _Resp:
+        def __init__(self) -> None:
+            self.sent = False
+
+        def read1(self, n: int) -> bytes:
+            if self.sent:
+                return b""
+            self.sent = True
+            return raw
+
+    return data_events(read_events(_Resp()))  # type: ignore[arg-type]
+
+
+def test_one_stored_answer_serves_both_shapes_to_the_sdk(gw) -> None:
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-alice", max_retries=0)
+    for first_stream in (True, False):
+        payload = body()
+        payload.pop("stream")
+        create = client.chat.completions.with_raw_response.create
+        texts, statuses = [], []
+        for streamed in (first_stream, not first_stream):
+            raw = create(**payload, stream=streamed)
+            statuses.append(raw.headers[STATUS])
+            item = raw.parse()  # a stream is read to its end before the next call
+            if streamed:
+                texts.append("".join(c.choices[0].delta.content or "" for c in item if c.choices))
+            else:
+                texts.append(item.choices[0].message.content)
+        assert statuses[0] == "MISS" and statuses[1].startswith("HIT")
+        assert texts[0] == texts[1] and len(texts[0].split()) == 6
+    assert gw.sim_stats()["requests"] == 2
+
+
+def test_two_api_keys_never_share_an_entry(gw) -> None:
+    payload = body()
+    assert ask(gw, payload, key="sk-alice").headers[STATUS] == "MISS"
+    assert ask(gw, payload, key="sk-bob").headers[STATUS] == "MISS"
+    assert ask(gw, payload, key="sk-alice").headers[STATUS].startswith("HIT")
+    assert gw.sim_stats()["requests"] == 2
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"x-sim-fault": "429", "x-sim-retry-after": "60"},
+        {"x-sim-fault": "500"},
+        {"x-sim-fault": "503", "x-sim-retry-after": "60"},
+        {"x-sim-fault": "reset"},
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_errors_and_partial_streams_are_never_cached(gw, fault: dict, stream: bool) -> None:
+    payload = body(stream)
+    failed = ask(gw, payload, fault)
+    assert failed.status != 200 or b"[DONE]" not in failed.data
+    healthy = ask(gw, payload)
+    assert healthy.status == 200
+    assert healthy.headers[STATUS] == "MISS", "a failed answer was stored"
+
+
+def test_aborted_stream_is_not_cached(make_stack) -> None:
+    gw = make_stack(env={"LLMGATE_IDLE_TIMEOUT_S": "1"})
+    payload = body(True)
+    ask(gw, payload, {"x-sim-fault": "stall-after"})  # idle timeout mid-stream
+    assert ask(gw, payload).headers[STATUS] == "MISS"
+
+
+def test_non_deterministic_requests_bypass(gw) -> None:
+    payload = body(temperature=0.8)
+    assert ask(gw, payload).headers[STATUS] == "BYPASS"
+    assert ask(gw, payload).headers[STATUS] == "BYPASS"
+    assert gw.sim_stats()["requests"] == 2
+
+
+def test_no_cache_refreshes_and_no_store_does_not_write(gw) -> None:
+    payload = body()
+    assert ask(gw, payload, {"Cache-Control": "no-store"}).headers[STATUS] == "MISS"
+    assert ask(gw, payload).headers[STATUS] == "MISS"  # nothing was stored
+    assert ask(gw, payload, {"Cache-Control": "no-cache"}).headers[STATUS] == "REFRESH"
+    assert ask(gw, payload).headers[STATUS].startswith("HIT")
+    assert gw.sim_stats()["requests"] == 3
+
+
+def test_ttl_and_s_maxage_controls_and_the_body_object_is_stripped(gw) -> None:
+    payload = body(cache={"ttl": 1})
+    assert ask(gw, payload).headers[STATUS] == "MISS"
+    assert "cache" not in gw.sim_requests()[-1]["body"]
+    assert ask(gw, payload).headers[STATUS].startswith("HIT")
+    time.sleep(2.1)
+    assert ask(gw, payload).headers[STATUS] == "MISS"  # expired after its own ttl
+
+    other = body()
+    ask(gw, other)
+    time.sleep(1.1)
+    old_ok = ask(gw, other, {"Cache-Control": "s-maxage=60"})
+    assert old_ok.headers[STATUS].startswith("HIT")
+    assert int(old_ok.headers["Age"]) >= 1
+    fresh_only = ask(gw, other, {"Cache-Control": "s-maxage=0"})
+    assert fresh_only.headers[STATUS] == "MISS"  # too old for this caller: recomputed
+
+
+def test_namespace_must_be_allowed(gw) -> None:
+    refused = ask(gw, body(cache={"namespace": "team"}))
+    assert refused.status == 400
+    assert json.loads(refused.data)["error"]["code"] == "cache_namespace_not_allowed"
+
+
+def test_allowed_namespace_is_shared_across_keys(make_stack) -> None:
+    gw = make_stack(env={"LLMGATE_CACHE_NAMESPACES": "team"})
+    gw.sim_reset()
+    payload = body(cache={"namespace": "team"})
+    assert ask(gw, payload, key="sk-alice").headers[STATUS] == "MISS"
+    assert ask(gw, payload, key="sk-bob").headers[STATUS].startswith("HIT")
+
+
+def test_stream_hit_adapts_usage_to_the_caller(gw) -> None:
+    prompt = f"usage {uuid.uuid4().hex}"
+    ask(gw, body(True, prompt=prompt, stream_options={"include_usage": True}))
+    plain = ask(gw, body(True, prompt=prompt))
+    assert plain.headers[STATUS].startswith("HIT")
+    events = [e.event for e in read_events_bytes(plain.data)]
+    assert not any('"choices":[]' in (e.data or "") for e in events)
+    assert content_of(read_events_bytes(plain.data))
+
+
+def _memcached(runs_dir, name: str):
+    from runner.procs import Proc, find_binary, free_port
+    from tests.conftest import require_binary
+
+    require_binary("memcached")
+    port = free_port()
+    argv = [find_binary("memcached"), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "16"]
+    if os.geteuid() == 0:
+        argv += ["-u", "nobody"]
+    proc = Proc(name, argv, log_path=runs_dir / f"{name}.log")
+    proc.wait_port(port)
+    return proc, f"127.0.0.1:{port}"
+
+
+def test_one_of_two_memcached_nodes_stopping_fails_no_request(make_stack, runs_dir) -> None:
+    node_a, addr_a = _memcached(runs_dir, "memcached-a")
+    node_b, addr_b = _memcached(runs_dir, "memcached-b")
+    try:
+        gw = make_stack(env={"LLMGATE_MEMCACHED": f"{addr_a},{addr_b}"}, memcached=False)
+        prompts = [f"node {i} {uuid.uuid4().hex}" for i in range(20)]
+        for prompt in prompts:  # spread entries over both nodes
+            assert ask(gw, body(prompt=prompt)).status == 200
+        node_b.stop()
+        statuses = []
+        for prompt in prompts * 2:
+            resp = ask(gw, body(prompt=prompt))
+            assert resp.status == 200, resp.data
+            statuses.append(resp.headers[STATUS])
+        assert any(s.startswith("HIT") for s in statuses)  # node a still serves its share
+        ready = gw.http.request("GET", gw.url + "/readyz")
+        assert ready.status == 200  # a cache node down degrades, it does not unready
+        assert ready.json()["checks"]["memcached"]["ok"] is False
+    finally:
+        node_a.stop()
+        node_b.stop()

@@ -1,0 +1,143 @@
+"""Identical concurrent requests make one upstream call: live within a worker, via a
+Memcached lease across workers; an error reaches every waiter and is not cached."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import urllib3
+
+from tests.integration.sse_reader import content_of, data_events, read_events
+
+STATUS = "X-LLMGate-Cache"
+
+
+def _payload(prompt: str, stream: bool = True, tokens: int = 20) -> bytes:
+    return json.dumps(
+        {
+            "model": "sim-model",
+            "temperature": 0,
+            "stream": stream,
+            "max_tokens": tokens,
+            "messages": [{"role": "user", "content": prompt}],
+        }
+    ).encode()
+
+
+def _stream(http: urllib3.PoolManager, url: str, payload: bytes, headers: dict) -> dict:
+    started = time.monotonic()
+    resp = http.request(
+        "POST",
+        url + "/v1/chat/completions",
+        body=payload,
+        headers={"Content-Type": "application/json", "Authorization": "Bearer sk-co", **headers},
+        preload_content=False,
+    )
+    arrivals = data_events(read_events(resp))
+    return {
+        "status": resp.headers.get(STATUS),
+        "first": arrivals[0].at - started if arrivals else None,
+        "first_at": arrivals[0].at if arrivals else None,
+        "text": content_of(arrivals),
+        "done": bool(arrivals) and arrivals[-1].event.is_done,
+        "errors": [a.event.data for a in arrivals if a.event.data and '"error"' in a.event.data],
+    }
+
+
+def test_200_identical_streams_over_2_workers_make_one_upstream_call(gw) -> None:
+    payload = _payload(f"coalesce {uuid.uuid4().hex}")
+    headers = {"x-sim-tps": "20", "x-sim-ttft-ms": "300"}  # about 1.3 s of streaming
+    http = urllib3.PoolManager(maxsize=200, retries=False)
+    barrier = threading.Barrier(200)
+
+    def one(_: int) -> dict:
+        barrier.wait(10)
+        return _stream(http, gw.url, payload, headers)
+
+    with ThreadPoolExecutor(200) as pool:
+        results = list(pool.map(one, range(200)))
+    assert gw.sim_stats()["requests"] == 1
+    assert all(r["done"] for r in results)
+    assert len({r["text"] for r in results}) == 1 and results[0]["text"]
+    statuses = [r["status"] for r in results]
+    assert statuses.count("MISS") == 1
+    assert set(statuses) <= {"MISS", "COALESCED", "HIT; level=l1", "HIT; level=l2"}
+    # Live followers (in the leader's worker) get the first event with the leader's client;
+    # the other worker's waiters replay the stored answer once it is complete.
+    leader = next(r for r in results if r["status"] == "MISS")
+    live = [r for r in results if abs(r["first_at"] - leader["first_at"]) < 0.25]
+    assert len(live) >= 2, "no follower received events live"
+
+
+def test_leader_leaving_does_not_cut_the_followers(make_stack) -> None:
+    gw = make_stack(workers=1, memcached=False)
+    gw.sim_reset()
+    payload = _payload(f"leader leaves {uuid.uuid4().hex}", tokens=15)
+    host, port = gw.url.removeprefix("http://").split(":")
+    leader = socket.create_connection((host, int(port)))
+    leader.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\nAuthorization: Bearer sk-co\r\n"
+        b"x-sim-tps: 10\r\nx-sim-ttft-ms: 0\r\n"
+        b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
+    )
+    http = urllib3.PoolManager(retries=False)
+    with ThreadPoolExecutor(3) as pool:
+        time.sleep(0.3)  # the leader's flight is running
+        futures = [pool.submit(_stream, http, gw.url, payload, {}) for _ in range(3)]
+        time.sleep(0.3)
+        leader.close()  # the first caller goes away mid-stream
+        results = [f.result() for f in futures]
+    assert all(r["done"] and r["status"] == "COALESCED" for r in results)
+    assert len({r["text"] for r in results}) == 1
+    stats = gw.sim_stats()
+    assert (stats["requests"], stats["streams_completed"], stats["streams_abandoned"]) == (1, 1, 0)
+
+
+def test_an_error_reaches_every_waiter_and_is_not_cached(make_stack) -> None:
+    gw = make_stack(workers=1, memcached=False)
+    gw.sim_reset()
+    payload = _payload(f"doomed {uuid.uuid4().hex}")
+    http = urllib3.PoolManager(maxsize=5, retries=False)
+    fault = {"x-sim-fault": "reset", "x-sim-reset-after": "3", "x-sim-tps": "10"}
+    with ThreadPoolExecutor(5) as pool:
+        results = list(pool.map(lambda _: _stream(http, gw.url, payload, fault), range(5)))
+    assert gw.sim_stats()["requests"] == 1
+    assert all(r["errors"] and not r["done"] for r in results)
+    after = _stream(http, gw.url, payload, {})
+    assert after["status"] == "MISS" and after["done"]
+    assert gw.sim_stats()["requests"] == 2
+
+
+def test_all_listeners_leaving_cancels_the_upstream(make_stack) -> None:
+    gw = make_stack(workers=1, memcached=False)
+    gw.sim_reset()
+    payload = _payload(f"everyone leaves {uuid.uuid4().hex}", tokens=200)
+    host, port = gw.url.removeprefix("http://").split(":")
+    socks = []
+    for _ in range(3):
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nx-sim-tps: 5\r\nx-sim-ttft-ms: 0\r\n"
+            b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
+        )
+        socks.append(sock)
+    for sock in socks:
+        seen = b""
+        while b"data: " not in seen:
+            seen += sock.recv(65536)
+    socks[0].close()
+    time.sleep(0.5)
+    assert gw.sim_stats()["streams_abandoned"] == 0  # two listeners remain
+    for sock in socks[1:]:
+        sock.close()
+    deadline = time.monotonic() + 5
+    while gw.sim_stats()["streams_abandoned"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gw.sim_stats()["streams_abandoned"] == 1
