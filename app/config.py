@@ -139,6 +139,13 @@ class Settings:
         "Across workers and instances, one caller per key computes while the others wait up "
         "to this long for its entry (0 disables the lease).",
     )
+    cache_early_refresh_beta: float = _setting(
+        "LLMGATE_CACHE_EARLY_REFRESH_BETA",
+        0.0,
+        "Opt-in probabilistic early refresh (XFetch): a hit recomputes the entry in the "
+        "background when now - compute_time * beta * ln(rand) >= expiry. 0 disables; 1 is "
+        "the usual value, larger refreshes earlier.",
+    )
     cache_lease_streams: bool = _setting(
         "LLMGATE_CACHE_LEASE_STREAMS",
         True,

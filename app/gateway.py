@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import gevent
+
 from app import keys, schema
 from app.cache import policy as cache_policy
 from app.cache.entry import Entry
@@ -88,11 +90,14 @@ class Gateway:
                 entry, level = found
                 reply = self._replay(call, body, entry, f"HIT; level={level}")
                 if reply is not None:
+                    if self._due_for_refresh(entry):
+                        self._refresh_in_background(key, directive, compute, deadline, stream)
                     return reply
         flight = self.flights.get(key)
         if flight is not None:
             return self._follow(call, body, flight, COALESCED)
         flight = self._start_flight(key, directive, compute, deadline, stream)
+        assert flight is not None  # only a background refresh gives up
         status = COALESCED if flight.source == "lease" else directive.status_on_miss
         return self._follow(call, body, flight, status)
 
@@ -113,18 +118,57 @@ class Gateway:
         )
         return key, directive
 
-    def _start_flight(
+    def _due_for_refresh(self, entry: Entry) -> bool:
+        return cache_policy.refresh_early(
+            now=time.time(),
+            expires=entry.created + entry.ttl,
+            compute_s=entry.compute_s,
+            beta=self.settings.cache_early_refresh_beta,
+        )
+
+    def _refresh_in_background(
         self, key: str, directive: Directive, compute: Producer, deadline: Deadline, stream: bool
-    ) -> Flight:
+    ) -> None:
+        """Renew a hot entry before it expires, once per key across processes; nobody waits."""
+        if self.flights.get(key) is not None:
+            return
+        flight = self._start_flight(key, directive, compute, deadline, stream, background=True)
+        if flight is None:
+            return  # another process holds the lease: it is refreshing already
+        listener = flight.join()  # keeps the flight alive until it is complete
+
+        def hold() -> None:
+            try:
+                listener.wait_complete()
+            except (ClientGone, GatewayError):
+                pass
+            finally:
+                listener.leave()
+
+        gevent.spawn(hold)
+
+    def _start_flight(
+        self,
+        key: str,
+        directive: Directive,
+        compute: Producer,
+        deadline: Deadline,
+        stream: bool,
+        *,
+        background: bool = False,
+    ) -> Flight | None:
         """Lead the computation of ``key``: this worker's only flight for it, and across
-        processes the lease holder (or a waiter for the holder's entry)."""
+        processes the lease holder (or a waiter for the holder's entry; a background
+        refresh does not wait and returns None instead)."""
         assert self.answers is not None
         producer, lease_held, waiting = compute, False, False
         if self.answers.shared and self.settings.cache_lease_s > 0:
-            if stream and not self.settings.cache_lease_streams:
+            if stream and not self.settings.cache_lease_streams and not background:
                 pass  # first-token latency matters more than cost for these streams
             elif self.answers.try_lease(key):
                 lease_held = True
+            elif background:
+                return None
             else:
                 waiting = True
                 producer = lease_wait_producer(self.answers, key, deadline, compute)

@@ -9,6 +9,7 @@ s-maxage, namespace}`, which is removed before the body goes upstream.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -122,6 +123,22 @@ def entry_ttl(
     if directive.ttl is not None:
         return max(1, min(directive.ttl, MAX_TTL_S))
     return max(1, min(base + int(rand() * (spread + 1)), MAX_TTL_S))
+
+
+def refresh_early(
+    *,
+    now: float,
+    expires: float,
+    compute_s: float,
+    beta: float,
+    rand: Callable[[], float] = random.random,
+) -> bool:
+    """XFetch (Vattani et al., "Optimal Probabilistic Cache Stampede Prevention", 2015):
+    recompute when ``now - compute_s * beta * ln(rand) >= expires``. Entries that took long
+    to compute, or are close to expiry, are renewed first; beta 0 never refreshes early."""
+    if beta <= 0:
+        return False
+    return now - compute_s * beta * math.log(max(rand(), 1e-300)) >= expires
 
 
 def acceptable_age(directive: Directive, age: float) -> bool:

@@ -210,3 +210,62 @@ def test_one_of_two_memcached_nodes_stopping_fails_no_request(make_stack, runs_d
     finally:
         node_a.stop()
         node_b.stop()
+
+
+def test_early_refresh_renews_a_hot_entry_in_the_background(make_stack) -> None:
+    # A huge beta makes every hit due: the hit is served at once, the entry renewed behind.
+    gw = make_stack(env={"LLMGATE_CACHE_EARLY_REFRESH_BETA": "1000000"})
+    gw.sim_reset()
+    payload = body()
+    assert ask(gw, payload).headers[STATUS] == "MISS"
+    hit = ask(gw, payload)
+    assert hit.headers[STATUS].startswith("HIT")
+    deadline = time.monotonic() + 5
+    while gw.sim_stats()["requests"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gw.sim_stats()["requests"] == 2
+    time.sleep(0.3)
+    assert gw.sim_stats()["requests"] == 2  # one refresh, not one per poll
+
+
+def test_answers_above_the_ceiling_are_served_not_stored(make_stack) -> None:
+    gw = make_stack(env={"LLMGATE_CACHE_MAX_ENTRY_BYTES": "600"})
+    payload = body(max_tokens=300)
+    first = ask(gw, payload)
+    assert first.status == 200 and first.headers[STATUS] == "MISS"
+    assert ask(gw, payload).headers[STATUS] == "MISS"
+
+
+def test_prewarm_from_jsonl_with_the_batch_cli(gw, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    requests = [body(prompt=f"warm {i} {uuid.uuid4().hex}") for i in range(8)]
+    src = tmp_path / "warm.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in requests))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMGATE_", "OPENAI_"))}
+    env.update(PYTHONPATH=str(ROOT), LLMGATE_BASE_URL=gw.url, LLMGATE_API_KEY="sk-alice")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmgate_client",
+            "batch",
+            str(src),
+            str(tmp_path / "out.jsonl"),
+            "--workers",
+            "4",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "ok=8" in done.stderr  # progress and summary go to stderr
+    for request in requests:
+        assert ask(gw, request).headers[STATUS].startswith("HIT")
+    assert gw.sim_stats()["requests"] == 8

@@ -152,3 +152,17 @@ def test_entry_round_trip_and_garbage() -> None:
             Entry.from_bytes(garbage)
     with pytest.raises(EntryError):
         Entry(0, 0, 1, 200, "", body=b"x", events=(b"y",))
+
+
+def test_xfetch_refreshes_slow_entries_near_expiry_first() -> None:
+    def due(now, compute_s, rand, beta=1.0):
+        return policy.refresh_early(
+            now=now, expires=1000.0, compute_s=compute_s, beta=beta, rand=lambda: rand
+        )
+
+    # -ln(0.5) ≈ 0.69: a 10 s computation is renewed from ~7 s before expiry, a 1 s one
+    # only in the last ~0.7 s; beta 0 never.
+    assert due(993.5, 10.0, 0.5) and not due(992.0, 10.0, 0.5)
+    assert not due(993.5, 1.0, 0.5) and due(999.4, 1.0, 0.5)
+    assert not due(999.99, 10.0, 0.5, beta=0.0)
+    assert due(1000.0, 0.0, 0.5)  # expired is always due
