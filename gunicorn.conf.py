@@ -7,6 +7,8 @@ before the fork would be shared). Values come from LLMGATE_* variables, see READ
 
 import os
 import resource
+import tempfile
+from pathlib import Path
 
 bind = os.environ.get("LLMGATE_BIND", "127.0.0.1:8000").split(",")
 workers = int(os.environ.get("LLMGATE_WORKERS", "2"))
@@ -32,11 +34,29 @@ errorlog = "-"
 loglevel = os.environ.get("LLMGATE_LOG_LEVEL", "info")
 proc_name = "llmgate"
 
+# Prometheus multiprocess mode: every worker writes its samples here and /metrics sums them.
+# Set before the workers fork (they inherit it) and before they import prometheus_client.
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="llmgate-metrics-")
+
 
 def on_starting(server):
+    # Samples of a previous run would be summed into this one's.
+    directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
     # Raise the soft descriptor limit to the hard one: each stream costs two descriptors
     # (client + upstream) and the default 1024 caps a worker near 500 streams.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         target = hard if hard != resource.RLIM_INFINITY else 1048576
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def child_exit(server, worker):
+    # A dead worker's live gauges (active streams, pool use) must stop counting. The import
+    # stays here: app.metrics imports only prometheus_client, and only the master runs this.
+    from app.metrics import mark_process_dead
+
+    mark_process_dead(worker.pid)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+import time
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SSE_HEADERS = (
     ("Content-Type", "text/event-stream; charset=utf-8"),
@@ -12,6 +14,21 @@ SSE_HEADERS = (
     ("X-Accel-Buffering", "no"),
 )
 CLIENT_CLOSED = 499  # nginx's code for "client closed request"; never reaches anyone
+
+
+@dataclass
+class Trace:
+    """What happened to one call, filled in as it goes; read by the metrics and the log."""
+
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started: float = field(default_factory=time.monotonic)
+    model: str | None = None
+    stream: bool = False
+    cache_s: float = 0.0  # time spent on cache lookups
+    upstream_ttfb_s: float | None = None  # the upstream's time to its head (+ first event)
+    attempts: int = 0
+    client_closed: bool = False
+    upstream_request_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -23,6 +40,7 @@ class Call:
     headers: list[tuple[str, str]]
     body: bytes
     client_socket: socket.socket | None = None
+    trace: Trace = field(default_factory=Trace)
 
 
 @dataclass

@@ -87,7 +87,10 @@ def lease_wait_producer(
                 flight.source = "cache"
                 publish_entry(flight, found[0])
                 return
-            if answers.try_lease(key):
+            lease = answers.try_lease(key)
+            if lease is None:
+                break  # Memcached trouble: nobody can hold the lease, stop waiting
+            if lease:
                 flight.lease_held = True
                 break
         flight.source = "upstream"

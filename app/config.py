@@ -153,6 +153,13 @@ class Settings:
         "value first-token latency over cost go upstream at once).",
     )
 
+    log_prompts: bool = _setting(
+        "LLMGATE_LOG_PROMPTS",
+        False,
+        "Add the request body to each request's log line. Off by default: prompts are "
+        "data your users did not agree to have in logs.",
+    )
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         values: dict[str, Any] = {}

@@ -159,3 +159,25 @@ def wrap_upstream_body(status: int, body: bytes) -> bytes:
     error = GatewayError(f"Upstream answered {status}: {text}", status=status, code=None)
     error.type = "upstream_error"
     return error.to_json()
+
+
+def error_cause(exc: GatewayError) -> str:
+    """The metrics cause of a failed upstream call (bounded label values)."""
+    if isinstance(exc, UpstreamTimeout):
+        return f"timeout_{exc.phase}"
+    if isinstance(exc, UpstreamUnreachable):
+        return "connect"
+    if isinstance(exc, UpstreamReset):
+        return "reset"
+    return "server"
+
+
+def status_cause(status: int) -> str | None:
+    """The metrics cause of an upstream error answer, None for a success."""
+    if status == 429:
+        return "rate_limited"
+    if status in (401, 403):
+        return "auth"
+    if status >= 500:
+        return "server"
+    return None

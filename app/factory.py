@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Mapping
 
 from flask import Flask
@@ -29,5 +30,17 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     app.extensions["llmgate"] = Gateway(settings, Upstream(settings), build_answer_cache(settings))
     app.register_blueprint(api)
     register_error_handlers(app)
-    logging.getLogger("llmgate").setLevel(logging.INFO)
+    _log_to_stderr()
     return app
+
+
+def _log_to_stderr() -> None:
+    """One JSON line per request on stderr (gunicorn's error log shares it)."""
+    logger = logging.getLogger("llmgate")
+    logger.setLevel(logging.INFO)
+    if not any(getattr(h, "llmgate", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.llmgate = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.propagate = False

@@ -25,6 +25,7 @@ from app.coalesce import Flights, lease_wait_producer
 from app.config import Settings
 from app.errors import GatewayError, wrap_upstream_body
 from app.headers import downstream_headers, upstream_request_headers
+from app.metrics import Metrics
 from app.policy import Deadline
 from app.relay import (
     ClientGone,
@@ -47,11 +48,16 @@ DONE_ROUTES = frozenset({"chat", "completions"})
 
 class Gateway:
     def __init__(
-        self, settings: Settings, upstream: Upstream, answers: AnswerCache | None = None
+        self,
+        settings: Settings,
+        upstream: Upstream,
+        answers: AnswerCache | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.answers = answers
+        self.metrics = metrics
         self.flights = Flights()
 
     def handle(self, call: Call) -> Reply:
@@ -62,6 +68,8 @@ class Gateway:
             body = schema.parse_body(call.body)
             schema.validate(call.route, body)
             stream = schema.wants_stream(body)
+            call.trace.model = str(body["model"])[:100] if "model" in body else None
+            call.trace.stream = stream
             if "cache" in body:
                 # Our control object, not the provider's: it never goes upstream.
                 forward = json.dumps({k: v for k, v in body.items() if k != "cache"}).encode()
@@ -77,7 +85,7 @@ class Gateway:
         )
         deadline = Deadline.start(self.settings.deadline_s)
         compute = upstream_producer(
-            self.upstream, req, deadline, max_body=self.settings.max_body_bytes
+            self.upstream, req, deadline, max_body=self.settings.max_body_bytes, route=call.route
         )
         plan = self._plan(call, body)
         if plan is None:
@@ -85,7 +93,9 @@ class Gateway:
         key, directive = plan
         assert body is not None
         if directive.lookup and self.answers is not None:
+            looked = time.monotonic()
             found = self.answers.lookup(key, directive)
+            call.trace.cache_s += time.monotonic() - looked
             if found is not None:
                 entry, level = found
                 reply = self._replay(call, body, entry, f"HIT; level={level}")
@@ -165,13 +175,17 @@ class Gateway:
         if self.answers.shared and self.settings.cache_lease_s > 0:
             if stream and not self.settings.cache_lease_streams and not background:
                 pass  # first-token latency matters more than cost for these streams
-            elif self.answers.try_lease(key):
-                lease_held = True
-            elif background:
-                return None
             else:
-                waiting = True
-                producer = lease_wait_producer(self.answers, key, deadline, compute)
+                lease = self.answers.try_lease(key)
+                if lease:
+                    lease_held = True
+                elif lease is None:
+                    pass  # no lease to be had (Memcached trouble): compute, do not wait
+                elif background:
+                    return None
+                else:
+                    waiting = True
+                    producer = lease_wait_producer(self.answers, key, deadline, compute)
 
         def done(flight: Flight) -> None:
             self.flights.remove(key, flight)
@@ -194,7 +208,7 @@ class Gateway:
         listener = flight.join()
         if flight.stream == stream:
             return _with_status(self.answer(call, listener, stream), status)
-        watcher = DisconnectWatcher(call.client_socket, listener.leave)
+        watcher = self._watch(call, listener)
         try:
             listener.wait_complete()
         except ClientGone:
@@ -226,7 +240,7 @@ class Gateway:
 
     def answer(self, call: Call, listener: Listener, stream: bool) -> Reply:
         """The caller's reply from a flight: a complete response, or a live stream."""
-        watcher = DisconnectWatcher(call.client_socket, listener.leave)
+        watcher = self._watch(call, listener)
         try:
             head = self._await_first_byte(listener, stream)
         except ClientGone:
@@ -236,6 +250,11 @@ class Gateway:
             watcher.stop()
             listener.leave()
             raise
+        flight = listener.flight
+        if head is not None:
+            call.trace.attempts = head.attempts
+        if flight.head_at is not None and flight.source == "upstream":
+            call.trace.upstream_ttfb_s = flight.head_at - flight.started
         if head is None:
             # The upstream is slow to answer a stream: commit the 200 now and keep the line
             # alive with pings; whatever the upstream says later travels as SSE.
@@ -252,6 +271,14 @@ class Gateway:
         watcher.stop()
         listener.leave()
         return self._complete_reply(head)
+
+    @staticmethod
+    def _watch(call: Call, listener: Listener) -> DisconnectWatcher:
+        def gone() -> None:
+            call.trace.client_closed = True
+            listener.leave()
+
+        return DisconnectWatcher(call.client_socket, gone)
 
     def _await_first_byte(self, listener: Listener, stream: bool) -> Head | None:
         """The upstream's head once its first event (or whole body) is in; None when a

@@ -26,7 +26,13 @@ import gevent.event
 from gevent.socket import wait_read
 
 from app import sse
-from app.errors import GatewayError, UpstreamReset, wrap_upstream_body
+from app.errors import (
+    GatewayError,
+    UpstreamReset,
+    error_cause,
+    status_cause,
+    wrap_upstream_body,
+)
 from app.policy import Deadline
 from app.upstream import Upstream, UpstreamRequest, UpstreamResponse
 
@@ -62,6 +68,7 @@ class Flight:
         self.cancelled = False
         self.started = time.monotonic()
         self.finished_at: float | None = None
+        self.head_at: float | None = None
         # Set by whoever starts the flight: the answer's shape, where it came from, and
         # whether this process holds the cross-process lease for its key.
         self.stream = False
@@ -207,9 +214,15 @@ class Listener:
 
 
 def upstream_producer(
-    upstream: Upstream, req: UpstreamRequest, deadline: Deadline, *, max_body: int
+    upstream: Upstream,
+    req: UpstreamRequest,
+    deadline: Deadline,
+    *,
+    max_body: int,
+    route: str = "passthrough",
 ) -> Producer:
     """A producer that makes the upstream call and publishes what it answers."""
+    metrics = upstream.metrics
 
     def produce(flight: Flight) -> None:
         resp: UpstreamResponse | None = None
@@ -217,20 +230,43 @@ def upstream_producer(
             resp = upstream.open(req, deadline)
             headers = list(resp.headers.items())
             ctype = resp.headers.get("content-type", "")
+            cause = status_cause(resp.status)
+            if metrics is not None and cause is not None:
+                metrics.upstream_errors.labels(cause).inc()
             if resp.status >= 300 or not ctype.startswith("text/event-stream"):
                 body = upstream.read_all(resp, deadline, max_body)
                 flight.publish_head(Head(resp.status, headers, resp.attempts, body))
+                _observe_ttfb(flight, route)
                 return
-            flight.publish_head(Head(resp.status, headers, resp.attempts, None))
+            head = Head(resp.status, headers, resp.attempts, None)
             decoder = sse.Decoder()
             while chunk := upstream.read_chunk(resp, deadline):
-                for event in decoder.feed(chunk):
+                events = decoder.feed(chunk)
+                if events and flight.head is None:
+                    # Head and first event together: a listener learns the status only
+                    # when the stream is known to have started.
+                    flight.publish_head(head)
+                    _observe_ttfb(flight, route)
+                for event in events:
                     flight.publish(event)
+            if flight.head is None:
+                flight.publish_head(head)
             resp.raw.release_conn()
             flight.finish(decoder.close())
+        except GatewayError as exc:
+            if metrics is not None:
+                metrics.upstream_errors.labels(error_cause(exc)).inc()
+            raise
         finally:
-            if resp is not None and not resp.raw.closed:
-                resp.close()
+            if resp is not None:
+                if not resp.raw.closed:
+                    resp.close()
+                upstream.done_with(resp)
+
+    def _observe_ttfb(flight: Flight, route: str) -> None:
+        flight.head_at = time.monotonic()
+        if metrics is not None:
+            metrics.upstream_ttft.labels(route).observe(flight.head_at - flight.started)
 
     return produce
 

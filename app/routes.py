@@ -6,16 +6,23 @@ anything unexpected (500, logged with its traceback, never sent to the caller).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
+import uuid
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
 from app import errors
-from app.gateway import Call, Gateway, Reply, error_reply
+from app.calls import Call, Reply, Trace
+from app.gateway import Gateway, error_reply
 from app.health import readiness
+from app.observe import finish
+from app.status import status_document
 
 log = logging.getLogger("llmgate")
+STARTED = time.time()
 api = Blueprint("api", __name__)
 
 _ROUTES = {
@@ -59,16 +66,33 @@ def passthrough(rest: str = "") -> Response:
 
 
 def _forward(route: str) -> Response:
+    gateway = _gateway()
     call = Call(
         route=route,
         method=request.method,
         path=request.path,
         query=request.query_string.decode("latin-1"),
         headers=list(request.headers.items()),
-        body=_read_body(current_app.config["MAX_CONTENT_LENGTH"]),
+        body=b"",
         client_socket=request.environ.get("gunicorn.socket"),
+        trace=Trace(request_id=_request_id()),
     )
-    return to_response(_gateway().handle(call))
+    try:
+        call = dataclasses.replace(call, body=_read_body(current_app.config["MAX_CONTENT_LENGTH"]))
+        reply = gateway.handle(call)
+    except errors.GatewayError as exc:
+        reply = error_reply(exc)
+    except HTTPException as exc:
+        reply = error_reply(_translate(exc))
+    return to_response(finish(call, reply, gateway.settings, gateway.metrics))
+
+
+def _request_id() -> str:
+    """The caller's (or nginx's) X-Request-ID when it is sane, else a new one."""
+    given = request.headers.get("X-Request-ID", "")
+    if 0 < len(given) <= 128 and given.isprintable() and " " not in given:
+        return given
+    return uuid.uuid4().hex
 
 
 def _read_body(limit: int) -> bytes:
@@ -94,6 +118,26 @@ def to_response(reply: Reply) -> Response:
         response.headers.add(name, value)
     if isinstance(reply.body, bytes):
         response.headers["Content-Length"] = str(len(reply.body))
+    return response
+
+
+@api.route("/metrics", methods=["GET"])
+def metrics() -> Response:
+    registry = _gateway().metrics
+    if registry is None:
+        raise errors.NotFound("Metrics are not enabled.")
+    body, content_type = registry.exposition()
+    return Response(body, content_type=content_type)
+
+
+@api.route("/status.json", methods=["GET"])
+def status_json() -> Response:
+    gateway = _gateway()
+    if gateway.metrics is None:
+        raise errors.NotFound("Metrics are not enabled.")
+    document = status_document(gateway.metrics.snapshot(), now=time.time(), started=STARTED)
+    response = jsonify(document)
+    response.headers["Cache-Control"] = "no-cache"
     return response
 
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import gevent
 import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import (
     ConnectTimeoutError,
     HTTPError,
@@ -35,6 +37,7 @@ from app.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from app.metrics import Metrics
 from app.policy import Deadline, RetryPolicy
 
 _READ_SIZE = 64 * 1024
@@ -57,6 +60,7 @@ class UpstreamResponse:
     raw: urllib3.BaseHTTPResponse
     attempts: int
     retried_statuses: list[int] = field(default_factory=list)
+    released: bool = False  # counted back as free in the pool's in-use figure
 
     @property
     def status(self) -> int:
@@ -73,11 +77,20 @@ class UpstreamResponse:
 
 
 class Upstream:
-    def __init__(self, settings: Settings, *, sleep=gevent.sleep, rand=random.random) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        sleep=gevent.sleep,
+        rand=random.random,
+    ) -> None:
         self.settings = settings
         self.base = settings.upstream_url.rstrip("/")
+        self.metrics = metrics
         self._sleep = sleep
         self._rand = rand
+        self.in_use = 0
         self.pool = urllib3.PoolManager(
             num_pools=4,
             maxsize=settings.pool_size,
@@ -87,6 +100,26 @@ class Upstream:
             # with gevent.Timeout, so a socket can never wait past the request's deadline.
             timeout=urllib3.Timeout(connect=settings.connect_timeout_s, read=settings.deadline_s),
         )
+        if metrics is not None:
+            self.pool.pool_classes_by_scheme = _counting_pools(metrics.connections_opened.inc)
+
+    def _pool_changed(self, delta: int) -> None:
+        self.in_use += delta
+        if self.metrics is None:
+            return
+        idle = 0
+        for key in list(self.pool.pools.keys()):
+            pool = self.pool.pools.get(key)
+            if pool is not None and pool.pool is not None:
+                idle += sum(1 for conn in list(pool.pool.queue) if conn is not None)
+        self.metrics.pool.labels("in_use").set(self.in_use)
+        self.metrics.pool.labels("idle").set(idle)
+
+    def done_with(self, resp: UpstreamResponse) -> None:
+        """The response's connection went back to the pool or was closed: count it free."""
+        if not resp.released:
+            resp.released = True
+            self._pool_changed(-1)
 
     def policy(self) -> RetryPolicy:
         s = self.settings
@@ -108,13 +141,16 @@ class Upstream:
                     # Retried already: tell the SDK not to multiply the calls again.
                     exc.retryable = policy.attempt == 1
                     raise
+                self._retrying()
                 self._sleep(delay)
                 continue
             delay = policy.delay_for_status(raw.status, raw.headers, self._rand)
             if delay is None or delay >= deadline.remaining():
+                self._pool_changed(+1)
                 return UpstreamResponse(raw, policy.attempt, retried)
             retried.append(raw.status)
             _discard(raw)
+            self._retrying()
             self._sleep(delay)
 
     @contextlib.contextmanager
@@ -139,6 +175,10 @@ class Upstream:
             raise UpstreamTimeout(phase, reported) from None
         finally:
             timer.close()
+
+    def _retrying(self) -> None:
+        if self.metrics is not None:
+            self.metrics.retries.inc()
 
     def _attempt(self, req: UpstreamRequest, deadline: Deadline) -> urllib3.BaseHTTPResponse:
         s = self.settings
@@ -194,6 +234,29 @@ class Upstream:
 
     def close(self) -> None:
         self.pool.clear()
+
+
+def _counting_pools(on_connect: Callable[[], None]) -> dict[str, type]:
+    """Pool classes whose connections report each new TCP connection (reuse shows as a flat
+    count)."""
+
+    class CountingHTTPConnection(HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            on_connect()
+
+    class CountingHTTPSConnection(HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()
+            on_connect()
+
+    class CountingHTTPPool(HTTPConnectionPool):
+        ConnectionCls = CountingHTTPConnection
+
+    class CountingHTTPSPool(HTTPSConnectionPool):
+        ConnectionCls = CountingHTTPSConnection
+
+    return {"http": CountingHTTPPool, "https": CountingHTTPSPool}
 
 
 def _discard(raw: urllib3.BaseHTTPResponse) -> None:

@@ -119,6 +119,7 @@ class Stack:
             env["LLMGATE_MEMCACHED"] = self.memcached_addr
         env.update(self.options.env)
         env["PYTHONPATH"] = str(ROOT)
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(self.options.run_dir / "metrics")
         return env
 
     def _start_gunicorn(self) -> None:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from app.cache.store import AnswerCache
 from app.config import Settings
+from app.metrics import Metrics
 
 
-def build_answer_cache(settings: Settings) -> AnswerCache | None:
+def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> AnswerCache | None:
     if settings.cache_mode == "off":
         return None
     from app.cache.memcached import MemcachedBackend
@@ -39,4 +40,4 @@ def build_answer_cache(settings: Settings) -> AnswerCache | None:
         else None
     )
     tiers = TieredCache(l1, l2, l1_ttl=settings.cache_l1_ttl_s)
-    return AnswerCache(tiers, settings, shared=l2 is not None)
+    return AnswerCache(tiers, settings, shared=l2 is not None, metrics=metrics)

@@ -346,9 +346,14 @@ class MemcachedBackend:
             if self._breaker.failed(exc.node):
                 log.warning("memcached node %s failed (%s); skipping it", exc.node, exc.__cause__)
             return failed
+        except MemcacheError as exc:  # the node answered, with an error (SERVER_ERROR ...)
+            self._count("errors")
+            self._breaker.succeeded(nodes)
+            log.debug("memcached call failed: %r", exc)
+            return failed
         except Exception as exc:
             self._count("errors")
-            log.debug("memcached call failed: %r", exc)
+            log.warning("memcached call failed unexpectedly: %r", exc)
             return failed
         except BaseException:
             self._discard_poisoned()

@@ -17,6 +17,7 @@ from app.cache.entry import Entry, EntryError
 from app.cache.policy import Directive, acceptable_age, entry_ttl
 from app.config import Settings
 from app.keys import lease_key
+from app.metrics import Metrics
 from app.relay import Finished, Flight, is_error_event
 
 log = logging.getLogger("llmgate.cache")
@@ -62,18 +63,34 @@ class AnswerCache:
         settings: Settings,
         *,
         shared: bool,
+        metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.tiers = tiers
         self.settings = settings
         self.shared = shared  # an L2 other processes see: leases make sense
+        self.metrics = metrics
+        self._errors_seen = 0
         self._clock = clock
         self._rand = rand
         self.counters: dict[str, int] = {"not_stored_too_large": 0, "unreadable": 0}
 
+    def _timed(self, op: str, fn: Callable[..., Any], *args: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            if self.metrics is not None:
+                self.metrics.cache_op.labels(op).observe(time.perf_counter() - started)
+                stats = self.tiers.stats()
+                errors = stats.get("l1_errors", 0) + stats.get("l2_errors", 0)
+                if errors > self._errors_seen:
+                    self.metrics.cache_errors.inc(errors - self._errors_seen)
+                self._errors_seen = errors
+
     def lookup(self, key: str, directive: Directive) -> tuple[Entry, str] | None:
-        found = self.tiers.get(key)
+        found = self._timed("get", self.tiers.get, key)
         if found is None:
             return None
         data, level = found
@@ -98,12 +115,22 @@ class AnswerCache:
         data = entry.to_bytes()
         if len(data) > self.settings.cache_max_entry_bytes:
             self.counters["not_stored_too_large"] += 1
+            if self.metrics is not None:
+                self.metrics.cache_not_stored.labels("too_large").inc()
             return False
-        return self.tiers.set(key, data, ttl)
+        stored = bool(self._timed("set", self.tiers.set, key, data, ttl))
+        if stored and self.metrics is not None:
+            self.metrics.cache_stored_bytes.inc(len(data))
+        return stored
 
-    def try_lease(self, key: str) -> bool:
+    def try_lease(self, key: str) -> bool | None:
+        """True: we hold the lease. False: another caller does. None: the lease cannot be
+        had (Memcached down or skipped) — compute without one rather than wait on nobody."""
         ttl = max(1, int(self.settings.cache_lease_s + 0.999))
-        return self.tiers.add(lease_key(key), b"1", ttl)
+        if self._timed("add", self.tiers.add, lease_key(key), b"1", ttl):
+            return True
+        # `add` also fails when the node is down: only a lease we can read is held.
+        return False if self._timed("get", self.tiers.get, lease_key(key)) else None
 
     def release_lease(self, key: str) -> None:
         self.tiers.delete(lease_key(key))

@@ -1,0 +1,207 @@
+"""Prometheus metrics: the only module that imports prometheus_client.
+
+Under gunicorn every worker writes its samples to `PROMETHEUS_MULTIPROC_DIR` (set, and wiped
+at start, by gunicorn.conf.py; a dead worker is marked there so its live gauges drop out) and
+`/metrics` aggregates all workers' files. Without that directory (a single process, tests)
+the metrics live in a private registry. Names are `llmgate_<thing>_<unit>`; labels are
+bounded: no prompt text, no keys, model names are not labels at all.
+
+docs/observability.md lists every metric; a test fails when one is missing there.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+# LLM calls range from a cache hit (ms) to a long reasoning stream (minutes).
+LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    20,
+    30,
+    60,
+    120,
+    300,
+    600,
+)
+RATE_BUCKETS = (1, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
+CACHE_OP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+
+ERROR_CAUSES = (
+    "connect",
+    "timeout_connect",
+    "timeout_first_byte",
+    "timeout_idle",
+    "timeout_deadline",
+    "rate_limited",
+    "auth",
+    "server",
+    "reset",
+    "client_closed",
+)
+CACHE_OUTCOMES = ("hit_l1", "hit_l2", "miss", "bypass", "refresh", "coalesced")
+
+
+class Metrics:
+    """Every metric of the gateway, built once per worker by the app factory."""
+
+    def __init__(self, multiproc_dir: str | None = None) -> None:
+        self.multiproc_dir = (
+            multiproc_dir
+            if multiproc_dir is not None
+            else os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+        )
+        # In multiprocess mode values go to the mmap files whatever the registry; a private
+        # registry keeps several apps in one process (tests) from colliding.
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+
+        self.requests = Counter(
+            "llmgate_requests_total",
+            "API requests answered, by route, HTTP status and cache outcome.",
+            ["route", "status", "cache"],
+            registry=reg,
+        )
+        self.duration = Histogram(
+            "llmgate_request_duration_seconds",
+            "Time from request to the last byte sent.",
+            ["route", "stream"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.ttft = Histogram(
+            "llmgate_ttft_seconds",
+            "Time to first token as the caller sees it: request to the "
+            "first data event of a stream.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.upstream_ttft = Histogram(
+            "llmgate_upstream_ttft_seconds",
+            "The upstream's own time to first byte: sending the "
+            "request to its headers (and first event of a stream).",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.tokens_per_second = Histogram(
+            "llmgate_stream_tokens_per_second",
+            "Data events per second over a stream, first "
+            "to last event (one event is about one token).",
+            ["route"],
+            buckets=RATE_BUCKETS,
+            registry=reg,
+        )
+        self.upstream_errors = Counter(
+            "llmgate_upstream_errors_total",
+            "Failed upstream calls and callers that left, by cause.",
+            ["cause"],
+            registry=reg,
+        )
+        self.retries = Counter(
+            "llmgate_upstream_retries_total", "Upstream attempts beyond the first.", registry=reg
+        )
+        self.connections_opened = Counter(
+            "llmgate_upstream_connections_opened_total",
+            "TCP connections opened to the upstream; flat under steady load when keep-alive works.",
+            registry=reg,
+        )
+        self.pool = Gauge(
+            "llmgate_upstream_pool_connections",
+            "Upstream connections in use and idle in the pools, summed over live workers.",
+            ["state"],
+            multiprocess_mode="livesum",
+            registry=reg,
+        )
+        self.active_streams = Gauge(
+            "llmgate_active_streams",
+            "Streams being relayed now.",
+            multiprocess_mode="livesum",
+            registry=reg,
+        )
+        self.heartbeats = Counter(
+            "llmgate_heartbeats_total", "`: ping` comments sent on idle streams.", registry=reg
+        )
+        self.cache_requests = Counter(
+            "llmgate_cache_requests_total",
+            "Cache outcomes of API requests.",
+            ["outcome"],
+            registry=reg,
+        )
+        self.cache_stored_bytes = Counter(
+            "llmgate_cache_stored_bytes_total",
+            "Bytes of entries written to the cache.",
+            registry=reg,
+        )
+        self.cache_not_stored = Counter(
+            "llmgate_cache_not_stored_total",
+            "Complete answers not stored, by reason.",
+            ["reason"],
+            registry=reg,
+        )
+        self.cache_errors = Counter(
+            "llmgate_cache_errors_total",
+            "Cache backend failures (each one served as a miss).",
+            registry=reg,
+        )
+        self.cache_op = Histogram(
+            "llmgate_cache_op_seconds",
+            "Cache operation latency (L1 then Memcached).",
+            ["op"],
+            buckets=CACHE_OP_BUCKETS,
+            registry=reg,
+        )
+        for cause in ERROR_CAUSES:
+            self.upstream_errors.labels(cause)
+        for outcome in CACHE_OUTCOMES:
+            self.cache_requests.labels(outcome)
+        for state in ("in_use", "idle"):
+            self.pool.labels(state)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text format for /metrics: every worker's samples when multiprocess."""
+        if self.multiproc_dir:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=self.multiproc_dir)
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def snapshot(self) -> dict[str, Any]:
+        """The aggregated samples as {name: [(labels, value), ...]} (for /status.json)."""
+        if self.multiproc_dir:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=self.multiproc_dir)
+        else:
+            registry = self.registry
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in registry.collect():
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+        return out
+
+
+def mark_process_dead(pid: int) -> None:
+    """gunicorn's child_exit hook: drop a dead worker's live gauges."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(pid)

@@ -1,0 +1,153 @@
+"""The end of every API call: request ids, Server-Timing, metrics and one JSON log line.
+
+``finish()`` decorates the reply's headers (still unsent) and, for a streamed body, wraps it
+so the figures are taken when the last byte has left: time to first token, tokens per
+second, the caller leaving. The log line never holds a credential; the request body only
+when LLMGATE_LOG_PROMPTS is on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from app import sse
+from app.cache.policy import STATUS_HEADER
+from app.calls import Call, Reply, Trace
+from app.config import Settings
+from app.metrics import Metrics
+
+log = logging.getLogger("llmgate.access")
+_PING = sse.comment()
+
+
+def cache_outcome(reply: Reply) -> str:
+    """The bounded label for the reply's X-LLMGate-Cache value."""
+    value = next((v for k, v in reply.headers if k == STATUS_HEADER), "BYPASS")
+    kind, _, level = value.partition("; level=")
+    return f"hit_{level}" if kind == "HIT" else kind.lower()
+
+
+def finish(call: Call, reply: Reply, settings: Settings, metrics: Metrics | None) -> Reply:
+    trace = call.trace
+    headers = {k.lower() for k, _ in reply.headers}
+    trace.upstream_request_id = next(
+        (v for k, v in reply.headers if k.lower() == "x-request-id"), None
+    )
+    reply.headers.append(("X-LLMGate-Request-ID", trace.request_id))
+    if "x-request-id" not in headers:
+        reply.headers.append(("X-Request-ID", trace.request_id))
+    reply.headers.append(("Server-Timing", _server_timing(trace)))
+    if isinstance(reply.body, bytes):
+        _record(call, reply, settings, metrics, StreamFacts(sent=len(reply.body)))
+        return reply
+    reply.body = _watched(call, reply, reply.body, settings, metrics)
+    return reply
+
+
+def _server_timing(trace: Trace) -> str:
+    elapsed = time.monotonic() - trace.started
+    parts = [f"cache;dur={trace.cache_s * 1000:.1f}"]
+    if trace.upstream_ttfb_s is not None:
+        parts.append(f"upstream;dur={trace.upstream_ttfb_s * 1000:.1f}")
+    gateway = elapsed - trace.cache_s - (trace.upstream_ttfb_s or 0.0)
+    parts.append(f"gateway;dur={max(0.0, gateway) * 1000:.1f}")
+    return ", ".join(parts)
+
+
+class StreamFacts:
+    def __init__(self, sent: int = 0) -> None:
+        self.sent = sent
+        self.first: float | None = None
+        self.last: float | None = None
+        self.events = 0
+        self.usage: dict[str, Any] | None = None
+
+
+def _watched(
+    call: Call, reply: Reply, body: Iterator[bytes], settings: Settings, metrics: Metrics | None
+) -> Iterator[bytes]:
+    facts = StreamFacts()
+    if metrics is not None:
+        metrics.active_streams.inc()
+    try:
+        for chunk in body:
+            if chunk == _PING:
+                if metrics is not None:
+                    metrics.heartbeats.inc()
+            elif chunk.startswith(b"data: ") and not chunk.startswith(b"data: [DONE]"):
+                now = time.monotonic()
+                facts.first = facts.first or now
+                facts.last = now
+                facts.events += 1
+                if b'"usage":{' in chunk:
+                    facts.usage = _usage_of(chunk[6:])
+            facts.sent += len(chunk)
+            yield chunk
+    except GeneratorExit:
+        call.trace.client_closed = True
+        raise
+    finally:
+        if metrics is not None:
+            metrics.active_streams.dec()
+        _record(call, reply, settings, metrics, facts)
+
+
+def _usage_of(data: bytes) -> dict[str, Any] | None:
+    try:
+        usage = json.loads(data).get("usage")
+    except (ValueError, AttributeError):
+        return None
+    return usage if isinstance(usage, dict) else None
+
+
+def _record(
+    call: Call, reply: Reply, settings: Settings, metrics: Metrics | None, facts: StreamFacts
+) -> None:
+    trace = call.trace
+    duration = time.monotonic() - trace.started
+    outcome = cache_outcome(reply)
+    streamed = not isinstance(reply.body, bytes)
+    ttft = None if facts.first is None else facts.first - trace.started
+    if facts.usage is None and isinstance(reply.body, bytes) and reply.status < 300:
+        facts.usage = _usage_of(reply.body) if reply.body[:1] == b"{" else None
+    if metrics is not None:
+        route = call.route
+        metrics.requests.labels(route, str(reply.status), outcome).inc()
+        metrics.duration.labels(route, "true" if streamed else "false").observe(duration)
+        if call.route != "passthrough":
+            metrics.cache_requests.labels(outcome).inc()
+        if ttft is not None:
+            metrics.ttft.labels(route).observe(ttft)
+        if facts.first is not None and facts.last is not None and facts.events > 1:
+            span = facts.last - facts.first
+            if span > 0:
+                metrics.tokens_per_second.labels(route).observe((facts.events - 1) / span)
+        if trace.client_closed:
+            metrics.upstream_errors.labels("client_closed").inc()
+    usage = facts.usage or {}
+    line: dict[str, Any] = {
+        "ts": round(time.time(), 3),
+        "request_id": trace.request_id,
+        "upstream_request_id": trace.upstream_request_id,
+        "route": call.route,
+        "method": call.method,
+        "path": call.path,
+        "model": trace.model,
+        "stream": trace.stream,
+        "status": reply.status,
+        "cache": outcome,
+        "ttft_ms": None if ttft is None else round(ttft * 1000, 1),
+        "duration_ms": round(duration * 1000, 1),
+        "tokens_in": usage.get("prompt_tokens", usage.get("input_tokens")),
+        "tokens_out": usage.get("completion_tokens", usage.get("output_tokens")),
+        "attempts": trace.attempts,
+        "bytes_out": facts.sent,
+        "client_closed": trace.client_closed,
+    }
+    if settings.log_prompts:
+        line["request_body"] = call.body.decode("utf-8", errors="replace")
+    log.info(json.dumps(line, separators=(",", ":")))

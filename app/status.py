@@ -1,0 +1,69 @@
+"""The /status.json document: the aggregated metrics reshaped for the status page. No I/O.
+
+Cumulative since start; the page keeps its own history and turns differences between two
+snapshots into rates, ratios and percentiles (see docs/observability.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from app.metrics import CACHE_OUTCOMES, ERROR_CAUSES
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def _total(samples: Samples, name: str, **match: str) -> float:
+    return sum(v for labels, v in samples.get(name, []) if _matches(labels, match))
+
+
+def _matches(labels: dict[str, str], match: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in match.items())
+
+
+def _histogram(samples: Samples, name: str) -> dict[str, Any]:
+    buckets: dict[float, float] = {}
+    for labels, value in samples.get(name + "_bucket", []):
+        le = float(labels["le"])
+        buckets[le] = buckets.get(le, 0.0) + value
+    bounds = sorted(buckets)
+    return {
+        "le": [b if math.isfinite(b) else "+Inf" for b in bounds],
+        "counts": [buckets[b] for b in bounds],
+        "sum": _total(samples, name + "_sum"),
+        "count": _total(samples, name + "_count"),
+    }
+
+
+def _by(samples: Samples, name: str, label: str, keys: Iterable[str]) -> dict[str, float]:
+    return {key: _total(samples, name, **{label: key}) for key in keys}
+
+
+def status_document(samples: Samples, *, now: float, started: float) -> dict[str, Any]:
+    by_class: dict[str, float] = {"2xx": 0.0, "3xx": 0.0, "4xx": 0.0, "5xx": 0.0}
+    for labels, value in samples.get("llmgate_requests_total", []):
+        status = labels.get("status", "")
+        cls = f"{status[:1]}xx"
+        if cls in by_class:
+            by_class[cls] += value
+    return {
+        "time": now,
+        "started": started,
+        "requests": {"total": _total(samples, "llmgate_requests_total"), "by_class": by_class},
+        "errors": _by(samples, "llmgate_upstream_errors_total", "cause", ERROR_CAUSES),
+        "cache": _by(samples, "llmgate_cache_requests_total", "outcome", CACHE_OUTCOMES),
+        "streams_active": _total(samples, "llmgate_active_streams"),
+        "heartbeats": _total(samples, "llmgate_heartbeats_total"),
+        "retries": _total(samples, "llmgate_upstream_retries_total"),
+        "pool": {
+            "in_use": _total(samples, "llmgate_upstream_pool_connections", state="in_use"),
+            "idle": _total(samples, "llmgate_upstream_pool_connections", state="idle"),
+            "opened": _total(samples, "llmgate_upstream_connections_opened_total"),
+        },
+        "histograms": {
+            "request_duration_seconds": _histogram(samples, "llmgate_request_duration_seconds"),
+            "ttft_seconds": _histogram(samples, "llmgate_ttft_seconds"),
+        },
+    }
