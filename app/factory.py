@@ -16,6 +16,7 @@ from flask import Flask
 from app.cache import build_answer_cache
 from app.config import Settings, SettingsError
 from app.gateway import Gateway
+from app.metrics import Metrics
 from app.routes import api, register_error_handlers
 from app.upstream import Upstream
 
@@ -27,7 +28,14 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     app = Flask("llmgate")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions["llmgate"] = Gateway(settings, Upstream(settings), build_answer_cache(settings))
+    # Built here, inside the worker: the pool, the cache client and the metrics.
+    metrics = Metrics()
+    app.extensions["llmgate"] = Gateway(
+        settings,
+        Upstream(settings, metrics=metrics),
+        build_answer_cache(settings, metrics),
+        metrics,
+    )
     app.register_blueprint(api)
     register_error_handlers(app)
     _log_to_stderr()
