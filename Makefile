@@ -1,7 +1,7 @@
 # llmgate: `make run` and `make test` set this machine up themselves (scripts/setup.sh).
 PY := .venv/bin/python
 
-.PHONY: setup run test test-unit test-integration lint format typecheck check bench nginx-conf clean
+.PHONY: setup setup-test run test test-unit test-integration lint format typecheck check bench nginx-conf clean
 
 setup:
 	@scripts/setup.sh
@@ -9,13 +9,16 @@ setup:
 run: setup
 	$(PY) -m runner
 
-test: setup
+setup-test:
+	@scripts/setup.sh test
+
+test: setup-test
 	$(PY) -m pytest
 
 test-unit: setup
 	$(PY) -m pytest tests/unit
 
-test-integration: setup
+test-integration: setup-test
 	$(PY) -m pytest tests/integration
 
 lint: setup

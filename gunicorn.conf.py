@@ -8,6 +8,7 @@ before the fork would be shared). Values come from LLMGATE_* variables, see READ
 import os
 import resource
 import tempfile
+import time
 from pathlib import Path
 
 bind = os.environ.get("LLMGATE_BIND", "127.0.0.1:8000").split(",")
@@ -41,6 +42,8 @@ if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
 
 
 def on_starting(server):
+    # Shared by every worker, for the status page's uptime.
+    os.environ["LLMGATE_STARTED_AT"] = str(time.time())
     # Samples of a previous run would be summed into this one's.
     directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     directory.mkdir(parents=True, exist_ok=True)

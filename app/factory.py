@@ -18,6 +18,7 @@ from app.config import Settings, SettingsError
 from app.gateway import Gateway
 from app.metrics import Metrics
 from app.routes import api, register_error_handlers
+from app.statuspage import status_page
 from app.upstream import Upstream
 
 
@@ -37,6 +38,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
         metrics,
     )
     app.register_blueprint(api)
+    app.register_blueprint(status_page)
     register_error_handlers(app)
     _log_to_stderr()
     return app

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 import uuid
 
@@ -22,7 +23,9 @@ from app.observe import finish
 from app.status import status_document
 
 log = logging.getLogger("llmgate")
-STARTED = time.time()
+# One start time for every worker (gunicorn's master sets it before forking), so uptime on
+# the status page does not depend on which worker answered.
+STARTED = float(os.environ.get("LLMGATE_STARTED_AT") or time.time())
 api = Blueprint("api", __name__)
 
 _ROUTES = {

@@ -52,4 +52,5 @@ def _static(name: str, content_type: str) -> Response:
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.add_etag()
-    return response.make_conditional(request)
+    response.make_conditional(request)  # 304 with no body when If-None-Match matches
+    return response

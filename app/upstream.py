@@ -260,8 +260,18 @@ def _counting_pools(on_connect: Callable[[], None]) -> dict[str, type]:
 
 
 def _discard(raw: urllib3.BaseHTTPResponse) -> None:
-    """Throw away an answer we will retry. Closing costs one reconnect; reading an error
-    body of unknown size to save the connection could cost far more."""
+    """Throw away an answer we will retry. A short error body with a length is read so its
+    connection goes back to the pool (a 429 storm then reconnects nothing); anything else
+    is closed: reading a body of unknown size could cost more than a reconnect."""
+    length = raw.headers.get("content-length", "")
+    if length.isdigit() and int(length) <= _READ_SIZE:
+        try:
+            with gevent.Timeout(1.0):
+                raw.read()
+            raw.release_conn()
+            return
+        except (gevent.Timeout, HTTPError, OSError):
+            pass
     raw.close()
     raw.release_conn()
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares this machine for `make run` / `make test`: the venv with our requirements, and
-# nginx + memcached from Debian/Ubuntu packages when missing (as root; otherwise it prints
-# the command). Safe to run again: it does only what is missing.
+# nginx and memcached (and, with `test`, chromium for the status page's browser test) from
+# Debian/Ubuntu packages when missing (as root; otherwise it prints the command). Safe to run
+# again: it does only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,12 @@ need_pkgs=()
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 have nginx || need_pkgs+=(nginx-light)
 have memcached || need_pkgs+=(memcached)
+# Headless Chromium for the status page's browser test (~115 MB download, ~415 MB on disk);
+# DejaVu so the page's text renders on a machine without any other font.
+if [ "${1:-}" = "test" ]; then
+    have chromium || need_pkgs+=(chromium)
+    [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
+fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "setup: installing ${need_pkgs[*]}"

@@ -13,7 +13,7 @@
   const KEEP_S = 600;
   const WINDOW_S = 30;
   const FETCH_TIMEOUT_MS = 5000;
-  const DOTS_UP_TO = 30; // points are drawn as dots too while a series is this short
+  const DOTS_UP_TO = 12; // points are drawn as dots too while a series is this short
   const SVG = "http://www.w3.org/2000/svg";
   const HITS = ["hit_l1", "hit_l2", "coalesced"];
   const MISSES = ["miss", "refresh"]; // bypass is not a lookup: the request was not cacheable
@@ -83,15 +83,14 @@
     { key: "p99", label: "P99", value: quantile(name, 0.99) },
   ];
 
-  // Keys of an object field across the history, in first-seen order.
-  function keysOf(field) {
-    const keys = [];
-    for (const s of samples) for (const k of Object.keys(s[field] || {})) if (!keys.includes(k)) keys.push(k);
-    return keys;
+  // Fields of an object that changed over the history: only those get a line.
+  function changed(read) {
+    const first = read(samples[0]) || {}, last = read(samples[samples.length - 1]) || {};
+    return Object.keys(last).filter((k) => num(last[k]) !== num(first[k]));
   }
 
   function requestSeries() {
-    const classes = [...new Set(samples.flatMap((s) => Object.keys((s.requests || {}).by_class || {})))].sort();
+    const classes = changed((s) => s.requests && s.requests.by_class).sort();
     return [
       { key: "total", label: "all", value: perSecond((s) => num(s.requests && s.requests.total)) },
       ...classes.map((c) => ({
@@ -101,13 +100,10 @@
   }
 
   function errorSeries() {
-    const first = samples[0].errors || {};
-    const last = samples[samples.length - 1].errors || {};
-    // Only causes that happened in the history get a line; the total always has one.
-    const seen = keysOf("errors").filter((c) => num(last[c]) !== num(first[c]));
-    const all = keysOf("errors");
+    const seen = changed((s) => s.errors);
+    const all = Object.keys(samples[samples.length - 1].errors || {});
     return [
-      { key: "total", label: "all causes", value: perSecond((s) => sum(s.errors, all)) },
+      { key: "total", label: "all causes", dashed: true, value: perSecond((s) => sum(s.errors, all)) },
       ...seen.map((c) => ({ key: c, label: c.replace(/_/g, " "), value: perSecond((s) => num((s.errors || {})[c])) })),
     ];
   }
@@ -141,6 +137,8 @@
     ratio: (v) => `${(v * 100).toFixed(v === 0 || v === 1 ? 0 : 1)} %`,
     count: (v) => String(Math.round(v)),
   };
+  // Axis labels without trailing zeros: "6.00/s" → "6/s", "0.50/s" → "0.5/s".
+  const tidy = (text) => text.replace(/(\.\d*?)0+(?!\d)/, "$1").replace(/\.(?!\d)/, "");
   const integer = (v) => Math.round(num(v)).toLocaleString("en-US");
   const clock = (t) => new Date(t * 1000).toLocaleTimeString("en-GB", { hour12: false });
 
@@ -151,11 +149,13 @@
     return `${m}m ${String(Math.floor(s % 60)).padStart(2, "0")}s`;
   }
 
-  // A round axis top and step (1, 2, 2.5 or 5 × 10^k) for values up to max.
-  function axis(max) {
+  // A round axis top and step (1, 2, 2.5 or 5 × 10^k) for values up to max; whole steps
+  // for counts.
+  function axis(max, whole) {
     const raw = max / 4;
     const power = 10 ** Math.floor(Math.log10(raw));
-    const step = [1, 2, 2.5, 5, 10].map((f) => f * power).find((s) => s >= raw);
+    let step = [1, 2, 2.5, 5, 10].map((f) => f * power).find((s) => s >= raw);
+    if (whole) step = step < 1 ? 1 : Math.ceil(step);
     return { step, top: Math.ceil(max / step - 1e-9) * step };
   }
 
@@ -211,21 +211,21 @@
     const tEnd = samples[n - 1].time;
     const tStart = tEnd - Math.max(tEnd - samples[plotted[0]].time, 2 * (POLL_MS / 1000));
     const peak = Math.max(...series.flatMap((s) => s.values.filter((v) => v !== null)));
-    const { step, top } = spec.max ? { step: spec.max / 4, top: spec.max } : axis(peak > 0 ? peak : 1);
+    const { step, top } = spec.max ? { step: spec.max / 4, top: spec.max } : axis(peak > 0 ? peak : 1, spec.unit === "count");
     const x = (t) => m.left + ((t - tStart) / (tEnd - tStart)) * (w - m.left - m.right);
     const y = (v) => h - m.bottom - (v / top) * (h - m.top - m.bottom);
 
     for (let k = 0; k <= Math.round(top / step); k += 1) {
       const v = k * step;
       node("line", { x1: m.left, x2: w - m.right, y1: y(v), y2: y(v), class: v === 0 ? "axis" : "grid" }, svg);
-      node("text", { x: m.left - 6, y: y(v) + 4, "text-anchor": "end", class: "tick" }, svg, FORMAT[spec.unit](v));
+      node("text", { x: m.left - 6, y: y(v) + 4, "text-anchor": "end", class: "tick" }, svg, tidy(FORMAT[spec.unit](v)));
     }
     [tStart, (tStart + tEnd) / 2, tEnd].forEach((t, k) => {
       const anchor = ["start", "middle", "end"][k];
       node("text", { x: x(t), y: h - 5, "text-anchor": anchor, class: "tick" }, svg, clock(t));
     });
 
-    for (const s of series) {
+    for (const s of [...series].reverse()) { // the first series is drawn last, on top
       let path = "", pen = false, count = 0;
       s.values.forEach((v, i) => {
         if (v === null) { pen = false; return; }
@@ -233,7 +233,7 @@
         pen = true;
         count += 1;
       });
-      node("path", { d: path, class: `line ${s.cls}` }, svg);
+      node("path", { d: path, class: `line ${s.cls}${s.dashed ? " dashed" : ""}` }, svg);
       if (count <= DOTS_UP_TO) {
         s.values.forEach((v, i) => {
           if (v !== null) node("circle", { cx: x(samples[i].time), cy: y(v), r: 2.5, class: `dot ${s.cls}` }, svg);
@@ -245,10 +245,11 @@
   function drawTotals() {
     const s = samples[samples.length - 1];
     const req = s.requests || {}, byClass = req.by_class || {};
+    const classes = Object.keys(byClass).sort();
     const rows = [
       ["Up", duration(Math.max(0, num(s.time) - num(s.started)))],
       ["Requests", integer(req.total)],
-      ...Object.keys(byClass).sort().map((c) => [`  ${c}`, integer(byClass[c])]),
+      [`  ${classes.join(" / ")}`, classes.map((c) => integer(byClass[c])).join(" / ")],
       ["Upstream errors", integer(sum(s.errors, Object.keys(s.errors || {})))],
       ["Cache hits / lookups", `${integer(sum(s.cache, HITS))} / ${integer(sum(s.cache, [...HITS, ...MISSES]))}`],
       ["Cache bypass", integer(s.cache && s.cache.bypass)],

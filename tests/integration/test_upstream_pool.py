@@ -82,3 +82,17 @@ def test_without_nginx_gunicorn_serves_the_public_port(make_stack) -> None:
     assert gw.url == gw.app_url
     resp = gw.post("/v1/chat/completions", chat(True, max_tokens=2))
     assert resp.status == 200 and resp.data.endswith(b"data: [DONE]\n\n")
+
+
+def test_retried_429s_keep_their_connection(gw) -> None:
+    for _ in range(3):  # warm both workers' pools
+        gw.post("/v1/chat/completions", chat())
+    gw.sim_reset()
+    for i in range(10):
+        resp = gw.post("/v1/chat/completions", chat(), headers={
+            "x-sim-fault": "429", "x-sim-retry-after": "0.01", "x-sim-fail-times": "2",
+            "x-sim-fail-key": f"keep-{i}"})
+        assert resp.status == 200
+    stats = gw.sim_stats()
+    assert stats["requests"] == 30  # two 429s and a success each
+    assert stats["connections_accepted"] == 0  # every retry reused its connection
