@@ -64,7 +64,8 @@ class NginxParams:
             "worker_processes": str(self.worker_processes),
             "worker_rlimit_nofile": str(rlimit),
             "worker_connections": str(self.worker_connections),
-            "access_log": self.access_log if self.access_log == "off"
+            "access_log": self.access_log
+            if self.access_log == "off"
             else f"{self.access_log} llmgate_json",
             "app_servers": "\n        ".join(f"server {s};" for s in self.app_servers),
             "listen": self.listen,

@@ -30,8 +30,14 @@ def total(samples: dict, name: str, **labels: str) -> float:
 
 
 def chat(prompt: str, *, stream: bool = False, temperature: float = 0, **extra) -> dict:
-    return {"model": "sim-model", "temperature": temperature, "stream": stream,
-            "max_tokens": 4, "messages": [{"role": "user", "content": prompt}], **extra}
+    return {
+        "model": "sim-model",
+        "temperature": temperature,
+        "stream": stream,
+        "max_tokens": 4,
+        "messages": [{"role": "user", "content": prompt}],
+        **extra,
+    }
 
 
 def _wait_total(gw, expected: float, timeout: float = 10.0) -> dict:
@@ -55,8 +61,9 @@ def test_counters_equal_a_known_mix_whatever_worker_served_it(make_stack) -> Non
     for _ in range(2):  # 2 streams, not cacheable
         resp = gw.post("/v1/chat/completions", chat("s", stream=True, temperature=0.7))
         assert resp.data.endswith(b"data: [DONE]\n\n")
-    upstream_500 = gw.post("/v1/chat/completions", chat("e", temperature=0.7),
-                           headers={"x-sim-fault": "500"})
+    upstream_500 = gw.post(
+        "/v1/chat/completions", chat("e", temperature=0.7), headers={"x-sim-fault": "500"}
+    )
     assert upstream_500.status == 500
     assert gw.post("/v1/chat/completions", b"{broken").status == 400
     assert gw.post("/v1/embeddings", {"model": "m", "input": "x"}).status == 200  # 1 miss
@@ -64,9 +71,11 @@ def test_counters_equal_a_known_mix_whatever_worker_served_it(make_stack) -> Non
     payload = json.dumps(chat("leave", stream=True, temperature=0.7, max_tokens=100)).encode()
     host, port = gw.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Type: application/json\r\nx-sim-tps: 5\r\nx-sim-ttft-ms: 0\r\n"
-                     b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nx-sim-tps: 5\r\nx-sim-ttft-ms: 0\r\n"
+            b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
+        )
         seen = b""
         while b"data: " not in seen:
             seen += sock.recv(65536)
@@ -75,8 +84,10 @@ def test_counters_equal_a_known_mix_whatever_worker_served_it(make_stack) -> Non
     req = "llmgate_requests_total"
     assert total(samples, req) == 11
     assert total(samples, req, route="chat", status="200", cache="miss") == 3
-    assert (total(samples, req, route="chat", status="200", cache="hit_l1")
-            + total(samples, req, route="chat", status="200", cache="hit_l2")) == 2
+    assert (
+        total(samples, req, route="chat", status="200", cache="hit_l1")
+        + total(samples, req, route="chat", status="200", cache="hit_l2")
+    ) == 2
     assert total(samples, req, route="chat", status="200", cache="bypass") == 3
     assert total(samples, req, route="chat", status="500", cache="bypass") == 1
     assert total(samples, req, route="chat", status="400", cache="bypass") == 1
@@ -101,13 +112,16 @@ def test_counters_equal_a_known_mix_whatever_worker_served_it(make_stack) -> Non
 def test_ttft_histogram_puts_a_known_ttft_in_its_bucket(make_stack) -> None:
     gw = make_stack(env={"LLMGATE_HEARTBEAT_S": "13"})
     before = scrape(gw)
-    resp = gw.post("/v1/chat/completions", chat("t", stream=True, temperature=0.5),
-                   headers={"x-sim-ttft-ms": "700"})
+    resp = gw.post(
+        "/v1/chat/completions",
+        chat("t", stream=True, temperature=0.5),
+        headers={"x-sim-ttft-ms": "700"},
+    )
     assert resp.status == 200
     after = _wait_total(gw, total(before, "llmgate_requests_total") + 1)
 
     def delta(name: str, le: str) -> float:
-        return (total(after, name, route="chat", le=le) - total(before, name, route="chat", le=le))
+        return total(after, name, route="chat", le=le) - total(before, name, route="chat", le=le)
 
     for name in ("llmgate_ttft_seconds_bucket", "llmgate_upstream_ttft_seconds_bucket"):
         assert delta(name, "0.5") == 0, name  # 700 ms is not under 0.5 s
@@ -130,8 +144,11 @@ def test_connections_opened_stay_flat_under_steady_load(make_stack) -> None:
 
 
 def test_request_ids_and_server_timing(gw) -> None:
-    mine = gw.post("/v1/chat/completions", chat("ids", temperature=0.5),
-                   headers={"X-Request-ID": "caller-id-42"})
+    mine = gw.post(
+        "/v1/chat/completions",
+        chat("ids", temperature=0.5),
+        headers={"X-Request-ID": "caller-id-42"},
+    )
     assert mine.headers["X-LLMGate-Request-ID"] == "caller-id-42"
     assert mine.headers["x-request-id"].startswith("req_")  # the upstream's own, kept
     timing = mine.headers["Server-Timing"]
@@ -160,8 +177,11 @@ def test_logs_never_hold_the_credential_and_prompts_only_when_enabled(make_stack
     auth = {"Authorization": f"Bearer {SECRET_KEY}", "X-Request-ID": f"log-{prompt[-8:]}"}
     gw.post("/v1/chat/completions", chat(prompt), headers=auth)
     gw.post("/v1/chat/completions", chat(prompt, stream=True), headers=auth)
-    gw.post("/v1/chat/completions", chat(prompt, temperature=0.5),
-            headers={**auth, "x-sim-fault": "500"})
+    gw.post(
+        "/v1/chat/completions",
+        chat(prompt, temperature=0.5),
+        headers={**auth, "x-sim-fault": "500"},
+    )
     gw.post("/v1/chat/completions", b'{"model": "' + prompt.encode(), headers=auth)
     time.sleep(0.3)
     logs = gw.log("gunicorn") + gw.log("nginx")
@@ -172,15 +192,27 @@ def test_logs_never_hold_the_credential_and_prompts_only_when_enabled(make_stack
     mine = [ln for ln in _log_lines(gw) if ln.get("request_id") == f"log-{prompt[-8:]}"]
     assert len(mine) == 4
     first = mine[0]
-    for field in ("route", "model", "status", "cache", "ttft_ms", "duration_ms", "tokens_in",
-                  "tokens_out", "attempts", "bytes_out", "client_closed"):
+    for field in (
+        "route",
+        "model",
+        "status",
+        "cache",
+        "ttft_ms",
+        "duration_ms",
+        "tokens_in",
+        "tokens_out",
+        "attempts",
+        "bytes_out",
+        "client_closed",
+    ):
         assert field in first
     assert first["tokens_out"] == 4 and first["status"] == 200
 
 
 def test_metrics_endpoint_is_prometheus_text(gw) -> None:
-    events = data_events(read_events(gw.post("/v1/chat/completions", chat("x", stream=True),
-                                              preload_content=False)))
+    events = data_events(
+        read_events(gw.post("/v1/chat/completions", chat("x", stream=True), preload_content=False))
+    )
     assert events[-1].event.is_done
     resp = gw.http.request("GET", gw.url + "/metrics")
     assert resp.status == 200

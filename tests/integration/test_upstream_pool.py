@@ -89,9 +89,16 @@ def test_retried_429s_keep_their_connection(gw) -> None:
         gw.post("/v1/chat/completions", chat())
     gw.sim_reset()
     for i in range(10):
-        resp = gw.post("/v1/chat/completions", chat(), headers={
-            "x-sim-fault": "429", "x-sim-retry-after": "0.01", "x-sim-fail-times": "2",
-            "x-sim-fail-key": f"keep-{i}"})
+        resp = gw.post(
+            "/v1/chat/completions",
+            chat(),
+            headers={
+                "x-sim-fault": "429",
+                "x-sim-retry-after": "0.01",
+                "x-sim-fail-times": "2",
+                "x-sim-fail-key": f"keep-{i}",
+            },
+        )
         assert resp.status == 200
     stats = gw.sim_stats()
     assert stats["requests"] == 30  # two 429s and a success each
