@@ -141,3 +141,45 @@ def test_all_listeners_leaving_cancels_the_upstream(make_stack) -> None:
     while gw.sim_stats()["streams_abandoned"] != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert gw.sim_stats()["streams_abandoned"] == 1
+
+
+def _hold_lease(gw, prompt: str, ttl: int) -> None:
+    """Take the lease for a request's key as a holder that then dies (never stores)."""
+    from app import keys
+    from app.cache.memcached import FLAG_VALUE
+
+    body = json.loads(_payload(prompt, stream=False))
+    tenant = keys.tenant_of([("Authorization", "Bearer sk-co")])
+    key = keys.cache_key(upstream=gw.sim_url + "/v1", route="chat", tenant=tenant, body=body)
+    host, port = gw.stack.memcached_addr.split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(f"add {keys.lease_key(key)} {FLAG_VALUE} {ttl} 1\r\n1\r\n".encode())
+        assert sock.recv(64) == b"STORED\r\n"
+
+
+def test_a_dead_lease_holder_is_taken_over_after_its_lease_expires(make_stack) -> None:
+    gw = make_stack(env={"LLMGATE_CACHE_LEASE_S": "10"})
+    gw.sim_reset()
+    prompt = f"dead holder {uuid.uuid4().hex}"
+    _hold_lease(gw, prompt, ttl=2)
+    http = urllib3.PoolManager(retries=False)
+    started = time.monotonic()
+    result = _stream(http, gw.url, _payload(prompt), {})
+    waited = time.monotonic() - started
+    assert result["done"] and result["status"] == "COALESCED"
+    assert 1.0 <= waited < 8.0  # waited for the lease to lapse, not for its full 10 s
+    assert gw.sim_stats()["requests"] == 1
+    assert _stream(http, gw.url, _payload(prompt), {})["status"].startswith("HIT")
+
+
+def test_streams_can_skip_the_cross_process_wait(make_stack) -> None:
+    gw = make_stack(env={"LLMGATE_CACHE_LEASE_S": "10", "LLMGATE_CACHE_LEASE_STREAMS": "0"})
+    gw.sim_reset()
+    prompt = f"impatient {uuid.uuid4().hex}"
+    _hold_lease(gw, prompt, ttl=10)
+    http = urllib3.PoolManager(retries=False)
+    started = time.monotonic()
+    result = _stream(http, gw.url, _payload(prompt), {})
+    assert result["done"] and result["status"] == "MISS"
+    assert time.monotonic() - started < 5.0  # not held behind the 10 s lease
+    assert gw.sim_stats()["requests"] == 1
