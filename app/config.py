@@ -184,6 +184,8 @@ class Settings:
                 raise SettingsError(f"{_env(name)} must be > 0")
         if self.cache_mode not in ("off", "deterministic", "all"):
             raise SettingsError("LLMGATE_CACHE_MODE must be off, deterministic or all")
+        if self.cache_l1_bytes < 1024:
+            raise SettingsError("LLMGATE_CACHE_L1_BYTES must be >= 1024")
         if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"

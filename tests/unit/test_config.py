@@ -42,6 +42,8 @@ def test_from_env_parses_types() -> None:
         {"LLMGATE_UPSTREAM_URL": "ftp://example.com"},
         {"LLMGATE_IDLE_TIMEOUT_S": "0"},
         {"LLMGATE_DEADLINE_S": "soon"},
+        {"LLMGATE_CACHE_L1_BYTES": "10"},
+        {"LLMGATE_CACHE_MODE": "sometimes"},
     ],
 )
 def test_bad_values_are_refused_with_the_variable_named(env: dict[str, str]) -> None:
