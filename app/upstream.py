@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -91,6 +92,7 @@ class Upstream:
         self._sleep = sleep
         self._rand = rand
         self.in_use = 0
+        self._idle_sampled = 0.0
         self.pool = urllib3.PoolManager(
             num_pools=4,
             maxsize=settings.pool_size,
@@ -107,12 +109,18 @@ class Upstream:
         self.in_use += delta
         if self.metrics is None:
             return
+        self.metrics.pool.labels("in_use").set(self.in_use)
+        now = time.monotonic()
+        if delta > 0 or now - self._idle_sampled < 1.0:
+            # Counting idle connections scans every pool: sampled at most once a second,
+            # just after a connection went back (what "idle" means between requests).
+            return
+        self._idle_sampled = now
         idle = 0
         for key in list(self.pool.pools.keys()):
             pool = self.pool.pools.get(key)
             if pool is not None and pool.pool is not None:
                 idle += sum(1 for conn in list(pool.pool.queue) if conn is not None)
-        self.metrics.pool.labels("in_use").set(self.in_use)
         self.metrics.pool.labels("idle").set(idle)
 
     def done_with(self, resp: UpstreamResponse) -> None:
