@@ -104,6 +104,20 @@ def _usage_of(data: bytes) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
+def _usage_in_body(body: bytes) -> dict[str, Any] | None:
+    """The `usage` object of a JSON answer without parsing the whole answer: OpenAI puts it
+    last, and an embeddings answer can be megabytes of floats."""
+    at = body.rfind(b'"usage"')
+    if at < 0:
+        return None
+    colon = body.find(b":", at + 7)
+    try:
+        usage, _ = json.JSONDecoder().raw_decode(body[colon + 1 :].decode("utf-8").lstrip())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return usage if isinstance(usage, dict) else None
+
+
 def _record(
     call: Call, reply: Reply, settings: Settings, metrics: Metrics | None, facts: StreamFacts
 ) -> None:
@@ -113,7 +127,7 @@ def _record(
     streamed = not isinstance(reply.body, bytes)
     ttft = None if facts.first is None else facts.first - trace.started
     if facts.usage is None and isinstance(reply.body, bytes) and reply.status < 300:
-        facts.usage = _usage_of(reply.body) if reply.body[:1] == b"{" else None
+        facts.usage = _usage_in_body(reply.body)
     if metrics is not None:
         route = call.route
         metrics.requests.labels(route, str(reply.status), outcome).inc()
