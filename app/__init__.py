@@ -2,11 +2,14 @@
 
 Layers, imports flow downwards only:
 
-    web            factory.py, routes.py, wsgi.py           Flask, request/response shapes
-    orchestration  gateway.py, relay.py                      one call from request to response
-    adapters       upstream.py, cache/, metrics.py           the only owners of sockets and clients
+    web            factory.py, routes.py, statuspage.py      Flask, request/response shapes
+    orchestration  gateway.py, relay.py, coalesce.py,        one call from request to response
+                   replay.py, observe.py, cache/store.py
+    adapters       upstream.py, cache/{memory,memcached,     the only owners of sockets and
+                   tiered}.py, metrics.py, health.py         clients
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
-                   headers.py, policy.py
+                   headers.py, policy.py, keys.py, calls.py,
+                   status.py, cache/{policy,entry,shapes}.py
 
 Nothing here is created at import time: the app factory builds the urllib3 PoolManager,
 the cache client and the metrics registry inside the gunicorn worker, after gevent patched.
