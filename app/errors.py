@@ -161,6 +161,21 @@ def wrap_upstream_body(status: int, body: bytes) -> bytes:
     return error.to_json()
 
 
+# The bounded values of the metrics' `cause` label.
+ERROR_CAUSES = (
+    "connect",
+    "timeout_connect",
+    "timeout_first_byte",
+    "timeout_idle",
+    "timeout_deadline",
+    "rate_limited",
+    "auth",
+    "server",
+    "reset",
+    "client_closed",
+)
+
+
 def error_cause(exc: GatewayError) -> str:
     """The metrics cause of a failed upstream call (bounded label values)."""
     if isinstance(exc, UpstreamTimeout):

@@ -24,6 +24,9 @@ from prometheus_client import (
     multiprocess,
 )
 
+from app.cache.policy import CACHE_OUTCOMES
+from app.errors import ERROR_CAUSES
+
 # LLM calls range from a cache hit (ms) to a long reasoning stream (minutes).
 LATENCY_BUCKETS = (
     0.005,
@@ -46,20 +49,6 @@ LATENCY_BUCKETS = (
 )
 RATE_BUCKETS = (1, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
 CACHE_OP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
-
-ERROR_CAUSES = (
-    "connect",
-    "timeout_connect",
-    "timeout_first_byte",
-    "timeout_idle",
-    "timeout_deadline",
-    "rate_limited",
-    "auth",
-    "server",
-    "reset",
-    "client_closed",
-)
-CACHE_OUTCOMES = ("hit_l1", "hit_l2", "miss", "bypass", "refresh", "coalesced")
 
 
 class Metrics:

@@ -10,7 +10,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from app.metrics import CACHE_OUTCOMES, ERROR_CAUSES
+from app.cache.policy import CACHE_OUTCOMES
+from app.errors import ERROR_CAUSES
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 

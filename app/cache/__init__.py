@@ -14,9 +14,13 @@
 
 from __future__ import annotations
 
-from app.cache.store import AnswerCache
+from typing import TYPE_CHECKING
+
 from app.config import Settings
-from app.metrics import Metrics
+
+if TYPE_CHECKING:  # the package itself imports nothing heavy: its pure modules stay pure
+    from app.cache.store import AnswerCache
+    from app.metrics import Metrics
 
 
 def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> AnswerCache | None:
@@ -24,6 +28,7 @@ def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> An
         return None
     from app.cache.memcached import MemcachedBackend
     from app.cache.memory import MemoryBackend
+    from app.cache.store import AnswerCache
     from app.cache.tiered import TieredCache
 
     l1 = MemoryBackend(settings.cache_l1_bytes, name="l1")

@@ -23,6 +23,8 @@ CACHEABLE_ROUTES = frozenset({"chat", "completions", "embeddings"})
 MAX_TTL_S = 30 * 24 * 3600 - 1
 
 HIT, MISS, BYPASS, REFRESH, COALESCED = "HIT", "MISS", "BYPASS", "REFRESH", "COALESCED"
+# The bounded values of the metrics' cache `outcome` label (a HIT names its level).
+CACHE_OUTCOMES = ("hit_l1", "hit_l2", "miss", "bypass", "refresh", "coalesced")
 STATUS_HEADER = "X-LLMGate-Cache"
 
 
