@@ -1,0 +1,94 @@
+"""`make run`'s entry point end to end: up on the asked port, answers, and Ctrl-C stops all."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import urllib3
+
+from runner.procs import free_port
+from tests.conftest import ROOT, require_binary
+
+
+def _descendants(root: int) -> set[int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_run_serves_then_stops_every_child_on_ctrl_c(runs_dir) -> None:
+    require_binary("nginx")
+    require_binary("memcached")
+    port = free_port()
+    run_dir = str(runs_dir / "make-run")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGATE_")}
+    env.update(LLMGATE_PORT=str(port), LLMGATE_RUN_DIR=run_dir, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    banner: list[str] = []
+    children: set[int] = set()
+    try:
+        for line in proc.stdout:
+            banner.append(line)
+            if line.startswith("Ctrl-C stops everything"):
+                break
+        text = "".join(banner)
+        assert f"llmgate is running on http://127.0.0.1:{port}" in text, text
+        assert "curl -N" in text
+        http = urllib3.PoolManager(retries=False)
+        body = {
+            "model": "sim-model",
+            "stream": True,
+            "max_tokens": 3,
+            "messages": [{"role": "user", "content": "hello"}],
+        }
+        resp = http.request(
+            "POST",
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            body=json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        )
+        assert resp.status == 200 and resp.data.endswith(b"data: [DONE]\n\n")
+        ready = http.request("GET", f"http://127.0.0.1:{port}/readyz").json()
+        assert ready["ready"] and ready["checks"]["memcached"]["ok"]
+        children = _descendants(proc.pid)
+        assert len(children) >= 4  # memcached, simulator, gunicorn (+ workers), nginx
+    finally:
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, rest
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in children if _alive(pid)], "children outlived Ctrl-C"
