@@ -43,6 +43,7 @@ def _stream(http: urllib3.PoolManager, url: str, payload: bytes, headers: dict) 
         "status": resp.headers.get(STATUS),
         "first": arrivals[0].at - started if arrivals else None,
         "first_at": arrivals[0].at if arrivals else None,
+        "last_at": arrivals[-1].at if arrivals else None,
         "text": content_of(arrivals),
         "done": bool(arrivals) and arrivals[-1].event.is_done,
         "errors": [a.event.data for a in arrivals if a.event.data and '"error"' in a.event.data],
@@ -67,11 +68,32 @@ def test_200_identical_streams_over_2_workers_make_one_upstream_call(gw) -> None
     statuses = [r["status"] for r in results]
     assert statuses.count("MISS") == 1
     assert set(statuses) <= {"MISS", "COALESCED", "HIT; level=l1", "HIT; level=l2"}
-    # Live followers (in the leader's worker) get the first event with the leader's client;
-    # the other worker's waiters replay the stored answer once it is complete.
+
+
+def test_followers_in_the_leaders_worker_get_events_live(make_stack) -> None:
+    # One worker: every follower joins the leader's flight while it streams (1.3 s).
+    gw = make_stack(workers=1, memcached=False)
+    gw.sim_reset()
+    payload = _payload(f"live {uuid.uuid4().hex}")
+    headers = {"x-sim-tps": "20", "x-sim-ttft-ms": "300"}
+    http = urllib3.PoolManager(maxsize=50, retries=False)
+    barrier = threading.Barrier(50)
+
+    def one(_: int) -> dict:
+        barrier.wait(10)
+        return _stream(http, gw.url, payload, headers)
+
+    with ThreadPoolExecutor(50) as pool:
+        results = list(pool.map(one, range(50)))
+    assert gw.sim_stats()["requests"] == 1
     leader = next(r for r in results if r["status"] == "MISS")
-    live = [r for r in results if abs(r["first_at"] - leader["first_at"]) < 0.25]
-    assert len(live) >= 2, "no follower received events live"
+    followers = [r for r in results if r is not leader]
+    assert all(r["status"] == "COALESCED" and r["done"] for r in followers)
+    # Live, not a replay of the finished answer: each follower's first event reached it
+    # while the leader's stream was still running, close to when it reached the leader.
+    assert all(r["first_at"] < leader["last_at"] for r in followers)
+    lags = sorted(abs(r["first_at"] - leader["first_at"]) for r in followers)
+    assert lags[len(lags) // 2] < 0.25, lags
 
 
 def test_leader_leaving_does_not_cut_the_followers(make_stack) -> None:
