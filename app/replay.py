@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from app.cache import shapes
+from app.cache import chunks, shapes
 from app.cache.entry import Entry
 from app.cache.policy import STATUS_HEADER
 from app.calls import SSE_HEADERS, Reply
@@ -49,9 +49,9 @@ def _as_events(entry: Entry, route: str, include_usage: bool) -> list[bytes] | N
     assert entry.body is not None
     completion = json.loads(entry.body)
     if route == "chat":
-        return shapes.chat_to_events(completion, include_usage=include_usage)
+        return chunks.chat_to_events(completion, include_usage=include_usage)
     if route == "completions":
-        return shapes.completion_to_events(completion, include_usage=include_usage)
+        return chunks.completion_to_events(completion, include_usage=include_usage)
     return None  # embeddings do not stream
 
 

@@ -2,7 +2,8 @@
 
     policy.py   pure: what is cacheable, the caller's controls, TTL with jitter
     entry.py    pure: a stored answer and its byte format
-    shapes.py   pure: stream events <-> completion, so one entry serves both shapes
+    shapes.py   pure: stream events -> completion, stream replay, shared shape checks
+    chunks.py   pure: completion -> stream events
     backends.py the Backend contract (bytes in, bytes out, every failure a miss)
     memory.py   L1: per-worker LRU bounded in bytes
     memcached.py L2: pymemcache HashClient over the Memcached pool (the only pymemcache user)

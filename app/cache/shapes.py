@@ -15,9 +15,7 @@ What a round trip normalises (everything else survives exactly):
   ``""`` becomes ``null`` for a refusal, and for content when the message has tool calls, a
   function call or a refusal (what the non-stream API returns). A plain empty answer keeps
   ``content: ""``. ``annotations`` appears only when the stream carried some.
-- Text is streamed ``WORDS_PER_CHUNK`` words per chunk (a word keeps its trailing
-  whitespace), no chunk longer than ``MAX_CHUNK_CHARS`` characters; when per-token logprobs
-  spell the text exactly, one chunk per token instead, each with its own logprob entry.
+- How text is cut into chunks when a stored object is streamed: ``app.cache.chunks``.
 
 Not converted, so a miss: audio output, non-function (custom) tool calls, delta fields that
 are neither text nor known (``ShapeError`` rather than a silently incomplete answer).
@@ -25,9 +23,7 @@ are neither text nor known (``ShapeError`` rather than a silently incomplete ans
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
-from itertools import zip_longest
+from collections.abc import Iterable
 from typing import Any
 
 from app import sse
@@ -37,26 +33,13 @@ Json = dict[str, Any]
 CHAT = "chat.completion"
 CHAT_CHUNK = "chat.completion.chunk"
 TEXT = "text_completion"  # legacy /v1/completions: the same object name streamed or not
-WORDS_PER_CHUNK = 3
-MAX_CHUNK_CHARS = 32
 
-_WORD = re.compile(r"\s+|\S+\s*")  # leading whitespace alone, then words with what follows
-_OPTIONAL_HEADER = ("service_tier", "system_fingerprint")
-_MESSAGE_KEYS = {"role", "content", "refusal", "tool_calls", "function_call", "annotations"}
+OPTIONAL_HEADER = ("service_tier", "system_fingerprint")
+MESSAGE_KEYS = {"role", "content", "refusal", "tool_calls", "function_call", "annotations"}
 
 
 class ShapeError(ValueError):
     """Not a complete, successful answer of the expected kind: treat it as a cache miss."""
-
-
-def split_text(text: str) -> list[str]:
-    """The pieces ``text`` is streamed in; ``"".join(split_text(t)) == t`` and ``""`` → []."""
-    words = _WORD.findall(text)
-    pieces: list[str] = []
-    for start in range(0, len(words), WORDS_PER_CHUNK):
-        group = "".join(words[start : start + WORDS_PER_CHUNK])
-        pieces.extend(group[i : i + MAX_CHUNK_CHARS] for i in range(0, len(group), MAX_CHUNK_CHARS))
-    return pieces
 
 
 # --- stream → object ------------------------------------------------------------------------
@@ -71,7 +54,7 @@ def assemble_chat(events: Iterable[bytes]) -> dict[str, Any]:
         logprobs = _concat_lists(part.get("logprobs") for part in parts)
         if logprobs is not None:
             logprobs = {"content": None, "refusal": None, **logprobs}
-        message = _assemble_message([_dict(p.get("delta") or {}, "delta") for p in parts])
+        message = _assemble_message([need_dict(p.get("delta") or {}, "delta") for p in parts])
         choice = {"index": index, "message": message, "logprobs": logprobs}
         choices.append({**choice, "finish_reason": _finish_reason(index, parts)})
     completion["choices"] = choices
@@ -85,7 +68,7 @@ def assemble_completion(events: Iterable[bytes]) -> dict[str, Any]:
     completion = _header(chunks, TEXT)
     choices = []
     for index, parts in _by_index(chunks).items():
-        text = "".join(_str(part.get("text"), "text") for part in parts)
+        text = "".join(need_str(part.get("text"), "text") for part in parts)
         choice = {"text": text, "index": index}
         choice["logprobs"] = _concat_lists(part.get("logprobs") for part in parts)
         choices.append({**choice, "finish_reason": _finish_reason(index, parts)})
@@ -123,21 +106,21 @@ def _chunks(events: Iterable[bytes], kind: str) -> list[Json]:
 
 def _header(chunks: list[Json], obj: str) -> Json:
     """The first chunk's header; the optional fields take the first non-null value sent."""
-    out = _head(chunks[0], obj)
-    for key in _OPTIONAL_HEADER:
+    out = header_of(chunks[0], obj)
+    for key in OPTIONAL_HEADER:
         values = [chunk[key] for chunk in chunks if key in chunk]
         if values:
             out[key] = next((value for value in values if value is not None), None)
     return out
 
 
-def _head(source: Json, obj: str) -> Json:
+def header_of(source: Json, obj: str) -> Json:
     """``id``, ``object``, ``created``, ``model`` and the optional header fields present."""
     if any(key not in source for key in ("id", "created", "model")):
         raise ShapeError("id, created or model is missing")
     head = {"id": source["id"], "object": obj, "created": source["created"]}
     head["model"] = source["model"]
-    head.update({key: source[key] for key in _OPTIONAL_HEADER if key in source})
+    head.update({key: source[key] for key in OPTIONAL_HEADER if key in source})
     return head
 
 
@@ -158,7 +141,7 @@ def _finish_reason(index: int, parts: list[Json]) -> str:
     reasons = [part["finish_reason"] for part in parts if part.get("finish_reason") is not None]
     if not reasons:
         raise ShapeError(f"choice {index} never finished: a truncated stream")
-    return _str(reasons[-1], "finish_reason")
+    return need_str(reasons[-1], "finish_reason")
 
 
 def _usage(chunks: list[Json]) -> Any:
@@ -177,15 +160,15 @@ def _assemble_message(deltas: list[Json]) -> Json:
             if value is None:
                 continue
             if key == "role":
-                role = _str(value, key)
+                role = need_str(value, key)
             elif key == "tool_calls":
                 _add_tool_calls(tools, value)
             elif key == "function_call":
                 function_call = _add_function(function_call or {}, value)
             elif key == "annotations":
-                annotations = (annotations or []) + _list(value, key)
+                annotations = (annotations or []) + need_list(value, key)
             else:
-                texts.setdefault(key, []).append(_str(value, key))
+                texts.setdefault(key, []).append(need_str(value, key))
     joined = {key: "".join(parts) for key, parts in texts.items()}
     content, refusal = joined.pop("content", None), joined.pop("refusal", None) or None
     if content == "" and (tools or function_call or refusal):
@@ -207,21 +190,21 @@ def _assemble_message(deltas: list[Json]) -> Json:
 
 def _add_tool_calls(tools: dict[int, Json], deltas: Any) -> None:
     """Merge tool-call fragments by their ``index``: name and arguments concatenate."""
-    for delta in _list(deltas, "tool_calls"):
+    for delta in need_list(deltas, "tool_calls"):
         if not isinstance(delta, dict) or not isinstance(delta.get("index"), int):
             raise ShapeError("a tool call delta without an index")
         call = tools.setdefault(delta["index"], {"id": None, "type": "function", "function": {}})
         if call["id"] is None and delta.get("id") is not None:
-            call["id"] = _str(delta["id"], "tool call id")
+            call["id"] = need_str(delta["id"], "tool call id")
         if delta.get("type") is not None:
-            call["type"] = _str(delta["type"], "tool call type")
+            call["type"] = need_str(delta["type"], "tool call type")
         _add_function(call["function"], delta.get("function") or {})
 
 
 def _add_function(acc: dict[str, list[str]], delta: Any) -> dict[str, list[str]]:
     """Collect name and argument fragments (joined once at the end: arguments can be long)."""
     for key in ("name", "arguments"):
-        acc.setdefault(key, []).append(_str(_dict(delta, "function").get(key), key))
+        acc.setdefault(key, []).append(need_str(need_dict(delta, "function").get(key), key))
     return acc
 
 
@@ -236,168 +219,12 @@ def _concat_lists(parts: Iterable[Any]) -> Json | None:
         if part is None:
             continue
         out = {} if out is None else out
-        for key, value in _dict(part, "logprobs").items():
+        for key, value in need_dict(part, "logprobs").items():
             if out.get(key) is None:
                 out[key] = None if value is None else []
             if value is not None:
-                out[key].extend(_list(value, f"logprobs.{key}"))  # linear: streams are long
+                out[key].extend(need_list(value, f"logprobs.{key}"))  # linear: streams are long
     return out
-
-
-# --- object → stream ------------------------------------------------------------------------
-
-
-def chat_to_events(completion: dict[str, Any], *, include_usage: bool) -> list[bytes]:
-    """The SSE events a stream request would have got for this stored ``chat.completion``."""
-    choices = _choices(completion, CHAT)
-    return _frame(completion, CHAT_CHUNK, [_chat_parts(c) for c in choices], include_usage)
-
-
-def completion_to_events(completion: dict[str, Any], *, include_usage: bool) -> list[bytes]:
-    """The SSE events a stream request would have got for this stored ``text_completion``."""
-    choices = _choices(completion, TEXT)
-    return _frame(completion, TEXT, [_text_parts(c) for c in choices], include_usage)
-
-
-def _choices(completion: Any, kind: str) -> list[Json]:
-    if not isinstance(completion, dict) or completion.get("object") != kind:
-        raise ShapeError(f"not a {kind} object")
-    choices = _list(completion.get("choices"), "choices")
-    if not choices or not all(
-        isinstance(c, dict) and isinstance(c.get("index"), int) for c in choices
-    ):
-        raise ShapeError("the object has no choices, or a choice without an index")
-    return sorted(choices, key=lambda choice: choice["index"])
-
-
-def _frame(completion: Json, obj: str, parts: list[list[Json]], include_usage: bool) -> list[bytes]:
-    """One chunk per choice part, choices taking turns, then the usage chunk, then [DONE]."""
-    base = _head(completion, obj)
-    # With include_usage OpenAI sends "usage": null on every chunk but the usage chunk.
-    tail = {"usage": None} if include_usage else {}
-    chunks = [{**base, "choices": [part], **tail} for part in _round_robin(parts)]
-    if include_usage and completion.get("usage") is not None:
-        chunks.append({**base, "choices": [], "usage": completion["usage"]})
-    return [_encode(chunk) for chunk in chunks] + [sse.DONE_EVENT]
-
-
-def _round_robin(lists: list[list[Json]]) -> Iterator[Json]:
-    for row in zip_longest(*lists):
-        yield from (part for part in row if part is not None)
-
-
-def _chat_parts(choice: Json) -> list[Json]:
-    """A choice as stream parts: role, extra text, content, refusal, calls, annotations, finish."""
-    index, message = choice["index"], _dict(choice.get("message"), "message")
-    logprobs = choice.get("logprobs")
-    lp = {} if logprobs is None else _dict(logprobs, "logprobs")
-    first: Json = {"role": _str(message.get("role"), "role") or "assistant"}
-    first_lp = None if logprobs is None else dict(lp)
-    deltas: list[tuple[Json, Json | None]] = []
-    for key, value in message.items():  # extra text fields (reasoning) come before the answer
-        if key not in _MESSAGE_KEYS and value is not None:
-            deltas += [({key: piece}, None) for piece in split_text(_str(value, key))]
-    for key in ("content", "refusal"):
-        text = message.get(key)
-        first[key] = None if text is None else ""
-        spelled = _spell(_str(text, key), lp.get(key))
-        if spelled is None:
-            deltas += [({key: piece}, None) for piece in split_text(_str(text, key))]
-            continue
-        if first_lp is not None:
-            first_lp[key] = []  # the first part opens the list, each token part adds its entry
-        deltas += [({key: t}, {"content": None, "refusal": None, key: e}) for t, e in spelled]
-    deltas += [(delta, None) for delta in _call_deltas(message)]
-    if message.get("annotations"):
-        deltas.append(({"annotations": _list(message["annotations"], "annotations")}, None))
-    parts = [_part(index, first, first_lp)]
-    parts += [_part(index, delta, part_lp) for delta, part_lp in deltas]
-    return [*parts, _part(index, {}, None, _finish(choice))]
-
-
-def _spell(text: str, entries: Any) -> list[tuple[str, list[Any]]] | None:
-    """(token, [its logprob entry]) per entry when the tokens spell ``text`` exactly."""
-    if not isinstance(entries, list) or not entries:
-        return None
-    tokens = [entry.get("token") if isinstance(entry, dict) else None for entry in entries]
-    if not all(isinstance(t, str) for t in tokens) or "".join(map(str, tokens)) != text:
-        return None
-    return [(str(t), [entry]) for t, entry in zip(tokens, entries, strict=True)]
-
-
-def _call_deltas(message: Json) -> list[Json]:
-    """Tool calls as OpenAI streams them: id, type and name first, then argument fragments."""
-    deltas: list[Json] = []
-    for k, item in enumerate(_list(message.get("tool_calls") or [], "tool_calls")):
-        call = _dict(item, "tool call")
-        if call.get("type", "function") != "function" or not isinstance(call.get("id"), str):
-            raise ShapeError("only function tool calls with an id can be streamed")
-        function = _dict(call.get("function"), "tool call function")
-        name = _str(function.get("name"), "name")
-        opening = {"index": k, "id": call["id"], "type": "function"}
-        deltas.append({"tool_calls": [{**opening, "function": {"name": name, "arguments": ""}}]})
-        for piece in split_text(_str(function.get("arguments"), "arguments")):
-            deltas.append({"tool_calls": [{"index": k, "function": {"arguments": piece}}]})
-    if message.get("function_call") is not None:
-        function = _dict(message["function_call"], "function_call")
-        name = _str(function.get("name"), "name")
-        deltas.append({"function_call": {"name": name, "arguments": ""}})
-        for piece in split_text(_str(function.get("arguments"), "arguments")):
-            deltas.append({"function_call": {"arguments": piece}})
-    return deltas
-
-
-def _part(index: int, delta: Json, logprobs: Json | None, finish: str | None = None) -> Json:
-    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-
-
-def _text_parts(choice: Json) -> list[Json]:
-    """A legacy choice as stream parts; the last part has ``text: ""`` and the finish reason."""
-    index, text = choice["index"], _str(choice.get("text"), "text")
-    logprobs = choice.get("logprobs")
-    lp = None if logprobs is None else _dict(logprobs, "logprobs")
-    pieces, slices, last_lp = _spell_legacy(text, lp)
-    parts = [
-        {"text": piece, "index": index, "logprobs": part_lp, "finish_reason": None}
-        for piece, part_lp in zip(pieces, slices, strict=True)
-    ]
-    last = {"text": "", "index": index, "logprobs": last_lp, "finish_reason": _finish(choice)}
-    return [*parts, last]
-
-
-def _spell_legacy(text: str, lp: Json | None) -> tuple[list[str], list[Any], Json | None]:
-    """Pieces, their logprobs, the last part's logprobs: per token when the tokens spell the
-    text and every list is parallel to them, else split_text and all logprobs on the last."""
-    pieces = split_text(text)
-    if lp is None:
-        return pieces, [None] * len(pieces), None
-    tokens = lp.get("tokens")
-    lists = {key: value for key, value in lp.items() if value is not None}
-    spelled = (
-        isinstance(tokens, list)
-        and all(isinstance(t, str) for t in tokens)
-        and "".join(tokens) == text
-        and all(isinstance(v, list) and len(v) == len(tokens) for v in lists.values())
-    )
-    if not spelled:
-        return pieces, [None] * len(pieces), lp
-    tokens = _list(tokens, "tokens")
-    slices = [{**lp, **{k: v[i : i + 1] for k, v in lists.items()}} for i in range(len(tokens))]
-    return [str(t) for t in tokens], slices, {**lp, **{key: [] for key in lists}}
-
-
-def _finish(choice: Json) -> str:
-    reason = choice.get("finish_reason")
-    if not isinstance(reason, str) or not reason:
-        raise ShapeError(f"choice {choice.get('index')} has no finish_reason")
-    return reason
-
-
-def _encode(chunk: Json) -> bytes:
-    try:
-        return sse.encode_json(chunk)
-    except (TypeError, ValueError) as exc:  # a lone surrogate cannot be UTF-8 encoded
-        raise ShapeError(f"cannot encode the chunk: {exc}") from exc
 
 
 # --- stream → stream ------------------------------------------------------------------------
@@ -426,8 +253,8 @@ def replay_events(stored: Iterable[bytes], *, include_usage: bool) -> list[bytes
     elif usage_at or last is None or last.get("usage") is None:
         keep = [event.raw for event in events]
     else:
-        head = _head(last, last.get("object", ""))
-        synthesized = _encode({**head, "choices": [], "usage": last["usage"]})
+        head = header_of(last, last.get("object", ""))
+        synthesized = encode_chunk({**head, "choices": [], "usage": last["usage"]})
         keep = [event.raw for event in events]
         keep.insert(done, synthesized)
     return [*keep, rest] if rest else keep
@@ -455,7 +282,7 @@ def _usage_tail(events: list[sse.Event], done: int) -> tuple[set[int], Json | No
 # --- checks ---------------------------------------------------------------------------------
 
 
-def _str(value: Any, what: str) -> str:
+def need_str(value: Any, what: str) -> str:
     """A text field: ``None`` counts as empty; anything but a string is a ShapeError."""
     if value is None:
         return ""
@@ -464,13 +291,20 @@ def _str(value: Any, what: str) -> str:
     return value
 
 
-def _dict(value: Any, what: str) -> Json:
+def need_dict(value: Any, what: str) -> Json:
     if not isinstance(value, dict):
         raise ShapeError(f"{what} is not an object")
     return value
 
 
-def _list(value: Any, what: str) -> list[Any]:
+def need_list(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise ShapeError(f"{what} is not a list")
     return value
+
+
+def encode_chunk(chunk: Json) -> bytes:
+    try:
+        return sse.encode_json(chunk)
+    except (TypeError, ValueError) as exc:  # a lone surrogate cannot be UTF-8 encoded
+        raise ShapeError(f"cannot encode the chunk: {exc}") from exc

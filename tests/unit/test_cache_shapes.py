@@ -18,6 +18,7 @@ from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from app import sse
+from app.cache import chunks as streaming
 from app.cache import shapes
 from app.cache.shapes import ShapeError
 
@@ -300,7 +301,7 @@ def test_stored_stream_assembles_to_expected_completion(case: str) -> None:
 @pytest.mark.parametrize("case", CASES)
 def test_stored_stream_reencodes_stably(case: str, include_usage: bool) -> None:
     legacy = case.startswith("completion")
-    to_events = shapes.completion_to_events if legacy else shapes.chat_to_events
+    to_events = streaming.completion_to_events if legacy else streaming.chat_to_events
     assemble = _assembler(case)
     first = assemble(_split_events((STREAMS / f"{case}.sse").read_bytes()))
     events = to_events(first, include_usage=include_usage)
@@ -322,7 +323,7 @@ def test_stored_stream_reencodes_stably(case: str, include_usage: bool) -> None:
 @pytest.mark.parametrize("case", sorted(CHAT_CASES))
 def test_chat_round_trip(case: str, include_usage: bool) -> None:
     completion = CHAT_CASES[case]
-    events = shapes.chat_to_events(completion, include_usage=include_usage)
+    events = streaming.chat_to_events(completion, include_usage=include_usage)
     _check_chat_events(events)
     assembled = shapes.assemble_chat(events)
     ChatCompletion.model_validate(assembled)
@@ -330,7 +331,9 @@ def test_chat_round_trip(case: str, include_usage: bool) -> None:
     if not include_usage:
         expected["usage"] = None
     assert assembled == expected
-    assert shapes.assemble_chat(shapes.chat_to_events(assembled, include_usage=True)) == assembled
+    assert (
+        shapes.assemble_chat(streaming.chat_to_events(assembled, include_usage=True)) == assembled
+    )
     assert _sdk_accumulated(events) == _summary(expected)
 
 
@@ -338,7 +341,7 @@ def test_chat_round_trip(case: str, include_usage: bool) -> None:
 @pytest.mark.parametrize("case", sorted(LEGACY_CASES))
 def test_legacy_round_trip(case: str, include_usage: bool) -> None:
     completion = LEGACY_CASES[case]
-    events = shapes.completion_to_events(completion, include_usage=include_usage)
+    events = streaming.completion_to_events(completion, include_usage=include_usage)
     assembled = shapes.assemble_completion(events)
     Completion.model_validate(assembled)
     expected = copy.deepcopy(completion)
@@ -355,7 +358,7 @@ def test_legacy_round_trip(case: str, include_usage: bool) -> None:
 
 def test_chat_stream_looks_like_openai() -> None:
     completion = CHAT_CASES["parallel_tools"]
-    chunks = _check_chat_events(shapes.chat_to_events(completion, include_usage=True))
+    chunks = _check_chat_events(streaming.chat_to_events(completion, include_usage=True))
     head = {k: completion[k] for k in ("id", "created", "model", "system_fingerprint")}
     for chunk in chunks:
         assert {k: chunk[k] for k in head} == head
@@ -379,7 +382,7 @@ def test_chat_stream_looks_like_openai() -> None:
 
 
 def test_text_is_streamed_in_several_chunks_and_starts_with_an_empty_content() -> None:
-    chunks = _check_chat_events(shapes.chat_to_events(CHAT_CASES["text"], include_usage=False))
+    chunks = _check_chat_events(streaming.chat_to_events(CHAT_CASES["text"], include_usage=False))
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": "", "refusal": None}
     pieces = [c["choices"][0]["delta"].get("content") for c in chunks[1:-1]]
     assert pieces == ["The quick brown ", "fox jumps over ", "the lazy dog.\n\n", "Twice!"]
@@ -388,7 +391,7 @@ def test_text_is_streamed_in_several_chunks_and_starts_with_an_empty_content() -
 
 def test_choices_take_turns_and_open_in_index_order() -> None:
     chunks = _check_chat_events(
-        shapes.chat_to_events(CHAT_CASES["two_choices"], include_usage=True)
+        streaming.chat_to_events(CHAT_CASES["two_choices"], include_usage=True)
     )
     order = [chunk["choices"][0]["index"] for chunk in chunks if chunk["choices"]]
     assert order[:4] == [0, 1, 0, 1]
@@ -396,14 +399,16 @@ def test_choices_take_turns_and_open_in_index_order() -> None:
 
 
 def test_logprobs_spelling_the_text_give_one_chunk_per_token() -> None:
-    chunks = _check_chat_events(shapes.chat_to_events(CHAT_CASES["logprobs"], include_usage=False))
+    chunks = _check_chat_events(
+        streaming.chat_to_events(CHAT_CASES["logprobs"], include_usage=False)
+    )
     body = [c["choices"][0] for c in chunks[1:-1]]
     assert [choice["delta"]["content"] for choice in body] == TOKENS
     assert [choice["logprobs"]["content"][0]["token"] for choice in body] == TOKENS
 
 
 def test_usage_unknown_is_not_invented() -> None:
-    events = shapes.chat_to_events(CHAT_CASES["text"], include_usage=True)
+    events = streaming.chat_to_events(CHAT_CASES["text"], include_usage=True)
     chunks = _check_chat_events(events)
     assert all(chunk["choices"] and chunk["usage"] is None for chunk in chunks)
     assert shapes.assemble_chat(events)["usage"] is None
@@ -414,10 +419,10 @@ def test_usage_unknown_is_not_invented() -> None:
     ["", "a", "  lead", "trail  ", "one two three four", "x" * 70, "中文没有空格" * 10, "\n\n"],
 )
 def test_split_text_rule(text: str) -> None:
-    pieces = shapes.split_text(text)
+    pieces = streaming.split_text(text)
     assert "".join(pieces) == text
-    assert all(0 < len(p) <= shapes.MAX_CHUNK_CHARS for p in pieces)
-    assert all(len(p.split()) <= shapes.WORDS_PER_CHUNK for p in pieces)
+    assert all(0 < len(p) <= streaming.MAX_CHUNK_CHARS for p in pieces)
+    assert all(len(p.split()) <= streaming.WORDS_PER_CHUNK for p in pieces)
 
 
 # --- random texts both ways -----------------------------------------------------------------
@@ -469,19 +474,19 @@ def test_random_texts_survive_both_ways() -> None:
             {"message": _message(text), "finish_reason": "stop"},
             {"message": _message(None, tool_calls=[tool]), "finish_reason": "tool_calls"},
         )
-        events = shapes.chat_to_events(completion, include_usage=bool(n % 2))
+        events = streaming.chat_to_events(completion, include_usage=bool(n % 2))
         assembled = shapes.assemble_chat(events)
         assert assembled["choices"][0]["message"]["content"] == text
         assert assembled["choices"][1]["message"]["tool_calls"][0]["function"]["arguments"] == text
         legacy = _legacy({"text": text, "finish_reason": "stop"})
-        events_legacy = shapes.completion_to_events(legacy, include_usage=False)
+        events_legacy = streaming.completion_to_events(legacy, include_usage=False)
         assert shapes.assemble_completion(events_legacy)["choices"][0]["text"] == text
         # stream (cut anywhere, encoded by someone else) → object → stream → object
         pieces = _random_cuts(rng, text)
         hand = _hand_stream(pieces, ascii_json=bool(n % 3), legacy=False)
         once = shapes.assemble_chat(hand)
         assert once["choices"][0]["message"]["content"] == text
-        assert shapes.assemble_chat(shapes.chat_to_events(once, include_usage=False)) == once
+        assert shapes.assemble_chat(streaming.chat_to_events(once, include_usage=False)) == once
         hand_legacy = _hand_stream(pieces, ascii_json=bool(n % 3), legacy=True)
         hand_legacy.append(b"data: [DONE]\n\n")
         assert shapes.assemble_completion(hand_legacy)["choices"][0]["text"] == text
@@ -530,7 +535,7 @@ def test_replay_synthesizes_usage_a_server_put_on_the_last_choice_chunk() -> Non
 
 def test_replay_of_our_own_events_matches_a_fresh_encoding() -> None:
     completion = CHAT_CASES["two_choices"]
-    with_usage = shapes.chat_to_events(completion, include_usage=True)
+    with_usage = streaming.chat_to_events(completion, include_usage=True)
     without = shapes.replay_events(with_usage, include_usage=False)
     assert len(without) == len(with_usage) - 1
     assert shapes.assemble_chat(without) == {**shapes.assemble_chat(with_usage), "usage": None}
@@ -593,12 +598,12 @@ def test_chat_to_events_rejects(mutate: Callable[[dict[str, Any]], Any]) -> None
     completion = copy.deepcopy(CHAT_CASES["text"])
     mutate(completion)
     with pytest.raises(ShapeError):
-        shapes.chat_to_events(completion, include_usage=True)
+        streaming.chat_to_events(completion, include_usage=True)
 
 
 def test_completion_to_events_rejects_a_chat_completion_and_replay_needs_done() -> None:
     with pytest.raises(ShapeError):
-        shapes.completion_to_events(CHAT_CASES["text"], include_usage=False)
+        streaming.completion_to_events(CHAT_CASES["text"], include_usage=False)
     with pytest.raises(ShapeError):
         shapes.replay_events(GOOD[:-1], include_usage=False)
     with pytest.raises(ShapeError):

@@ -21,6 +21,7 @@ PURE = {
     "app.cache.policy",
     "app.cache.entry",
     "app.cache.shapes",
+    "app.cache.chunks",
 }
 OWNERS = {
     "urllib3": {"app.upstream"},
