@@ -50,18 +50,23 @@ def _stream(http: urllib3.PoolManager, url: str, payload: bytes, headers: dict) 
     }
 
 
-def test_200_identical_streams_over_2_workers_make_one_upstream_call(gw) -> None:
-    payload = _payload(f"coalesce {uuid.uuid4().hex}")
-    headers = {"x-sim-tps": "20", "x-sim-ttft-ms": "300"}  # about 1.3 s of streaming
-    http = urllib3.PoolManager(maxsize=200, retries=False)
-    barrier = threading.Barrier(200)
+def _burst(gw, count: int, prompt: str) -> list[dict]:
+    """``count`` identical streams released together (about 1.3 s of streaming each)."""
+    payload = _payload(f"{prompt} {uuid.uuid4().hex}")
+    headers = {"x-sim-tps": "20", "x-sim-ttft-ms": "300"}
+    http = urllib3.PoolManager(maxsize=count, retries=False)
+    barrier = threading.Barrier(count)
 
     def one(_: int) -> dict:
         barrier.wait(10)
         return _stream(http, gw.url, payload, headers)
 
-    with ThreadPoolExecutor(200) as pool:
-        results = list(pool.map(one, range(200)))
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def test_200_identical_streams_over_2_workers_make_one_upstream_call(gw) -> None:
+    results = _burst(gw, 200, "coalesce")
     assert gw.sim_stats()["requests"] == 1
     assert all(r["done"] for r in results)
     assert len({r["text"] for r in results}) == 1 and results[0]["text"]
@@ -74,17 +79,7 @@ def test_followers_in_the_leaders_worker_get_events_live(make_stack) -> None:
     # One worker: every follower joins the leader's flight while it streams (1.3 s).
     gw = make_stack(workers=1, memcached=False)
     gw.sim_reset()
-    payload = _payload(f"live {uuid.uuid4().hex}")
-    headers = {"x-sim-tps": "20", "x-sim-ttft-ms": "300"}
-    http = urllib3.PoolManager(maxsize=50, retries=False)
-    barrier = threading.Barrier(50)
-
-    def one(_: int) -> dict:
-        barrier.wait(10)
-        return _stream(http, gw.url, payload, headers)
-
-    with ThreadPoolExecutor(50) as pool:
-        results = list(pool.map(one, range(50)))
+    results = _burst(gw, 50, "live")
     assert gw.sim_stats()["requests"] == 1
     leader = next(r for r in results if r["status"] == "MISS")
     followers = [r for r in results if r is not leader]
