@@ -35,6 +35,12 @@ class Settings:
         "",
         "Bearer key sent upstream for callers that send no Authorization header. Never logged.",
     )
+    upstream_ca_bundle: str = _setting(
+        "LLMGATE_UPSTREAM_CA_BUNDLE",
+        "",
+        "PEM file of the CAs to trust for an https upstream (a private CA in front of a "
+        "self-hosted model); empty: the system's trust store. Certificates are always verified.",
+    )
     pool_size: int = _setting(
         "LLMGATE_POOL_SIZE",
         100,

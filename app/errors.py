@@ -107,6 +107,12 @@ class UpstreamUnreachable(UpstreamError):
     before_send = True
 
 
+class UpstreamTLSError(UpstreamError):
+    """The TLS handshake failed (an untrusted or mismatched certificate): not retried."""
+
+    code = "upstream_tls_error"
+
+
 class UpstreamReset(UpstreamError):
     code = "upstream_reset"
 
@@ -180,7 +186,7 @@ def error_cause(exc: GatewayError) -> str:
     """The metrics cause of a failed upstream call (bounded label values)."""
     if isinstance(exc, UpstreamTimeout):
         return f"timeout_{exc.phase}"
-    if isinstance(exc, UpstreamUnreachable):
+    if isinstance(exc, (UpstreamUnreachable, UpstreamTLSError)):
         return "connect"
     if isinstance(exc, UpstreamReset):
         return "reset"

@@ -17,6 +17,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import gevent
 import urllib3
@@ -28,6 +29,7 @@ from urllib3.exceptions import (
     NewConnectionError,
     ProtocolError,
     ReadTimeoutError,
+    SSLError,
 )
 
 from app.config import Settings
@@ -36,6 +38,7 @@ from app.errors import (
     UpstreamError,
     UpstreamReset,
     UpstreamTimeout,
+    UpstreamTLSError,
     UpstreamUnreachable,
 )
 from app.metrics import Metrics
@@ -101,6 +104,7 @@ class Upstream:
             # The read timeout is only a backstop: idle and first-byte are enforced exactly
             # with gevent.Timeout, so a socket can never wait past the request's deadline.
             timeout=urllib3.Timeout(connect=settings.connect_timeout_s, read=settings.deadline_s),
+            **_tls_options(settings),
         )
         if metrics is not None:
             self.pool.pool_classes_by_scheme = _counting_pools(metrics.connections_opened.inc)
@@ -208,6 +212,9 @@ class Upstream:
                 )
             except NewConnectionError as exc:
                 raise UpstreamUnreachable(f"Upstream unreachable: {_reason(exc)}.") from None
+            except SSLError as exc:
+                # A certificate or handshake failure does not heal by retrying.
+                raise UpstreamTLSError(f"TLS with the upstream failed: {_reason(exc)}.") from None
             except ConnectTimeoutError:
                 error = UpstreamTimeout("connect", s.connect_timeout_s, retryable=True)
                 error.before_send = True
@@ -242,6 +249,11 @@ class Upstream:
 
     def close(self) -> None:
         self.pool.clear()
+
+
+def _tls_options(settings: Settings) -> dict[str, Any]:
+    """Certificates are always verified; a private CA can be trusted explicitly."""
+    return {"ca_certs": settings.upstream_ca_bundle} if settings.upstream_ca_bundle else {}
 
 
 def _counting_pools(on_connect: Callable[[], None]) -> dict[str, type]:

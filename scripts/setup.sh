@@ -18,6 +18,7 @@ have memcached || need_pkgs+=(memcached)
 # DejaVu so the page's text renders on a machine without any other font.
 if [ "${1:-}" = "test" ]; then
     have chromium || need_pkgs+=(chromium)
+    have openssl || need_pkgs+=(openssl)  # certificates for the TLS upstream test
     [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then

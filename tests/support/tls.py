@@ -1,0 +1,99 @@
+"""A TLS front for a plain TCP server on loopback, and a throwaway certificate for it.
+
+Tests use it to put https in front of the simulator, so the gateway's real upstream path
+(TLS handshake, certificate verification, pooled TLS connections) runs without a network.
+One thread per connection does both directions, so an SSL object is never used by two
+threads at once.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import ssl
+import subprocess
+import threading
+from pathlib import Path
+
+
+def make_certificate(folder: Path, openssl: str, host: str = "127.0.0.1") -> tuple[Path, Path]:
+    """A self-signed certificate for ``host`` (valid one day): (cert, key) paths."""
+    cert, key = folder / "upstream.crt", folder / "upstream.key"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={host}",
+            "-addext",
+            f"subjectAltName=IP:{host}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+class TLSFront:
+    def __init__(self, target_port: int, cert: Path, key: Path) -> None:
+        self.target_port = target_port
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.load_cert_chain(cert, key)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.handshakes = 0
+        self._stopped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                raw, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+
+    def _serve(self, raw: socket.socket) -> None:
+        try:
+            client = self.context.wrap_socket(raw, server_side=True)
+        except (OSError, ssl.SSLError):
+            raw.close()
+            return
+        self.handshakes += 1
+        upstream = socket.create_connection(("127.0.0.1", self.target_port))
+        try:
+            while not self._stopped.is_set():
+                if not client.pending():
+                    ready, _, _ = select.select([client, upstream], [], [], 0.5)
+                else:
+                    ready = [client]
+                if client in ready:
+                    data = client.recv(65536)
+                    if not data:
+                        return
+                    upstream.sendall(data)
+                if upstream in ready:
+                    data = upstream.recv(65536)
+                    if not data:
+                        return
+                    client.sendall(data)
+        except (OSError, ssl.SSLError):
+            return
+        finally:
+            client.close()
+            upstream.close()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.listener.close()
