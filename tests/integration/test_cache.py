@@ -213,8 +213,16 @@ def test_one_of_two_memcached_nodes_stopping_fails_no_request(make_stack, runs_d
 
 
 def test_early_refresh_renews_a_hot_entry_in_the_background(make_stack) -> None:
-    # A huge beta makes every hit due: the hit is served at once, the entry renewed behind.
-    gw = make_stack(env={"LLMGATE_CACHE_EARLY_REFRESH_BETA": "1000000"})
+    # XFetch is random: with a 20 s TTL and beta 1e9 a hit is due unless rand() > 0.999998
+    # (for a 5 ms computation), so the test does not depend on luck. The hit is served at
+    # once and the entry renewed behind it.
+    gw = make_stack(
+        env={
+            "LLMGATE_CACHE_EARLY_REFRESH_BETA": "1000000000",
+            "LLMGATE_CACHE_TTL_S": "20",
+            "LLMGATE_CACHE_TTL_JITTER_S": "0",
+        }
+    )
     gw.sim_reset()
     payload = body()
     assert ask(gw, payload).headers[STATUS] == "MISS"
