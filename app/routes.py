@@ -87,6 +87,11 @@ def _forward(route: str) -> Response:
         reply = error_reply(exc)
     except HTTPException as exc:
         reply = error_reply(_translate(exc))
+    except Exception:
+        # A bug of ours: the caller gets a JSON 500, the log gets the traceback, and the
+        # request is still counted and logged like every other.
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        reply = error_reply(errors.GatewayError("Internal gateway error."))
     return to_response(finish(call, reply, gateway.settings, gateway.metrics))
 
 
