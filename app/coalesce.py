@@ -43,9 +43,6 @@ class Flights:
         if self._by_key.get(key) is flight:
             del self._by_key[key]
 
-    def __len__(self) -> int:
-        return len(self._by_key)
-
 
 def publish_entry(flight: Flight, entry: Entry) -> None:
     """Play a stored entry into a flight, all at once."""

@@ -219,12 +219,9 @@ class Gateway:
         head = flight.head
         assert head is not None
         entry = entry_from_flight(flight, now=time.time())
-        if entry is None:
-            return _with_status(self._complete_reply(head), status)
-        reply = self._replay(call, body, entry, status, age=False)
-        if reply is None:
-            return _with_status(self._complete_reply(head), status)
-        return reply
+        reply = None if entry is None else self._replay(call, body, entry, status, age=False)
+        # Not convertible (an error answer, say): the flight's answer as it is.
+        return reply or _with_status(self._complete_reply(head), status)
 
     def _replay(
         self, call: Call, body: dict[str, Any], entry: Entry, status: str, *, age: bool = True

@@ -16,7 +16,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gevent
@@ -63,7 +63,6 @@ class UpstreamResponse:
 
     raw: urllib3.BaseHTTPResponse
     attempts: int
-    retried_statuses: list[int] = field(default_factory=list)
     released: bool = False  # counted back as free in the pool's in-use figure
 
     @property
@@ -140,7 +139,6 @@ class Upstream:
     def open(self, req: UpstreamRequest, deadline: Deadline) -> UpstreamResponse:
         """Send ``req``, retrying what cannot have billed; return at the upstream's headers."""
         policy = self.policy()
-        retried: list[int] = []
         while True:
             policy = policy.increment()
             try:
@@ -159,8 +157,7 @@ class Upstream:
             delay = policy.delay_for_status(raw.status, raw.headers, self._rand)
             if delay is None or delay >= deadline.remaining():
                 self._pool_changed(+1)
-                return UpstreamResponse(raw, policy.attempt, retried)
-            retried.append(raw.status)
+                return UpstreamResponse(raw, policy.attempt)
             _discard(raw)
             self._retrying()
             self._sleep(delay)
@@ -246,9 +243,6 @@ class Upstream:
                 raise UpstreamError(f"Upstream response exceeds {limit} bytes.")
         resp.raw.release_conn()
         return b"".join(parts)
-
-    def close(self) -> None:
-        self.pool.clear()
 
 
 def _tls_options(settings: Settings) -> dict[str, Any]:

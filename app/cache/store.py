@@ -74,7 +74,6 @@ class AnswerCache:
         self._errors_seen = 0
         self._clock = clock
         self._rand = rand
-        self.counters: dict[str, int] = {"not_stored_too_large": 0, "unreadable": 0}
 
     def _timed(self, op: str, fn: Callable[..., Any], *args: Any) -> Any:
         started = time.perf_counter()
@@ -97,7 +96,6 @@ class AnswerCache:
         try:
             entry = Entry.from_bytes(data)
         except EntryError as exc:
-            self.counters["unreadable"] += 1
             log.warning("cache entry unreadable, treated as a miss: %s", exc)
             return None
         now = self._clock()
@@ -114,7 +112,6 @@ class AnswerCache:
             return False
         data = entry.to_bytes()
         if len(data) > self.settings.cache_max_entry_bytes:
-            self.counters["not_stored_too_large"] += 1
             if self.metrics is not None:
                 self.metrics.cache_not_stored.labels("too_large").inc()
             return False
@@ -134,6 +131,3 @@ class AnswerCache:
 
     def release_lease(self, key: str) -> None:
         self.tiers.delete(lease_key(key))
-
-    def stats(self) -> dict[str, Any]:
-        return {**self.tiers.stats(), **self.counters}
