@@ -1,10 +1,30 @@
 """The layer rule of app/__init__.py, held by a test: pure modules import only the standard
-library and other pure modules; only the adapters import the network libraries."""
+library and other pure modules; only the adapters import the network libraries.
+
+Every import form counts, each resolved to the full name of the module it loads:
+``import app.upstream``, ``from app import upstream`` (app.upstream, because app/upstream.py
+exists; ``from app.errors import BadRequest`` is app.errors), relative imports resolved
+against the importing module's package, ``importlib.import_module("...")`` with a literal
+name, and imports anywhere in the file: inside functions, ``try`` blocks and
+``if TYPE_CHECKING:`` blocks.
+
+TYPE_CHECKING-only imports are violations too, by choice. They do not run, but the rule is
+about what a module depends on, not only what it executes: a pure module that names an
+adapter's type can no longer be read, type-checked or reused without that adapter, and the
+import is one edit away from running. A pure module that needs such a type declares a
+Protocol of its own instead.
+
+The checker works on source text (``violations(module, source)``), so the tests below can
+show it catching each form without editing the real modules.
+"""
 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -31,49 +51,205 @@ OWNERS = {
 }
 
 
-def _imports(module: str) -> set[str]:
-    path = ROOT / (module.replace(".", "/") + ".py")
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+# -- the checker ---------------------------------------------------------------------------
+
+
+def _is_app_module(name: str) -> bool:
+    """True when ``name`` is a module or package of this repository (app/x.py or app/x/)."""
+    if name != "app" and not name.startswith("app."):
+        return False
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or path.is_dir()
+
+
+def _base(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The module named by ``from <base> import ...``, relative levels resolved."""
+    if node.level == 0:
+        assert node.module is not None
+        return node.module
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    up = node.level - 1
+    if up >= len(package):
+        raise ValueError(f"{module}: relative import beyond the top-level package")
+    parts = package[: len(package) - up]
+    if node.module:
+        parts += node.module.split(".")
+    return ".".join(parts)
+
+
+def _literal_dynamic_import(node: ast.Call) -> str | None:
+    """The name in ``importlib.import_module("x")``, ``import_module("x")`` or ``__import__``."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    first = node.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value
+    return None
+
+
+def imported_modules(source: str, module: str, *, is_package: bool = False) -> set[str]:
+    """Full names of the modules ``source`` (the text of ``module``) imports, anywhere."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = _base(node, module, is_package)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                names.add(candidate if alias.name != "*" and _is_app_module(candidate) else base)
+        elif isinstance(node, ast.Call) and (name := _literal_dynamic_import(node)):
+            names.add(name)
     return names
 
 
+def _pure_may_import(name: str) -> bool:
+    return name.split(".")[0] in sys.stdlib_module_names or name in PURE or name == "app"
+
+
+def violations(module: str, source: str, *, is_package: bool = False) -> list[str]:
+    """Every break of the layer rule in ``source``, the text of ``module``."""
+    found = []
+    for name in sorted(imported_modules(source, module, is_package=is_package)):
+        if module in PURE and not _pure_may_import(name):
+            found.append(f"{module} (pure) imports {name}")
+        owners = OWNERS.get(name.split(".")[0])
+        if owners is not None and module not in owners:
+            found.append(f"{module} imports {name}, which only {sorted(owners)} may")
+    return found
+
+
+# -- the real modules ----------------------------------------------------------------------
+
+
+def _path(module: str) -> tuple[str, bool]:
+    """(source, is_package) of an app module."""
+    path = ROOT.joinpath(*module.split("."))
+    if path.is_dir():
+        return (path / "__init__.py").read_text(), True
+    return path.with_suffix(".py").read_text(), False
+
+
 def _modules() -> list[str]:
-    return [
-        ".".join(p.relative_to(ROOT).with_suffix("").parts)
-        for p in (ROOT / "app").rglob("*.py")
-        if p.name != "__init__.py"
-    ]
+    """Every module of the app, packages (their __init__.py) included."""
+    modules = []
+    for p in (ROOT / "app").rglob("*.py"):
+        parts = p.relative_to(ROOT).with_suffix("").parts
+        modules.append(".".join(parts[:-1] if p.name == "__init__.py" else parts))
+    return sorted(modules)
+
+
+def _check(module: str) -> list[str]:
+    source, is_package = _path(module)
+    return violations(module, source, is_package=is_package)
+
+
+def test_the_rule_names_only_modules_that_exist() -> None:
+    """A renamed module must not silently drop out of the rule."""
+    named = PURE | set().union(*OWNERS.values())
+    assert named <= set(_modules()), named - set(_modules())
 
 
 def test_pure_modules_import_only_stdlib_and_pure_modules() -> None:
-    for module in PURE:
-        for name in _imports(module):
-            top = name.split(".")[0]
-            assert top in sys.stdlib_module_names or name in PURE or name == "app", (
-                f"{module} (pure) imports {name}"
-            )
+    for module in sorted(PURE):
+        assert _check(module) == []
 
 
 def test_only_the_owner_imports_each_client_library() -> None:
     for module in _modules():
-        for name in _imports(module):
-            owners = OWNERS.get(name.split(".")[0])
-            assert owners is None or module in owners, f"{module} imports {name}"
+        assert _check(module) == []
+
+
+# -- the checker catches every import form -------------------------------------------------
+
+SSE = (ROOT / "app" / "sse.py").read_text()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from app import upstream",
+        "from . import upstream",
+        "import app.upstream",
+        "import app.upstream as up",
+        "from app.upstream import Upstream",
+        "from .upstream import Upstream",
+        "from app import errors, upstream",
+        "from app.cache import memcached",
+        "from .cache.memcached import MemcachedBackend",
+        "from app.cache import build_answer_cache",  # the package that builds the adapters
+        "from app import metrics",
+        "import urllib3",
+        "from urllib3.exceptions import ReadTimeoutError",
+        "def later():\n    from app import upstream",
+        "import typing\nif typing.TYPE_CHECKING:\n    from app.upstream import Upstream",
+        "try:\n    import gevent\nexcept ImportError:\n    gevent = None",
+        "import importlib\nUP = importlib.import_module('app.upstream')",
+        "from app import gateway",  # orchestration
+    ],
+)
+def test_a_pure_module_importing_a_lower_layer_in_any_form_is_caught(line: str) -> None:
+    assert violations("app.sse", SSE + "\n" + line + "\n"), line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from app import errors",
+        "from . import errors",
+        "from .errors import BadRequest",
+        "import app.errors",
+        "from app.cache import policy",
+        "import app",
+        "import json, re",
+        "from collections import abc",
+    ],
+)
+def test_a_pure_module_importing_stdlib_or_pure_modules_passes(line: str) -> None:
+    assert violations("app.sse", SSE + "\n" + line + "\n") == []
+
+
+def test_relative_imports_resolve_against_the_importing_package() -> None:
+    source = (
+        "from . import entry, build_answer_cache\n"
+        "from .. import sse\n"
+        "from ..metrics import Metrics\n"
+        "from .memcached import MemcachedBackend\n"
+    )
+    assert imported_modules(source, "app.cache.policy") == {
+        "app.cache.entry",
+        "app.cache",
+        "app.sse",
+        "app.metrics",
+        "app.cache.memcached",
+    }
+    # In a package's __init__.py, "." is the package itself.
+    assert imported_modules("from . import memory\n", "app.cache", is_package=True) == {
+        "app.cache.memory"
+    }
+    assert violations("app.cache.policy", "from ..metrics import Metrics\n") == [
+        "app.cache.policy (pure) imports app.metrics"
+    ]
+
+
+def test_a_client_library_outside_its_owner_is_caught() -> None:
+    assert violations("app.gateway", "def f():\n    import pymemcache.client\n") == [
+        "app.gateway imports pymemcache.client, which only ['app.cache.memcached'] may"
+    ]
+    assert violations("app.cache.memcached", "from pymemcache.client.hash import X\n") == []
+
+
+# -- import order --------------------------------------------------------------------------
 
 
 def test_every_module_imports_first_without_a_cycle() -> None:
     """Each module imported first, in a clean interpreter state: an import cycle that only
     bites in one order (gunicorn imports app.factory first, tools import others) shows up."""
-    import subprocess
-
     script = (
         "import importlib, sys\n"
-        f"for module in {sorted(_modules())!r}:\n"
+        f"for module in {_modules()!r}:\n"
         "    for name in [n for n in sys.modules if n == 'app' or n.startswith('app.')]:\n"
         "        del sys.modules[name]\n"
         "    importlib.import_module(module)\n"
