@@ -124,7 +124,11 @@ class Gateway:
         directive = cache_policy.check_namespace(directive, self.settings.allowed_namespaces)
         tenant = keys.tenant_of(call.headers, namespace=directive.namespace)
         key = keys.cache_key(
-            upstream=self.settings.upstream_url, route=call.route, tenant=tenant, body=body
+            upstream=self.settings.upstream_url,
+            route=call.route,
+            tenant=tenant,
+            body=body,
+            query=call.query,
         )
         return key, directive
 

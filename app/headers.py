@@ -25,6 +25,23 @@ HOP_BY_HOP = frozenset(
     }
 )
 
+# Headers that carry a credential the upstream checks: Authorization (OpenAI, most hosts),
+# api-key (Azure OpenAI), x-api-key (several providers and proxies).
+AUTH_HEADERS = ("authorization", "api-key", "x-api-key")
+# Everything that says whose call this is. The cache tenant is a hash of these (app/keys.py),
+# so two callers share cache entries only when the upstream would see the same identity.
+TENANT_HEADERS = (*AUTH_HEADERS, "openai-organization", "openai-project")
+# A forwarded header with one of these in its name may carry a credential we do not know by
+# name (a provider's own key header): it is keyed as part of the tenant too.
+_CREDENTIAL_MARKERS = ("auth", "key", "token", "secret", "credential", "signature")
+
+
+def is_tenant_header(name: str) -> bool:
+    """True for a header that identifies the caller to the upstream (keyed in the tenant)."""
+    lower = name.lower()
+    return lower in TENANT_HEADERS or any(marker in lower for marker in _CREDENTIAL_MARKERS)
+
+
 _NOT_UPSTREAM = frozenset(
     {
         "host",
@@ -64,7 +81,8 @@ def upstream_request_headers(
         if lower in drop or lower.startswith(_NOT_UPSTREAM_PREFIXES):
             continue
         out[name] = value
-    if fallback_api_key and not any(k.lower() == "authorization" for k in out):
+    if fallback_api_key and not any(k.lower() in AUTH_HEADERS for k in out):
+        # Only for callers that bring no credential of their own, in any of its headers.
         out["Authorization"] = f"Bearer {fallback_api_key}"
     # gzip on an event stream holds events back in compressor buffers: ask for identity.
     out["Accept-Encoding"] = "identity" if stream else "gzip, deflate"

@@ -11,6 +11,7 @@ of every event's ``raw`` plus ``Decoder.close()`` equals the input, whatever the
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -46,18 +47,43 @@ class Event:
         return json.loads(self.data)
 
 
+class EventTooLarge(ValueError):
+    """An event grew past the decoder's ``max_event_bytes``: the stream cannot go on.
+
+    ``events`` holds the complete events decoded before it, in order, so none is lost.
+    """
+
+    def __init__(self, limit: int, events: list[Event]) -> None:
+        super().__init__(f"an event is larger than {limit} bytes")
+        self.limit = limit
+        self.events = events
+
+
+_EOL_BYTES = (b"\n", b"\r")
+
+
 class Decoder:
     """Incremental decoder: ``feed()`` chunks as they arrive, get complete events back.
 
     A CR at the end of a chunk ends its line at once (so an event is never held back waiting
     for the next chunk); an LF at the start of the next chunk is then the second half of that
     CRLF and is carried, byte-exact, at the front of the next event's ``raw``.
+
+    Linear in its input: bytes are appended to one buffer and every byte is searched for a
+    line end once, however the stream is chunked (a long line arriving in small reads is not
+    rescanned from its start). With ``max_event_bytes``, an event (its raw bytes, complete or
+    still arriving) larger than that raises ``EventTooLarge``; nothing else in the input can
+    make the decoder raise.
     """
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(self, max_event_bytes: int | None = None) -> None:
+        self.max_event_bytes = max_event_bytes
+        self._buf = bytearray()
         self._event_start = 0  # offset in _buf where the current event's raw bytes begin
         self._scan = 0  # offset in _buf of the next unread line
+        self._searched = 0  # _buf[_scan:_searched] holds no line end: search on from here
+        self._found = [-1, -1]  # where the next LF / CR was found (-1: not found yet)
+        self._looked = [0, 0]  # how far the buffer was searched for LF / CR without finding
         self._skip_lf = False
         self._bom_checked = False
         self._fields: dict[str, Any] = {}
@@ -73,46 +99,66 @@ class Decoder:
                 return []
             self._bom_checked = True
             if self._buf.startswith(_BOM):
-                self._scan = len(_BOM)
+                self._scan = self._searched = len(_BOM)
         events: list[Event] = []
         while True:
             if self._skip_lf:
                 if self._scan >= len(self._buf):
                     break
-                if self._buf[self._scan : self._scan + 1] == b"\n":
+                if self._buf[self._scan] == 0x0A:
                     self._scan += 1
+                self._searched = self._scan
                 self._skip_lf = False
-            line_end, next_start = self._find_eol(self._scan)
+            line_end, next_start = self._find_eol()
             if line_end < 0:
+                self._searched = len(self._buf)
                 break
-            line = self._buf[self._scan : line_end]
-            self._skip_lf = next_start == len(self._buf) and self._buf[line_end:next_start] == b"\r"
-            self._scan = next_start
+            line = bytes(self._buf[self._scan : line_end])
+            self._skip_lf = next_start == len(self._buf) and self._buf[line_end] == 0x0D
+            self._scan = self._searched = next_start
             if line:
                 self._take_line(line.decode("utf-8", errors="replace"))
             else:
-                events.append(self._dispatch())
+                event = self._dispatch()
+                if self.max_event_bytes is not None and len(event.raw) > self.max_event_bytes:
+                    raise EventTooLarge(self.max_event_bytes, events)
+                events.append(event)
         self._compact()
+        if self.max_event_bytes is not None and len(self._buf) > self.max_event_bytes:
+            raise EventTooLarge(self.max_event_bytes, events)
         return events
 
     def close(self) -> bytes:
         """End of stream: return the bytes of an unfinished event (not dispatched, per spec)."""
-        rest = self._buf[self._event_start :]
-        self.__init__()  # type: ignore[misc]
+        rest = bytes(self._buf[self._event_start :])
+        self.__init__(self.max_event_bytes)  # type: ignore[misc]
         return rest
 
-    def _find_eol(self, start: int) -> tuple[int, int]:
+    def _find_eol(self) -> tuple[int, int]:
         """(end of line, start of next line) or (-1, -1) when no full line is buffered."""
-        buf = self._buf
-        cr = buf.find(b"\r", start)
-        lf = buf.find(b"\n", start)
-        if cr < 0 and lf < 0:
+        lf = self._next(0)
+        cr = self._next(1)
+        if lf < 0 and cr < 0:
             return -1, -1
-        if cr < 0 or (0 <= lf < cr):
+        if cr < 0 or 0 <= lf < cr:
             return lf, lf + 1
-        if cr + 1 < len(buf) and buf[cr + 1 : cr + 2] == b"\n":
+        if cr + 1 < len(self._buf) and self._buf[cr + 1] == 0x0A:
             return cr, cr + 2
         return cr, cr + 1
+
+    def _next(self, which: int) -> int:
+        """Offset of the next LF (0) or CR (1) at or after ``_searched``, or -1. Remembers
+        where it found one, or how far it looked, so no byte is searched twice (``find`` is
+        memchr-fast; a regex over both bytes is several times slower)."""
+        found = self._found[which]
+        if found >= self._searched:
+            return found
+        start = max(self._searched, self._looked[which])
+        found = self._buf.find(_EOL_BYTES[which], start)
+        self._found[which] = found
+        if found < 0:
+            self._looked[which] = len(self._buf)
+        return found
 
     def _take_line(self, line: str) -> None:
         if line.startswith(":"):
@@ -127,11 +173,14 @@ class Decoder:
             if name == "id" and "\0" in value:
                 return
             self._fields[name] = value
-        elif name == "retry" and value.isdigit():
-            self._fields["retry"] = int(value)
+        elif name == "retry" and value.isascii() and value.isdigit():
+            # Only ASCII digits count (str.isdigit alone accepts "²", which int() refuses);
+            # a value too long for int() is ignored like any other invalid one.
+            with contextlib.suppress(ValueError):
+                self._fields["retry"] = int(value)
 
     def _dispatch(self) -> Event:
-        raw = self._buf[self._event_start : self._scan]
+        raw = bytes(self._buf[self._event_start : self._scan])
         event = Event(
             raw=raw,
             data="\n".join(self._data) if self._data else None,
@@ -146,8 +195,12 @@ class Decoder:
 
     def _compact(self) -> None:
         if self._event_start:
-            self._buf = self._buf[self._event_start :]
+            del self._buf[: self._event_start]
             self._scan -= self._event_start
+            self._searched -= self._event_start
+            for i in (0, 1):
+                self._found[i] = max(-1, self._found[i] - self._event_start)
+                self._looked[i] = max(0, self._looked[i] - self._event_start)
             self._event_start = 0
 
 
