@@ -77,9 +77,17 @@ class Exchange:
         return True
 
     def finish(self) -> None:
-        self.sock.sendall(b"0\r\n\r\n")
+        """End the body. Counted before the last bytes leave: a client that has read the end
+        of the body (and a test that asserts right after it) always finds it counted."""
         with self.server.lock:
             self.server.stats.completed += 1
+        try:
+            self.sock.sendall(b"0\r\n\r\n")
+        except OSError:
+            with self.server.lock:
+                self.server.stats.completed -= 1
+            self._abandoned()
+            raise
 
     def client_gone(self, wait: float = 0.0) -> bool:
         """True when the client closed its end (EOF or reset on our side)."""
