@@ -114,7 +114,10 @@ class Decoder:
                 self._searched = len(self._buf)
                 break
             line = bytes(self._buf[self._scan : line_end])
-            self._skip_lf = next_start == len(self._buf) and self._buf[line_end] == 0x0D
+            # A lone CR as the last byte so far: an LF first in the next chunk completes it.
+            self._skip_lf = next_start == len(self._buf) == line_end + 1 and (
+                self._buf[line_end] == 0x0D
+            )
             self._scan = self._searched = next_start
             if line:
                 self._take_line(line.decode("utf-8", errors="replace"))

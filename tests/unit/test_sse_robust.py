@@ -134,3 +134,11 @@ def test_a_long_line_in_small_reads_is_searched_once() -> None:
         events += decoder.feed(line[i : i + 4096])
     assert [len(e.raw) for e in events] == [len(line)]
     assert _CountingBuffer.searched <= 3 * len(line)
+
+
+def test_a_whole_crlf_at_a_chunk_end_does_not_swallow_the_next_lf() -> None:
+    """Found by the property test: after a complete CRLF ends a chunk, an LF that starts the
+    next chunk is a blank line of its own (it dispatches), not the rest of a CRLF."""
+    decoder = sse.Decoder()
+    assert [e.data for e in decoder.feed(b"data: a\r\n")] == []
+    assert [e.data for e in decoder.feed(b"\n")] == ["a"]
