@@ -10,6 +10,8 @@ import openai
 from tests.integration.sse_reader import chat, data_events, read_events
 
 HEARTBEAT = {"LLMGATE_HEARTBEAT_S": "0.5"}
+# nginx's error log line when proxy_read_timeout fires before the app sent its headers.
+NGINX_READ_TIMEOUT = "upstream timed out (110: Connection timed out) while reading response header"
 
 
 def _wait_for(predicate, timeout: float = 10.0) -> bool:
@@ -78,21 +80,26 @@ def test_heartbeats_outlive_a_short_nginx_read_timeout(make_stack) -> None:
         preload_content=False,
         headers={"x-sim-ttft-ms": "4000"},
     )
-    assert read_events(resp)[-1].event.is_done
+    assert resp.status == 200
+    events = [a.event for a in read_events(resp)]
+    assert events[0].is_comment and events[-1].is_done
+    assert NGINX_READ_TIMEOUT not in with_pings.log("nginx")
 
-    # The same silence without heartbeats is cut by nginx: the test can fail.
+    # Negative control: the same silence without heartbeats is cut by nginx, and the test
+    # insists on exactly that cut. With no heartbeat the gateway holds its headers until the
+    # first event, so nginx's read timeout fires while it waits for the response header:
+    # the caller gets nginx's own 504 page after ~1.5 s, not the gateway's 504 (whose codes
+    # name a phase) and not the answer after 4 s. Any other outcome fails.
     without = make_stack(env={"LLMGATE_HEARTBEAT_S": "0"}, nginx_read_timeout_s=1.5)
+    started = time.monotonic()
     resp = without.post(
-        "/v1/chat/completions",
-        chat(True, max_tokens=2),
-        preload_content=False,
-        headers={"x-sim-ttft-ms": "4000"},
+        "/v1/chat/completions", chat(True, max_tokens=2), headers={"x-sim-ttft-ms": "4000"}
     )
-    try:
-        events = read_events(resp)
-    except Exception:
-        events = []
-    assert not any(a.event.is_done for a in events)
+    elapsed = time.monotonic() - started
+    assert resp.status == 504, (resp.status, resp.data[:300])
+    assert resp.json()["error"]["code"] == "gateway_timeout", resp.data[:300]
+    assert 1.4 <= elapsed < 3.5, elapsed
+    assert NGINX_READ_TIMEOUT in without.log("nginx")
 
 
 def test_client_leaving_mid_stream_abandons_the_upstream_stream(gw) -> None:
