@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares this machine for `make run` / `make test`: the venv with our requirements, and
-# nginx and memcached (and, with `test`, chromium for the status page's browser test) from
+# nginx and memcached (and, with `test`, the tools the tests run: chromium, openssl, curl) from
 # Debian/Ubuntu packages when missing (as root; otherwise it prints the command). Safe to run
 # again: it does only what is missing.
 set -euo pipefail
@@ -19,6 +19,7 @@ have memcached || need_pkgs+=(memcached)
 if [ "${1:-}" = "test" ]; then
     have chromium || need_pkgs+=(chromium)
     have openssl || need_pkgs+=(openssl)  # certificates for the TLS upstream test
+    have curl || need_pkgs+=(curl)  # the streaming test watches `curl -N` print events
     [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 fi
 if [ ${#need_pkgs[@]} -gt 0 ]; then
