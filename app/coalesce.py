@@ -34,6 +34,8 @@ class Flights:
         flight = self._by_key.get(key)
         if flight is None or flight.cancelled or flight.failure is not None:
             return None
+        if not flight.log_whole:
+            return None  # past the size it can replay to a late joiner: no new followers
         return flight
 
     def put(self, key: str, flight: Flight) -> None:

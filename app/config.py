@@ -97,6 +97,12 @@ class Settings:
         "Largest request body accepted (413 above it); nginx's client_max_body_size is "
         "rendered from the same value.",
     )
+    max_event_bytes: int = _setting(
+        "LLMGATE_MAX_EVENT_BYTES",
+        8 * 1024 * 1024,
+        "Largest single SSE event accepted from the upstream; a larger one ends the stream "
+        "with an `upstream_event_too_large` error event. Bounds the memory one stream holds.",
+    )
     memcached: str = _setting(
         "LLMGATE_MEMCACHED",
         "",
@@ -192,6 +198,8 @@ class Settings:
             raise SettingsError("LLMGATE_CACHE_MODE must be off, deterministic or all")
         if self.cache_l1_bytes < 1024:
             raise SettingsError("LLMGATE_CACHE_L1_BYTES must be >= 1024")
+        if self.max_event_bytes < 1024:
+            raise SettingsError("LLMGATE_MAX_EVENT_BYTES must be >= 1024")
         if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"

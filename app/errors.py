@@ -117,6 +117,18 @@ class UpstreamReset(UpstreamError):
     code = "upstream_reset"
 
 
+class UpstreamProtocolError(UpstreamError):
+    """The upstream's answer could not be relayed (input we cannot handle, or a bug)."""
+
+    code = "upstream_protocol_error"
+
+
+class UpstreamEventTooLarge(UpstreamError):
+    """One SSE event of the upstream's stream is larger than LLMGATE_MAX_EVENT_BYTES."""
+
+    code = "upstream_event_too_large"
+
+
 class UpstreamTimeout(GatewayError):
     """One of the four timeouts fired; ``phase`` names which."""
 
@@ -178,6 +190,7 @@ ERROR_CAUSES = (
     "auth",
     "server",
     "reset",
+    "protocol",
     "client_closed",
 )
 
@@ -190,6 +203,8 @@ def error_cause(exc: GatewayError) -> str:
         return "connect"
     if isinstance(exc, UpstreamReset):
         return "reset"
+    if isinstance(exc, (UpstreamProtocolError, UpstreamEventTooLarge)):
+        return "protocol"
     return "server"
 
 

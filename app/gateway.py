@@ -85,11 +85,18 @@ class Gateway:
         )
         deadline = Deadline.start(self.settings.deadline_s)
         compute = upstream_producer(
-            self.upstream, req, deadline, max_body=self.settings.max_body_bytes, route=call.route
+            self.upstream,
+            req,
+            deadline,
+            max_body=self.settings.max_body_bytes,
+            max_event_bytes=self.settings.max_event_bytes,
+            route=call.route,
         )
         plan = self._plan(call, body)
         if plan is None:
-            return _with_status(self.answer(call, Flight(compute).join(), stream), BYPASS)
+            # Nobody else will read this answer: no log beyond what the caller has yet to read.
+            alone = Flight(compute, keep_log=False, request_id=call.trace.request_id)
+            return _with_status(self.answer(call, alone.join(), stream), BYPASS)
         key, directive = plan
         assert body is not None
         if directive.lookup and self.answers is not None:
@@ -105,11 +112,13 @@ class Gateway:
                     return reply
         flight = self.flights.get(key)
         if flight is not None:
-            return self._follow(call, body, flight, COALESCED)
-        flight = self._start_flight(key, directive, compute, deadline, stream)
+            return self._follow(call, body, flight, COALESCED, compute)
+        flight = self._start_flight(
+            key, directive, compute, deadline, stream, request_id=call.trace.request_id
+        )
         assert flight is not None  # only a background refresh gives up
         status = COALESCED if flight.source == "lease" else directive.status_on_miss
-        return self._follow(call, body, flight, status)
+        return self._follow(call, body, flight, status, compute)
 
     def _plan(self, call: Call, body: dict[str, Any] | None) -> tuple[str, Directive] | None:
         """The cache key and the caller's directive, or None when this call is not cached."""
@@ -170,6 +179,7 @@ class Gateway:
         stream: bool,
         *,
         background: bool = False,
+        request_id: str = "",
     ) -> Flight | None:
         """Lead the computation of ``key``: this worker's only flight for it, and across
         processes the lease holder (or a waiter for the holder's entry; a background
@@ -200,13 +210,21 @@ class Gateway:
                 if flight.lease_held:
                     self.answers.release_lease(key)  # type: ignore[union-attr]
 
-        flight = Flight(producer, on_done=done)
+        # The log serves the cache entry and followers, up to the size an entry may have.
+        flight = Flight(
+            producer,
+            on_done=done,
+            log_limit=self.settings.cache_max_entry_bytes,
+            request_id=request_id,
+        )
         flight.stream, flight.lease_held = stream, lease_held
         flight.source = "lease" if waiting else "upstream"
         self.flights.put(key, flight)
         return flight
 
-    def _follow(self, call: Call, body: dict[str, Any], flight: Flight, status: str) -> Reply:
+    def _follow(
+        self, call: Call, body: dict[str, Any], flight: Flight, status: str, compute: Producer
+    ) -> Reply:
         """Answer from a flight: live when the shapes match, else once it is complete."""
         stream = schema.wants_stream(body)
         listener = flight.join()
@@ -224,6 +242,11 @@ class Gateway:
         assert head is not None
         entry = entry_from_flight(flight, now=time.time())
         reply = None if entry is None else self._replay(call, body, entry, status, age=False)
+        if reply is None and head.body is None:
+            # A stream too large to keep whole cannot be turned into this caller's shape:
+            # it gets its own upstream call.
+            own = Flight(compute, keep_log=False, request_id=call.trace.request_id)
+            return _with_status(self.answer(call, own.join(), stream), BYPASS)
         # Not convertible (an error answer, say): the flight's answer as it is.
         return reply or _with_status(self._complete_reply(head), status)
 

@@ -16,6 +16,7 @@ is closed, not drained, and never returns to the pool half-read.
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,8 @@ from gevent.socket import wait_read
 from app import sse
 from app.errors import (
     GatewayError,
+    UpstreamEventTooLarge,
+    UpstreamProtocolError,
     UpstreamReset,
     error_cause,
     status_cause,
@@ -35,6 +38,8 @@ from app.errors import (
 )
 from app.policy import Deadline
 from app.upstream import Upstream, UpstreamRequest, UpstreamResponse
+
+log = logging.getLogger("llmgate.relay")
 
 
 class ClientGone(Exception):
@@ -58,17 +63,39 @@ Producer = Callable[["Flight"], None]
 
 
 class Flight:
-    """One answer in the making: a head, a log of events, an end; read by many listeners."""
+    """One answer in the making: a head, a log of events, an end; read by many listeners.
 
-    def __init__(self, producer: Producer, *, on_done: Callable[[Flight], None] | None = None):
+    The event log is kept whole only while it can still serve something beyond the listeners
+    reading it now: a cache entry or a coalesced follower yet to come (``keep_log``). Past
+    ``log_limit`` bytes it is given up: the flight stops logging, takes no new followers and
+    is not stored. Without a whole log, events every reading listener has passed are dropped,
+    so a stream nobody else needs holds only the events its caller has yet to read.
+    """
+
+    def __init__(
+        self,
+        producer: Producer,
+        *,
+        on_done: Callable[[Flight], None] | None = None,
+        keep_log: bool = True,
+        log_limit: int | None = None,
+        request_id: str = "",
+    ):
         self.head: Head | None = None
-        self.events: list[sse.Event] = []
+        self._log: list[sse.Event] = []  # events from number ``_dropped`` on
+        self._dropped = 0
+        self.log_bytes = 0
+        self.keep_log = keep_log
+        self.log_whole = keep_log  # every event since the first is in the log
+        self.log_limit = log_limit
         self.end: Finished | GatewayError | None = None
         self.listeners = 0
+        self._readers: set[Listener] = set()
         self.cancelled = False
         self.started = time.monotonic()
         self.finished_at: float | None = None
         self.head_at: float | None = None
+        self.request_id = request_id  # of the caller that started it, for the log
         # Set by whoever starts the flight: the answer's shape, where it came from, and
         # whether this process holds the cross-process lease for its key.
         self.stream = False
@@ -84,6 +111,12 @@ class Flight:
             producer(self)
         except GatewayError as exc:
             self.fail(exc)
+        except Exception as exc:
+            # A bug, or input nothing else caught: the callers get an error, never silence.
+            log.exception("answer producer failed (request %s)", self.request_id or "-")
+            self.fail(
+                UpstreamProtocolError(f"The answer could not be relayed: {type(exc).__name__}.")
+            )
         finally:
             self.finished_at = time.monotonic()
             if self.end is None and not self.complete:
@@ -97,8 +130,27 @@ class Flight:
         self._notify()
 
     def publish(self, event: sse.Event) -> None:
-        self.events.append(event)
+        self._log.append(event)
+        if self.keep_log:
+            self.log_bytes += len(event.raw)
+            if self.log_limit is not None and self.log_bytes > self.log_limit:
+                self.give_up_log()
+        else:
+            self._trim()
         self._notify()
+
+    def give_up_log(self) -> None:
+        """Stop keeping the whole log: no entry, no new followers; memory follows readers."""
+        self.keep_log = self.log_whole = False
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the events every reading listener has passed (in batches: amortised O(1))."""
+        low = min((r.position for r in self._readers), default=self.event_count)
+        passed = low - self._dropped
+        if passed >= 64 or (passed > 0 and passed * 2 >= len(self._log)):
+            del self._log[:passed]
+            self._dropped = low
 
     def finish(self, leftover: bytes = b"") -> None:
         self.end = Finished(leftover)
@@ -112,7 +164,7 @@ class Flight:
         changed, self._changed = self._changed, gevent.event.Event()
         changed.set()
 
-    # -- state ------------------------------------------------------------------------------
+    # -- state ---------------------------------------------------------------------------
     @property
     def complete(self) -> bool:
         """A whole answer is in: a non-stream body, or a stream that reached its end."""
@@ -124,13 +176,31 @@ class Flight:
     def failure(self) -> GatewayError | None:
         return self.end if isinstance(self.end, GatewayError) else None
 
+    @property
+    def event_count(self) -> int:
+        """Events published so far (kept or dropped)."""
+        return self._dropped + len(self._log)
+
+    @property
+    def events(self) -> list[sse.Event]:
+        """Every event of the answer; only while the log is whole (see ``log_whole``)."""
+        if not self.log_whole:
+            raise RuntimeError("the event log was given up")
+        return self._log
+
+    def event(self, number: int) -> sse.Event:
+        return self._log[number - self._dropped]
+
     # -- listening --------------------------------------------------------------------------
     def join(self) -> Listener:
         self.listeners += 1
-        return Listener(self)
+        listener = Listener(self)
+        self._readers.add(listener)
+        return listener
 
-    def _left(self) -> None:
+    def _left(self, listener: Listener) -> None:
         self.listeners -= 1
+        self._readers.discard(listener)
         if self.listeners <= 0 and not self.complete and self.end is None:
             self.cancel()
         self._notify()
@@ -164,11 +234,12 @@ class Listener:
     def __init__(self, flight: Flight) -> None:
         self.flight = flight
         self.left = False
+        self.position = 0  # number of the next event this listener reads
 
     def leave(self) -> None:
         if not self.left:
             self.left = True
-            self.flight._left()
+            self.flight._left(self)
 
     def wait_head(self, timeout: float | None) -> Head | None:
         """The head, None on timeout; raises the flight's failure or ClientGone."""
@@ -186,28 +257,34 @@ class Listener:
     def wait_first_event(self, timeout: float | None) -> bool:
         """True once a first event or the end is in (raises the failure if that came first)."""
         flight = self.flight
-        ready = lambda: bool(flight.events) or flight.end is not None  # noqa: E731
+        ready = lambda: flight.event_count > 0 or flight.end is not None  # noqa: E731
         if not flight.wait(self, ready, timeout):
             return False
-        if not flight.events and flight.failure is not None:
+        if flight.event_count == 0 and flight.failure is not None:
             raise flight.failure
         return True
 
-    def item(self, index: int, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
-        """Event ``index`` of the log, or the end once the log is read; None on timeout."""
+    def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
+        """The next event, or the end once every event is read; None on timeout."""
         flight = self.flight
-        ready = lambda: index < len(flight.events) or flight.end is not None  # noqa: E731
+        ready = lambda: self.position < flight.event_count or flight.end is not None  # noqa: E731
         if not flight.wait(self, ready, timeout):
             return None
-        if index < len(flight.events):
-            return flight.events[index]
+        if self.position < flight.event_count:
+            event = flight.event(self.position)
+            self.position += 1
+            if not flight.keep_log:
+                flight._trim()
+            return event
         if flight.end is None:
             raise ClientGone()
         return flight.end
 
     def wait_complete(self, timeout: float | None = None) -> None:
-        """Until the whole answer is in; raises the failure or ClientGone."""
+        """Until the whole answer is in; raises the failure or ClientGone. A listener that
+        waits for the whole answer reads no events one by one: it holds no log back."""
         flight = self.flight
+        flight._readers.discard(self)
         flight.wait(self, lambda: flight.complete or flight.end is not None, timeout)
         if not flight.complete:
             raise flight.failure or ClientGone()
@@ -219,6 +296,7 @@ def upstream_producer(
     deadline: Deadline,
     *,
     max_body: int,
+    max_event_bytes: int | None = None,
     route: str = "passthrough",
 ) -> Producer:
     """A producer that makes the upstream call and publishes what it answers."""
@@ -239,16 +317,17 @@ def upstream_producer(
                 _observe_ttfb(flight, route)
                 return
             head = Head(resp.status, headers, resp.attempts, None)
-            decoder = sse.Decoder()
+            decoder = sse.Decoder(max_event_bytes)
             while chunk := upstream.read_chunk(resp, deadline):
-                events = decoder.feed(chunk)
-                if events and flight.head is None:
-                    # Head and first event together: a listener learns the status only
-                    # when the stream is known to have started.
-                    flight.publish_head(head)
-                    _observe_ttfb(flight, route)
-                for event in events:
-                    flight.publish(event)
+                try:
+                    events = decoder.feed(chunk)
+                except sse.EventTooLarge as exc:
+                    _publish(flight, head, exc.events)
+                    raise UpstreamEventTooLarge(
+                        f"The upstream sent an event larger than {exc.limit} bytes "
+                        "(LLMGATE_MAX_EVENT_BYTES)."
+                    ) from None
+                _publish(flight, head, events)
             if flight.head is None:
                 flight.publish_head(head)
             resp.raw.release_conn()
@@ -257,11 +336,29 @@ def upstream_producer(
             if metrics is not None:
                 metrics.upstream_errors.labels(error_cause(exc)).inc()
             raise
+        except Exception as exc:
+            # Not an error we know (a bug, or input we did not expect): the caller must still
+            # hear of it, as a 502 before the first byte or the final error event after it.
+            log.exception("upstream exchange failed (request %s)", flight.request_id or "-")
+            if metrics is not None:
+                metrics.upstream_errors.labels("protocol").inc()
+            raise UpstreamProtocolError(
+                f"The upstream's answer could not be relayed: {type(exc).__name__}."
+            ) from None
         finally:
             if resp is not None:
                 if not resp.raw.closed:
                     resp.close()
                 upstream.done_with(resp)
+
+    def _publish(flight: Flight, head: Head, events: list[sse.Event]) -> None:
+        if events and flight.head is None:
+            # Head and first event together: a listener learns the status only when the
+            # stream is known to have started.
+            flight.publish_head(head)
+            _observe_ttfb(flight, route)
+        for event in events:
+            flight.publish(event)
 
     def _observe_ttfb(flight: Flight, route: str) -> None:
         flight.head_at = time.monotonic()
@@ -305,18 +402,16 @@ def relay(
         else:
             yield head.body
         return
-    index = 0
     saw_done = saw_error = False
     while True:
         try:
-            item = listener.item(index, timeout)
+            item = listener.next_item(timeout)
         except ClientGone:
             return
         if item is None:
             on_ping()
             yield sse.comment()
         elif isinstance(item, sse.Event):
-            index += 1
             saw_done = saw_done or item.is_done
             saw_error = saw_error or is_error_event(item)
             yield item.raw

@@ -25,6 +25,7 @@ log = logging.getLogger("llmgate.cache")
 
 class Tiers(Protocol):
     def get(self, key: str) -> tuple[bytes, str] | None: ...
+    def get_shared(self, key: str) -> bytes | None: ...
     def set(self, key: str, value: bytes, ttl: int) -> bool: ...
     def add(self, key: str, value: bytes, ttl: int) -> bool: ...
     def delete(self, key: str) -> None: ...
@@ -36,6 +37,8 @@ def entry_from_flight(flight: Flight, *, now: float, ttl: int = 0) -> Entry | No
     head = flight.head
     if head is None or not 200 <= head.status < 300 or not flight.complete:
         return None
+    if head.body is None and not flight.log_whole:
+        return None  # the log was given up (too large to keep): not every event is here
     ctype = next((v for k, v in head.headers if k.lower() == "content-type"), "")
     compute_s = (flight.finished_at or time.monotonic()) - flight.started
     try:
@@ -109,6 +112,8 @@ class AnswerCache:
         )
         entry = entry_from_flight(flight, now=self._clock(), ttl=ttl)
         if entry is None:
+            if flight.complete and not flight.log_whole and self.metrics is not None:
+                self.metrics.cache_not_stored.labels("too_large").inc()
             return False
         data = entry.to_bytes()
         if len(data) > self.settings.cache_max_entry_bytes:
@@ -127,7 +132,7 @@ class AnswerCache:
         if self._timed("add", self.tiers.add, lease_key(key), b"1", ttl):
             return True
         # `add` also fails when the node is down: only a lease we can read is held.
-        return False if self._timed("get", self.tiers.get, lease_key(key)) else None
+        return False if self._timed("get", self.tiers.get_shared, lease_key(key)) else None
 
     def release_lease(self, key: str) -> None:
         self.tiers.delete(lease_key(key))

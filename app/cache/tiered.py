@@ -2,8 +2,9 @@
 
 A read tries L1, then L2; an L2 hit is copied into L1 for ``l1_ttl`` seconds (the remaining
 TTL of the L2 item is unknown, so L1 may keep a copy a little past the L2 expiry: at most
-``l1_ttl``, keep it short). A write goes to both, L1 for at most ``l1_ttl``. Leases (``add``)
-must be shared across processes, so they go to L2 only; without an L2 they fall back to L1.
+``l1_ttl``, keep it short). A write goes to both, L1 for at most ``l1_ttl``. Leases (``add``,
+``get_shared``) must be shared across processes, so they live in L2 only and never enter L1;
+without an L2 they fall back to L1.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ class TieredCache:
             return None
         self.l1.set(key, value, self.l1_ttl)
         return value, self.l2.name
+
+    def get_shared(self, key: str) -> bytes | None:
+        """Read the shared level only, copying nothing into L1: for markers such as leases,
+        whose truth is what other processes see now (a stale L1 copy would make waiters wait
+        on a lease that Memcached no longer holds, or cannot say it holds)."""
+        if self.l2 is None:
+            return self.l1.get(key)
+        validate_key(key)
+        return self.l2.get(key)
 
     def set(self, key: str, value: bytes, ttl: int) -> bool:
         """True when at least one level stored the value."""

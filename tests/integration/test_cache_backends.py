@@ -642,6 +642,32 @@ def test_leases_live_in_l2_and_are_shared_between_processes(tiers, mc_port: int,
     other_process.close()
 
 
+def test_a_lease_read_never_enters_l1_so_memcached_trouble_is_not_waited_on(
+    mc_port: int, proxy: FaultProxy, key
+) -> None:
+    """Process A holds the lease; process B sees it held. When B then loses Memcached, B must
+    learn that no lease can be had (None: compute at once), not find a copy of A's lease in
+    its own L1 and wait ``lease_s`` for an entry nobody will write where B can read it."""
+    from app.cache.store import AnswerCache
+    from app.config import Settings
+    from app.keys import lease_key
+
+    settings = Settings(cache_lease_s=30)
+    a_l2 = MemcachedBackend([("127.0.0.1", mc_port)])
+    b_l2 = MemcachedBackend([("127.0.0.1", proxy.port)], dead_timeout=30)
+    a = AnswerCache(TieredCache(MemoryBackend(MiB), a_l2, l1_ttl=10), settings, shared=True)
+    b_tiers = TieredCache(MemoryBackend(MiB), b_l2, l1_ttl=10)
+    b = AnswerCache(b_tiers, settings, shared=True)
+    assert a.try_lease(key()) is True
+    assert b.try_lease(key()) is False
+    assert b_tiers.l1.get(lease_key(key())) is None  # read from L2, not copied into L1
+    proxy.down()
+    assert b.try_lease(key()) is None
+    a.release_lease(key())
+    a_l2.close()
+    b_l2.close()
+
+
 def test_tiered_without_l2_uses_l1_for_everything(key) -> None:
     cache = TieredCache(MemoryBackend(MiB, name="l1"), None, l1_ttl=10)
     assert cache.add(key(), b"1", 30) and not cache.add(key(), b"2", 30)

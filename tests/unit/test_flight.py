@@ -1,0 +1,167 @@
+"""Flight, Listener and relay in one process: producers here are plain functions that publish,
+so the ordering, the error paths and the memory bound are checked without sockets."""
+
+from __future__ import annotations
+
+import gevent
+import pytest
+
+from app import sse
+from app.cache.store import entry_from_flight
+from app.coalesce import Flights
+from app.errors import UpstreamProtocolError, UpstreamReset
+from app.relay import ClientGone, Finished, Flight, Head, relay
+
+HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
+
+
+def _events(*datas: str) -> list[sse.Event]:
+    raw = b"".join(sse.encode(d) for d in datas)
+    return sse.Decoder().feed(raw)
+
+
+def _script(*steps):
+    """A producer that runs ``steps``: Head, Event, "sleep", Finished or an exception."""
+
+    def produce(flight: Flight) -> None:
+        for step in steps:
+            if isinstance(step, Head):
+                flight.publish_head(step)
+            elif isinstance(step, sse.Event):
+                flight.publish(step)
+            elif step == "sleep":
+                gevent.sleep(0)  # let listeners run
+            elif isinstance(step, Finished):
+                flight.finish(step.leftover)
+            elif isinstance(step, BaseException):
+                raise step
+
+    return produce
+
+
+def _drain(listener) -> list:
+    out = []
+    while True:
+        item = listener.next_item(timeout=5)
+        out.append(item)
+        if not isinstance(item, sse.Event):
+            return out
+
+
+def test_a_listener_reads_head_events_and_end_in_order() -> None:
+    a, b, done = _events("a", "b", "[DONE]")
+    listener = Flight(_script(HEAD, a, "sleep", b, done, Finished(b""))).join()
+    assert listener.wait_head(5) == HEAD
+    items = _drain(listener)
+    assert items[:3] == [a, b, done] and isinstance(items[3], Finished)
+
+
+@pytest.mark.parametrize("error", [ValueError("boom"), KeyError("k"), ZeroDivisionError()])
+def test_an_unexpected_exception_before_the_head_is_a_502_protocol_error(error) -> None:
+    listener = Flight(_script("sleep", error)).join()
+    with pytest.raises(UpstreamProtocolError) as caught:
+        listener.wait_head(5)
+    assert caught.value.status == 502 and caught.value.code == "upstream_protocol_error"
+
+
+def test_an_unexpected_exception_mid_stream_ends_with_an_error_event() -> None:
+    a, b = _events("a", "b")
+    listener = Flight(_script(HEAD, a, b, "sleep", ValueError("x"))).join()
+    out = list(relay(listener, heartbeat=5, expect_done=True))
+    assert out[:2] == [a.raw, b.raw]
+    last = sse.Decoder().feed(out[2])[0].json()
+    assert last["error"]["code"] == "upstream_protocol_error"
+    assert len(out) == 3
+
+
+def test_a_stream_ending_without_done_gets_an_error_event() -> None:
+    (a,) = _events("a")
+    listener = Flight(_script(HEAD, a, Finished(b""))).join()
+    out = list(relay(listener, heartbeat=5, expect_done=True))
+    assert out[0] == a.raw
+    assert sse.Decoder().feed(out[1])[0].json()["error"]["code"] == UpstreamReset.code
+
+
+def test_a_late_joiner_reads_every_event_from_the_first() -> None:
+    events = _events(*"abcdef", "[DONE]")
+    flight = Flight(_script(HEAD, *events[:3], "sleep", "sleep", *events[3:], Finished(b"")))
+    first = flight.join()
+    first.wait_first_event(5)
+    late = flight.join()
+    assert 0 < flight.event_count < len(events)  # it joins mid-stream
+    assert _drain(late)[:-1] == events
+    assert _drain(first)[:-1] == events
+
+
+def test_without_a_kept_log_only_unread_events_stay_in_memory() -> None:
+    """A single caller's stream: memory is what the caller has yet to read, not the log."""
+    many = _events(*(str(i) for i in range(5000)))
+    flight = Flight(_script(HEAD, *[x for e in many for x in (e, "sleep")]), keep_log=False)
+    listener = flight.join()
+    most = 0
+    for expected in many:
+        assert listener.next_item(5) == expected
+        most = max(most, len(flight._log))
+    assert most <= 64
+    assert not flight.log_whole
+    with pytest.raises(RuntimeError):
+        _ = flight.events
+
+
+def test_past_the_log_limit_the_flight_stops_logging_takes_no_followers_and_is_not_stored() -> None:
+    events = _events(*("x" * 100 for _ in range(50)), "[DONE]")
+    flights = Flights()
+    flight = Flight(_script(HEAD, *[x for e in events for x in (e, "sleep")], Finished(b"")),
+                    log_limit=1000)  # fmt: skip
+    flights.put("k", flight)
+    reader = flight.join()
+    assert flights.get("k") is flight  # small so far: followers welcome
+    got = []
+    while len(got) < 20:
+        got.append(reader.next_item(5))
+    assert not flight.log_whole and not flight.keep_log
+    assert flights.get("k") is None  # too large to replay to a late joiner
+    rest = _drain(reader)
+    assert got + rest[:-1] == events  # the caller already reading still gets every event
+    assert len(flight._log) <= 64
+    assert entry_from_flight(flight, now=0.0) is None
+
+
+def test_a_listener_waiting_for_the_whole_answer_does_not_hold_the_log_back() -> None:
+    many = _events(*(str(i) for i in range(500)))
+    flight = Flight(_script(HEAD, *[x for e in many for x in (e, "sleep")], Finished(b"")),
+                    keep_log=False)  # fmt: skip
+    reader, waiter = flight.join(), flight.join()
+    waiting = gevent.spawn(waiter.wait_complete, 5)
+    assert len(_drain(reader)) == 501
+    waiting.get(timeout=5)
+    assert len(flight._log) <= 64
+
+
+def test_the_last_listener_leaving_cancels_the_flight() -> None:
+    (a,) = _events("a")
+    flight = Flight(_script(HEAD, a, *["sleep"] * 10_000))
+    listener = flight.join()
+    assert listener.next_item(5) == a
+    listener.leave()
+    assert flight.cancelled
+    late = flight.join()
+    assert late.next_item(5) == a  # what was published stays readable
+    with pytest.raises(ClientGone):
+        late.next_item(5)  # but nothing more comes
+
+
+def test_flights_skip_cancelled_and_failed_ones() -> None:
+    flights = Flights()
+    failed = Flight(_script(ValueError("x")))
+    flights.put("f", failed)
+    with pytest.raises(UpstreamProtocolError):
+        failed.join().wait_head(5)
+    assert failed.failure is not None and flights.get("f") is None
+    ok = Flight(_script(HEAD, *["sleep"] * 100))
+    flights.put("k", ok)
+    assert flights.get("k") is ok
+    flights.remove("k", failed)  # only the registered flight is removed
+    assert flights.get("k") is ok
+    flights.remove("k", ok)
+    assert flights.get("k") is None

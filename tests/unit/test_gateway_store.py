@@ -1,0 +1,196 @@
+"""Gateway planning, coalescing and storing, in one process with the in-process cache.
+
+The answers come from scripted producers (no sockets); what was stored is read from the L1
+backend itself, never through the gateway's own lookup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import gevent
+import gevent.event
+import pytest
+
+from app import sse
+from app.cache.memory import MemoryBackend
+from app.cache.policy import Directive
+from app.cache.store import AnswerCache, entry_from_flight
+from app.cache.tiered import TieredCache
+from app.calls import Call
+from app.config import Settings
+from app.errors import UpstreamReset
+from app.gateway import Gateway
+from app.policy import Deadline
+from app.relay import Finished, Flight, Head
+from app.upstream import Upstream
+
+SETTINGS = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=0)
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+STREAM_HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
+
+
+def _gateway() -> tuple[Gateway, MemoryBackend]:
+    l1 = MemoryBackend(1 << 20)
+    answers = AnswerCache(TieredCache(l1, None, l1_ttl=60), SETTINGS, shared=False)
+    return Gateway(SETTINGS, Upstream(SETTINGS), answers), l1
+
+
+def _call(headers=(), query: str = "", body: dict | None = None, route: str = "chat") -> Call:
+    raw = json.dumps(body or BODY).encode()
+    return Call(route, "POST", "/v1/chat/completions", query, list(headers), raw)
+
+
+def _plan(gateway: Gateway, **kw):
+    call = _call(**kw)
+    return gateway._plan(call, json.loads(call.body))
+
+
+# -- planning ------------------------------------------------------------------------------
+def test_plan_keys_by_tenant_query_and_body() -> None:
+    gateway, _ = _gateway()
+    base = _plan(gateway, headers=[("api-key", "a")])
+    assert base is not None
+    key, directive = base
+    assert directive == Directive()
+    assert _plan(gateway, headers=[("api-key", "a")]) == base
+    assert _plan(gateway, headers=[("api-key", "b")])[0] != key
+    assert _plan(gateway, headers=[("x-api-key", "a")])[0] != key
+    assert _plan(gateway, headers=[("api-key", "a")], query="v=2")[0] != key
+    other = {**BODY, "messages": [{"role": "user", "content": "bye"}]}
+    assert _plan(gateway, headers=[("api-key", "a")], body=other)[0] != key
+
+
+def test_plan_skips_what_is_not_cacheable() -> None:
+    gateway, _ = _gateway()
+    assert _plan(gateway, body={**BODY, "temperature": 1}) is None
+    assert gateway._plan(_call(route="passthrough"), None) is None
+    no_cache = Gateway(SETTINGS, Upstream(SETTINGS), None)
+    assert no_cache._plan(_call(), BODY) is None
+
+
+def test_plan_reads_cache_control() -> None:
+    gateway, _ = _gateway()
+    _, directive = _plan(gateway, headers=[("Cache-Control", "no-store")])
+    assert directive.store is False and directive.lookup is True
+
+
+# -- storing: only complete, successful answers --------------------------------------------
+def _run(gateway: Gateway, key: str, *steps, stream: bool = True) -> Flight:
+    def produce(flight: Flight) -> None:
+        for step in steps:
+            if isinstance(step, Head):
+                flight.publish_head(step)
+            elif isinstance(step, bytes):
+                for event in sse.Decoder().feed(step):
+                    flight.publish(event)
+            elif isinstance(step, Finished):
+                flight.finish(step.leftover)
+            elif isinstance(step, BaseException):
+                raise step
+
+    flight = gateway._start_flight(key, Directive(), produce, Deadline.start(10), stream)
+    assert flight is not None
+    listener = flight.join()
+    with contextlib.suppress(Exception):  # failures are what some cases are about
+        listener.wait_complete(5)
+    listener.leave()
+    gevent.sleep(0)  # on_done runs in the flight's greenlet as it ends
+    return flight
+
+
+KEY = "llmgate:v1:" + "0" * 64
+GOOD = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n'
+
+
+def test_a_complete_stream_is_stored_and_leaves_the_flight_map() -> None:
+    gateway, l1 = _gateway()
+    flight = _run(gateway, KEY, STREAM_HEAD, GOOD, Finished(b""))
+    assert l1.get(KEY) is not None
+    assert gateway.flights.get(KEY) is None
+    assert entry_from_flight(flight, now=0).events == tuple(e.raw for e in sse.Decoder().feed(GOOD))
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param((STREAM_HEAD, GOOD[:48], Finished(b"")), id="no-done"),
+        pytest.param((STREAM_HEAD, GOOD[:48], UpstreamReset("cut")), id="reset-mid-stream"),
+        pytest.param((STREAM_HEAD, GOOD[:48], ValueError("bug")), id="exception-mid-stream"),
+        pytest.param(
+            (STREAM_HEAD, b'data: {"error":{"message":"x"}}\n\n' + GOOD[48:], Finished(b"")),
+            id="error-event",
+        ),
+        pytest.param((STREAM_HEAD, GOOD, Finished(b"data: tail")), id="leftover"),
+        pytest.param((Head(429, [], 1, b'{"error":{}}'),), id="429"),
+        pytest.param((Head(500, [], 1, b'{"error":{}}'),), id="500"),
+        pytest.param((Head(200, [], 1, b"\xff\xfe"),), id="not-utf8"),
+    ],
+)
+def test_partial_or_failed_answers_are_never_stored(steps) -> None:
+    gateway, l1 = _gateway()
+    _run(gateway, KEY, *steps, stream=steps[0].body is None)
+    assert l1.get(KEY) is None
+    assert l1.stats()["sets"] == 0
+
+
+def test_a_flight_abandoned_by_its_caller_is_not_stored() -> None:
+    gateway, l1 = _gateway()
+
+    def produce(flight: Flight) -> None:
+        flight.publish_head(STREAM_HEAD)
+        for event in sse.Decoder().feed(GOOD[:48]):
+            flight.publish(event)
+        gevent.sleep(30)
+
+    flight = gateway._start_flight(KEY, Directive(), produce, Deadline.start(60), True)
+    listener = flight.join()
+    assert listener.wait_first_event(5)
+    listener.leave()
+    gevent.sleep(0)
+    assert flight.cancelled
+    assert l1.get(KEY) is None and l1.stats()["sets"] == 0
+
+
+def test_a_stream_larger_than_an_entry_is_not_stored_and_takes_no_followers() -> None:
+    settings = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=0,
+                        cache_max_entry_bytes=1024)  # fmt: skip
+    l1 = MemoryBackend(1 << 20)
+    answers = AnswerCache(TieredCache(l1, None, l1_ttl=60), settings, shared=False)
+    gateway = Gateway(settings, Upstream(settings), answers)
+    big = b"".join(sse.encode(json.dumps({"i": i, "pad": "x" * 40})) for i in range(100))
+    flight = _run(gateway, KEY, STREAM_HEAD, big, GOOD, Finished(b""))
+    assert flight.complete and not flight.log_whole
+    assert l1.get(KEY) is None
+
+
+# -- coalescing ----------------------------------------------------------------------------
+def test_followers_of_a_flight_share_it_and_each_read_every_event() -> None:
+    gateway, l1 = _gateway()
+    events = sse.Decoder().feed(GOOD)
+    release = gevent.event.Event()
+
+    def produce(flight: Flight) -> None:
+        flight.publish_head(STREAM_HEAD)
+        flight.publish(events[0])
+        release.wait(5)
+        flight.publish(events[1])
+        flight.finish()
+
+    leader = gateway._start_flight(KEY, Directive(), produce, Deadline.start(10), True)
+    listeners = [leader.join()]
+    listeners[0].wait_first_event(5)
+    for _ in range(3):
+        found = gateway.flights.get(KEY)
+        assert found is leader  # identical requests join, nobody starts a second call
+        listeners.append(found.join())
+    release.set()
+    for listener in listeners:
+        got = []
+        while not isinstance(item := listener.next_item(5), Finished):
+            got.append(item)
+        assert got == events
+        listener.leave()
+    gevent.sleep(0)
+    assert gateway.flights.get(KEY) is None and l1.get(KEY) is not None
