@@ -1,0 +1,170 @@
+"""What the caller receives through nginx, checked against what a scripted upstream sent.
+
+The upstream here is tests/support/scripted_server.py: it sends exact bytes in awkward chunks.
+The caller side reads the raw HTTP response from a socket and undoes the chunked framing
+itself, so no SSE or HTTP library of the gateway's sits between the two byte strings compared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.scripted_server import Exchange, LoopbackServer, Request
+
+# A stream that uses the whole grammar: CRLF and LF (and a CRLF split across writes), a
+# comment, multi-line data, id/retry/event fields, a non-ASCII "digit" in retry, odd
+# spacing, an unknown field, a BOM-less start, a long line, then [DONE].
+LONG = "y" * 60_000  # under the stack's LLMGATE_MAX_EVENT_BYTES (80,000)
+FIXTURE_CHUNKS = [
+    b": hello from upstream\r\n\r\n",
+    b'data: {"choices":[{"delta":{"content":"a"}}]}\r',
+    b"\n\r\n",
+    b"event: message\nid: 7\nretry: 1500\ndata:no-space\ndata:  two-spaces\n\n",
+    "retry: \u00b2\ndata: after-superscript-retry\n\n".encode(),
+    b"unknown: field\ndata: x\r\ndata: y\r\n\r\n",
+    b"data: " + LONG.encode() + b"\n\n",
+    b":ping\n\n",
+    b"data: [DONE]\n\n",
+]
+FIXTURE = b"".join(FIXTURE_CHUNKS)
+MiB = 1024 * 1024
+MSGS = [{"role": "user", "content": "hi"}]
+BIG_EVENT = b"data: " + b"z" * (64 * 1024 - 8) + b"\n\n"  # 64 KiB per event
+BIG_COUNT = 1600  # 100 MiB
+
+
+def _upstream(request: Request, exchange: Exchange) -> None:
+    script = json.loads(request.body or b"{}").get("model", "")
+    if script == "bytes":
+        exchange.start_stream()
+        for chunk in FIXTURE_CHUNKS:
+            exchange.send(chunk)
+            time.sleep(0.002)  # separate reads at the gateway, so the splits are real
+        exchange.finish()
+    elif script == "big":
+        exchange.start_stream()
+        for _ in range(BIG_COUNT):
+            if not exchange.send(BIG_EVENT):
+                return
+        exchange.send(b"data: [DONE]\n\n")
+        exchange.finish()
+    elif script == "oversize-first":
+        exchange.start_stream()
+        exchange.send(b"data: " + b"o" * 100_000 + b"\n\n")
+        exchange.finish()
+    elif script == "oversize-later":
+        exchange.start_stream()
+        exchange.send(b"data: first\n\n")
+        time.sleep(0.05)
+        exchange.send(b"data: " + b"o" * 100_000 + b"\n\n")
+        exchange.finish()
+    else:
+        exchange.respond(404, {"error": {"message": script, "type": "x", "param": None}})
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[LoopbackServer]:
+    with LoopbackServer(_upstream) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gw1(make_stack, upstream: LoopbackServer):
+    """One worker (so its memory can be measured), the scripted upstream, nginx in front."""
+    return make_stack(
+        env={"LLMGATE_MAX_EVENT_BYTES": "80000"},
+        workers=1,
+        upstream_url=upstream.url + "/v1",
+    )
+
+
+def raw_post(url: str, body: dict, *, sink: bool = False) -> tuple[int, dict[str, str], bytes]:
+    """POST through a plain socket; the body with the chunked framing undone by hand.
+    ``sink``: count the body's bytes instead of keeping them (the 100 MiB test)."""
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
+    )
+    reader = sock.makefile("rb")
+    status = int(reader.readline().split()[1])
+    headers: dict[str, str] = {}
+    while (line := reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    out = bytearray()
+    count = 0
+    if headers.get("transfer-encoding") == "chunked":
+        while True:
+            size = int(reader.readline().split(b";")[0], 16)
+            if size == 0:
+                break
+            part = reader.read(size)
+            assert reader.read(2) == b"\r\n"
+            count += len(part)
+            if not sink:
+                out += part
+    else:
+        part = reader.read(int(headers.get("content-length", "0")))
+        count = len(part)
+        out += part
+    sock.close()
+    return status, headers, bytes(out) if not sink else str(count).encode()
+
+
+def test_the_caller_receives_exactly_the_upstreams_bytes(gw1) -> None:
+    status, headers, body = raw_post(gw1.url, {"model": "bytes", "messages": MSGS, "stream": True})
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    # Byte for byte: line ends, comments, spacing, the long line.
+    differ = next((i for i, (a, b) in enumerate(zip(body, FIXTURE, strict=False)) if a != b), None)
+    assert body == FIXTURE, (len(body), len(FIXTURE), differ, body[(differ or 0) - 20 :][:60])
+
+
+def test_an_event_over_the_limit_before_the_first_byte_is_a_502(gw1) -> None:
+    status, headers, body = raw_post(gw1.url, {"model": "oversize-first", "messages": MSGS,
+                                               "stream": True})  # fmt: skip
+    assert status == 502 and headers["content-type"] == "application/json"
+    assert json.loads(body)["error"]["code"] == "upstream_event_too_large"
+
+
+def test_an_event_over_the_limit_after_the_first_byte_ends_with_an_error_event(gw1) -> None:
+    status, _, body = raw_post(gw1.url, {"model": "oversize-later", "messages": MSGS,
+                                         "stream": True})  # fmt: skip
+    assert status == 200
+    first, last = body.split(b"\n\n")[0], body.split(b"\n\n")[-2]
+    assert first == b"data: first"
+    assert json.loads(last.removeprefix(b"data: "))["error"]["code"] == "upstream_event_too_large"
+    assert b"[DONE]" not in body
+
+
+def _worker_rss_kb(gw) -> int:
+    master = gw.stack.proc("gunicorn").popen.pid
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    assert len(children) == 1, children
+    status = Path(f"/proc/{children[0]}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1])
+
+
+def test_a_100_mib_stream_nobody_else_needs_holds_little_memory(gw1) -> None:
+    """Not cacheable (temperature 1), one caller: the gateway must not keep the stream."""
+    body = {"model": "big", "messages": MSGS, "stream": True, "temperature": 1}
+    raw_post(gw1.url, {"model": "bytes", "messages": MSGS, "stream": True})  # warm the worker
+    before = _worker_rss_kb(gw1)
+    status, _, count = raw_post(gw1.url, body, sink=True)
+    after = _worker_rss_kb(gw1)
+    assert status == 200
+    assert int(count) == BIG_COUNT * len(BIG_EVENT) + len(b"data: [DONE]\n\n")
+    grown_mib = (after - before) / 1024
+    print(f"\nworker RSS {before / 1024:.1f} -> {after / 1024:.1f} MiB over a 100 MiB stream")
+    if os.environ.get("LLMGATE_TEST_REPORT"):
+        Path(os.environ["LLMGATE_TEST_REPORT"]).write_text(f"{before} {after}\n")
+    assert grown_mib < 10, f"worker RSS grew {grown_mib:.1f} MiB"
