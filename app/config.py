@@ -97,6 +97,12 @@ class Settings:
         "Largest request body accepted (413 above it); nginx's client_max_body_size is "
         "rendered from the same value.",
     )
+    max_json_depth: int = _setting(
+        "LLMGATE_MAX_JSON_DEPTH",
+        64,
+        "Deepest nesting of arrays/objects accepted in a JSON request body (400 invalid_json "
+        "above it), checked before parsing; at most 512, below Python's recursion limit.",
+    )
     max_event_bytes: int = _setting(
         "LLMGATE_MAX_EVENT_BYTES",
         8 * 1024 * 1024,
@@ -200,6 +206,10 @@ class Settings:
             raise SettingsError("LLMGATE_CACHE_L1_BYTES must be >= 1024")
         if self.max_event_bytes < 1024:
             raise SettingsError("LLMGATE_MAX_EVENT_BYTES must be >= 1024")
+        if not 1 <= self.max_json_depth <= 512:
+            # Deeper, json.loads (and json.dumps of the cache key) would recurse past
+            # Python's recursion limit: the RecursionError this setting exists to prevent.
+            raise SettingsError("LLMGATE_MAX_JSON_DEPTH must be between 1 and 512")
         if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"

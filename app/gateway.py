@@ -65,7 +65,7 @@ class Gateway:
         stream = False
         forward = call.body
         if call.route in VALIDATED_ROUTES:
-            body = schema.parse_body(call.body)
+            body = schema.parse_body(call.body, max_depth=self.settings.max_json_depth)
             schema.validate(call.route, body)
             stream = schema.wants_stream(body)
             call.trace.model = str(body["model"])[:100] if "model" in body else None
