@@ -13,7 +13,10 @@ from pathlib import Path
 
 bind = os.environ.get("LLMGATE_BIND", "127.0.0.1:8000").split(",")
 workers = int(os.environ.get("LLMGATE_WORKERS", "2"))
-worker_class = "gevent"
+# gevent's worker, with gunicorn's own error pages (requests its parser refuses) written as
+# OpenAI JSON instead of HTML. A dotted path (gunicorn does not take "module:Class" here):
+# this file must not import the app.
+worker_class = "app.worker.JSONErrorGeventWorker"
 # Each stream holds one connection for its whole life; gunicorn's default of 1000 left
 # streams beyond it hanging. Descriptors are raised to match in on_starting.
 worker_connections = int(os.environ.get("LLMGATE_WORKER_CONNECTIONS", "5000"))
@@ -29,8 +32,25 @@ graceful_timeout = int(os.environ.get("LLMGATE_GRACEFUL_TIMEOUT_S", "600"))
 # first and never sends a request on a connection gunicorn is closing.
 keepalive = 75
 backlog = 4096
+# Header limits, aligned with nginx (nginx/llmgate.conf.template) so that what nginx accepts
+# gunicorn accepts too and nginx's JSON 414/431 answers come first:
+# - request line: nginx refuses lines that do not fit one 8k large_client_header_buffer;
+#   gunicorn's default (4094) sat below that and answered 4-8 KB URLs itself. 8190 is
+#   gunicorn's maximum, and nginx sends gunicorn the caller's request line unchanged
+#   (measured: both take a line of 8,190 bytes; nginx refuses 8,191 with its JSON 414).
+limit_request_line = 8190
+# - one header line: nginx takes 8k per line, but joins the caller's X-Forwarded-For lines
+#   into one, which can fill its whole header budget (4 x 8k buffers), so gunicorn allows
+#   more than that.
+limit_request_field_size = 4 * 8192 + 4096
+# - header count: nginx limits bytes, not headers, so this one is gunicorn's to enforce
+#   (gunicorn's default; clients send ~10-20); the worker class answers it as JSON 431.
+limit_request_fields = 100
 control_socket_disable = True
 accesslog = os.environ.get("LLMGATE_ACCESS_LOG") or None
+# gunicorn's default format with the path (%(U)s) instead of the request line (%(r)s): the
+# query string stays out of the log, because some callers put their key in it (?api-key=).
+access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s "%(f)s" "%(a)s"'
 errorlog = "-"
 loglevel = os.environ.get("LLMGATE_LOG_LEVEL", "info")
 proc_name = "llmgate"

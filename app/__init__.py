@@ -2,7 +2,8 @@
 
 Layers, imports flow downwards only:
 
-    web            factory.py, routes.py, statuspage.py      Flask, request/response shapes
+    web            factory.py, routes.py, statuspage.py,     Flask, request/response shapes;
+                   worker.py                                 gunicorn's own errors as JSON
     orchestration  gateway.py, relay.py, coalesce.py,        one call from request to response
                    replay.py, observe.py, cache/store.py
     adapters       upstream.py, cache/{memory,memcached,     the only owners of sockets and

@@ -1,0 +1,66 @@
+"""The gunicorn worker class: gevent's, with gunicorn's own error answers in OpenAI JSON.
+
+Why it exists: requests that gunicorn's HTTP parser refuses (a duplicated Content-Type,
+too many headers, a request line over ``limit_request_line``, a malformed line) never
+reach Flask. gunicorn answers them itself from ``Worker.handle_error`` through
+``gunicorn.util.write_error``, which writes an HTML page, and nginx passes that page on
+to the caller. This worker swaps that one function, in its own process, for one writing
+the same status as ``{"error": {"message", "type", "param", "code"}}``; gunicorn's
+classification of the error, its logging and its access log line stay as they are.
+
+The master imports this module to find the class, so it imports only gunicorn and the
+pure ``app.errors``: nothing that opens sockets or must come after gevent's patching.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from gunicorn import util
+from gunicorn.workers.ggevent import GeventWorker
+
+from app.errors import GatewayError
+
+# gunicorn's statuses -> (OpenAI error type, code); see Worker.handle_error.
+_KINDS = {
+    400: ("invalid_request_error", "bad_request"),
+    403: ("permission_error", "forbidden"),
+    414: ("invalid_request_error", "uri_too_long"),
+    417: ("invalid_request_error", "expectation_failed"),
+    431: ("invalid_request_error", "headers_too_large"),
+    500: ("api_error", "internal_error"),
+    501: ("invalid_request_error", "not_implemented"),
+}
+
+
+def error_answer(status: int, reason: str, mesg: str) -> bytes:
+    """A complete HTTP response for gunicorn's error ``status``, with an OpenAI JSON body."""
+    default = ("api_error", None) if status >= 500 else ("invalid_request_error", None)
+    kind, code = _KINDS.get(status, default)
+    if status >= 500:
+        message = "Internal gateway error."  # details are in the log, not for the caller
+    else:
+        message = f"{reason}: {mesg}"[:500] if mesg else reason
+    error = GatewayError(message, status=status)
+    error.type, error.code = kind, code
+    body = error.to_json()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\n"
+        "Connection: close\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
+    """Drop-in for gunicorn.util.write_error (same signature, same non-blocking write)."""
+    util.write_nonblock(sock, error_answer(status_int, reason, mesg))
+
+
+class JSONErrorGeventWorker(GeventWorker):
+    def init_process(self) -> None:
+        # In the forked worker only (the master never writes error pages); handle_error
+        # looks the function up on gunicorn.util at each call.
+        util.write_error = write_json_error
+        super().init_process()

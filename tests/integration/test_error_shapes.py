@@ -1,0 +1,182 @@
+"""Malformed and oversized requests still get OpenAI-shaped JSON errors, never HTML.
+
+Some of these never reach Flask: nginx or gunicorn's HTTP parser refuses them. They are sent
+on raw sockets, because urllib3 would refuse to send a duplicated header or a broken line.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+LIMIT_BODY = b'{"model": "m", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+
+
+def send_raw(url: str, head: bytes, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+    """One request written as is; the answer as (status, headers, body)."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+        sock.sendall(head + body)
+        resp = http.client.HTTPResponse(sock)
+        resp.begin()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+
+
+def request_head(
+    method: str, target: str, headers: list[tuple[str, str]], *, body: bytes = b""
+) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    if body:
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def assert_json_error(
+    answer: tuple[int, dict[str, str], bytes], status: int | tuple[int, ...], code: str | None
+) -> dict:
+    got, headers, body = answer
+    is_html = b"<html" in body.lower()
+    assert not is_html, body[:300]
+    assert got in (status if isinstance(status, tuple) else (status,)), (got, body[:300])
+    assert headers["content-type"].startswith("application/json"), (headers, body[:300])
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert error["message"] and error["type"]
+    if code is not None:
+        assert error["code"] == code, error
+    return error
+
+
+@pytest.fixture
+def new_gunicorn_log(gw) -> Callable[[], str]:
+    """What gunicorn logged since the test started (its log is shared by the session)."""
+    start = len(gw.log("gunicorn"))
+    return lambda: gw.log("gunicorn")[start:]
+
+
+def many_headers(n: int) -> list[tuple[str, str]]:
+    return [(f"X-Filler-{i}", "x") for i in range(n)]
+
+
+DUPLICATED_CONTENT_TYPE = [("Content-Type", "application/json")] * 2
+SMALL_CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "x"}]}'
+
+# name -> (request target, extra headers, body, expected status, expected code)
+THROUGH_NGINX = {
+    "nested 5000 deep": ("/v1/chat/completions", [], LIMIT_BODY, 400, "invalid_json"),
+    "duplicated Content-Type": (
+        "/v1/chat/completions",
+        DUPLICATED_CONTENT_TYPE,
+        SMALL_CHAT,
+        400,
+        "bad_request",
+    ),
+    "more headers than gunicorn's limit": (
+        "/v1/models",
+        many_headers(150),
+        b"",
+        431,
+        "headers_too_large",
+    ),
+    "request line over the limits": ("/v1/models/" + "m" * 9000, [], b"", 414, "uri_too_long"),
+    "header line over the limits": (
+        "/v1/models",
+        [("X-Big", "b" * 9000)],
+        b"",
+        431,
+        "headers_too_large",
+    ),
+}
+
+# Straight to gunicorn (behind nginx, nginx refuses some of these first): its parser's
+# refusals must come out of the worker class as JSON too.
+STRAIGHT_TO_GUNICORN = {
+    **{k: v for k, v in THROUGH_NGINX.items() if k != "header line over the limits"},
+    "header line over gunicorn's limit": (
+        "/v1/models",
+        [("X-Big", "b" * 40_000)],
+        b"",
+        431,
+        "headers_too_large",
+    ),
+}
+
+
+def _send(url: str, case: tuple) -> tuple[int, dict[str, str], bytes]:
+    target, headers, body, _, _ = case
+    method = "POST" if body else "GET"
+    if body and not any(name == "Content-Type" for name, _ in headers):
+        headers = [*headers, ("Content-Type", "application/json")]
+    return send_raw(url, request_head(method, target, headers, body=body), body)
+
+
+@pytest.mark.parametrize("case", THROUGH_NGINX)
+def test_refused_requests_are_openai_json_through_nginx(gw, new_gunicorn_log, case: str) -> None:
+    _, _, _, status, code = THROUGH_NGINX[case]
+    error = assert_json_error(_send(gw.url, THROUGH_NGINX[case]), status, code)
+    if case == "nested 5000 deep":
+        assert "limit of 64 levels" in error["message"]
+    assert "Traceback" not in new_gunicorn_log()
+
+
+@pytest.mark.parametrize("case", STRAIGHT_TO_GUNICORN)
+def test_gunicorn_own_refusals_are_openai_json(gw, new_gunicorn_log, case: str) -> None:
+    _, _, _, status, code = STRAIGHT_TO_GUNICORN[case]
+    assert_json_error(_send(gw.app_url, STRAIGHT_TO_GUNICORN[case]), status, code)
+    assert "Traceback" not in new_gunicorn_log()
+
+
+def test_a_broken_request_line_straight_to_gunicorn_is_json(gw, new_gunicorn_log) -> None:
+    assert_json_error(send_raw(gw.app_url, b"BROKEN\r\n\r\n"), 400, "bad_request")
+    assert "Traceback" not in new_gunicorn_log()
+
+
+def test_a_long_model_id_in_the_path_is_never_html(gw, new_gunicorn_log) -> None:
+    # 5,000 bytes fit both request-line limits (nginx's 8k buffer, gunicorn's 8190): the
+    # call is forwarded and the upstream's own JSON answer comes back.
+    answer = send_raw(gw.url, request_head("GET", "/v1/models/" + "m" * 5000, []))
+    assert_json_error(answer, (400, 404, 414), None)
+    assert "Traceback" not in new_gunicorn_log()
+
+
+def test_nginx_refuses_first_where_it_can(gw) -> None:
+    """Request lines and header lines nginx accepts, gunicorn accepts too, so the refusals
+    are nginx's own (its JSON pages), and what nginx passes on is served."""
+    for target, headers in [
+        ("/v1/models/" + "m" * 9000, []),
+        ("/v1/models", [("X-Big", "b" * 9000)]),
+    ]:
+        status, response_headers, _ = send_raw(gw.url, request_head("GET", target, headers))
+        assert status in (414, 431)
+        assert "x-request-id" in response_headers  # set only on nginx's error pages
+    # Just under nginx's limits: a request line of 8,100 bytes, and four X-Forwarded-For
+    # lines that nginx joins into one of ~24 KB for gunicorn.
+    longest = send_raw(gw.url, request_head("GET", "/v1/models/" + "m" * 8070, []))
+    assert longest[0] == 404, longest
+    forwarded = [("X-Forwarded-For", "10.0.0.1, " * 600)] * 4
+    assert send_raw(gw.url, request_head("GET", "/healthz", forwarded))[0] == 200
+
+
+def test_access_log_has_the_path_without_the_query(make_stack, runs_dir: Path) -> None:
+    access_log = runs_dir / "gunicorn-access.log"
+    gw = make_stack(env={"LLMGATE_ACCESS_LOG": str(access_log)}, memcached=False)
+    resp = gw.http.request("GET", gw.url + "/v1/models?api-key=SECRET&limit=2")
+    assert resp.status == 200
+    # gunicorn writes the line once the response is sent: the caller may read it first.
+    give_up = time.monotonic() + 5
+    while not (lines := [x for x in access_log.read_text().splitlines() if "/v1/models" in x]):
+        assert time.monotonic() < give_up, access_log.read_text()
+        time.sleep(0.05)
+    assert "GET /v1/models HTTP/1.1" in lines[-1]
+    assert '" 200 ' in lines[-1]
+    nginx_access = gw.stack.options.run_dir / "nginx" / "logs" / "access.log"
+    for log in (access_log.read_text(), gw.log("gunicorn"), nginx_access.read_text()):
+        assert "SECRET" not in log
