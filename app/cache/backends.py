@@ -5,8 +5,8 @@ two tiered together) passes one contract suite (tests/integration/test_cache_bac
 
 Rules every backend keeps:
 
-- ``get`` returns the stored bytes or None; any failure reads as None (fail open, DESIGN.md
-  section 3: "cache trouble is a miss, never an error").
+- ``get`` returns the stored bytes or None; any failure reads as None (fail open,
+  docs/conventions.md: "a cache failure is a miss, not an error").
 - ``set`` returns False when the value was not stored (too large, node down, timeout).
 - ``add`` returns True only when the key was absent and now holds the value: a lease.
 - A key that breaks the rules below is a programming error: ``ValueError``, raised at once.

@@ -1,8 +1,8 @@
 """The shared cache level: Memcached nodes through pymemcache's HashClient. Fails open.
 
-The only module that talks to pymemcache (STYLE.md lesson 3). Built inside the gunicorn
+The only module that talks to pymemcache (layer map: app/__init__.py). Built inside the gunicorn
 worker, after gevent patched ``socket`` and ``threading``; no socket opens before the first
-command. What pymemcache does not give us, and how it is handled here (DESIGN.md section 5):
+command. What pymemcache does not give us, and how it is handled here (docs/stack-notes.md):
 
 - No timeouts by default: ``connect_timeout`` and ``timeout`` are always passed.
 - HashClient writes with ``noreply`` by default (a 2 MB set "succeeded" and stored nothing):

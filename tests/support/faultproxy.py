@@ -1,7 +1,7 @@
 """A TCP fault proxy on loopback: pass bytes through, or delay, stall, reset or refuse them.
 
 Protocol-agnostic (Memcached today, HTTP upstreams later). netem and Toxiproxy are not
-available on these machines (DESIGN.md section 5), so faults are injected here.
+available on these machines (docs/stack-notes.md), so faults are injected here.
 
 One thread owns every socket and runs a ``selectors`` loop; the test thread only changes the
 mode and wakes the loop through a socket pair. That keeps closes and resets race-free: no
