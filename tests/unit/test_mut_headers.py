@@ -1,0 +1,42 @@
+"""Header filtering edges the mutation run found untested (app/headers.py).
+
+RFC 9110 7.6.1: Connection is a comma-separated list of field names (optional whitespace
+around the commas); every field it names is hop-by-hop and must not be forwarded, either way.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.headers import downstream_headers, upstream_request_headers
+
+
+@pytest.mark.parametrize("connection", ["x-a, close", "x-a,close", "close ,X-A", " X-A "])
+def test_every_field_named_by_connection_is_dropped_upstream(connection: str) -> None:
+    out = upstream_request_headers(
+        [("Connection", connection), ("X-A", "1"), ("X-B", "2")], stream=False
+    )
+    assert out == {"X-B": "2", "Accept-Encoding": "gzip, deflate"}
+
+
+def test_every_field_named_by_connection_is_dropped_downstream() -> None:
+    kept = downstream_headers(
+        [("Connection", "x-hop,close"), ("X-Hop", "1"), ("x-request-id", "r")]
+    )
+    assert kept == [("x-request-id", "r")]
+
+
+def test_downstream_takes_a_list_of_pairs_and_keeps_repeated_fields() -> None:
+    # A list keeps what a mapping cannot: the same field name twice, in order.
+    pairs = [
+        ("x-ratelimit-limit-requests", "10"),
+        ("Link", "<a>"),
+        ("Link", "<b>"),
+        ("Date", "Mon, 30 Nov 2026 00:00:00 GMT"),
+        ("Set-Cookie", "a=b"),
+    ]
+    assert downstream_headers(pairs) == [
+        ("x-ratelimit-limit-requests", "10"),
+        ("Link", "<a>"),
+        ("Link", "<b>"),
+    ]
