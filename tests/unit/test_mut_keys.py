@@ -1,0 +1,90 @@
+"""The v1 cache key format, pinned (app/keys.py).
+
+Keys live in a Memcached shared by every worker and every gateway instance, including two
+releases side by side during a rolling deploy. So the bytes of a `llmgate:v1:` key are a
+contract: a release that computes them differently must bump KEY_VERSION, or old and new
+instances silently stop sharing (or, worse, start mixing) entries. The format, as documented
+here and in app/keys.py:
+
+- canonical body: the request body without `stream`, `stream_options`, `user` and `cache`,
+  as JSON with sorted keys, no insignificant whitespace and non-ASCII text as UTF-8 (the
+  RFC 8785 / JCS choices);
+- tenant: `ns:<namespace>` for an allowed shared namespace, else `cred:` and the first 32
+  hex digits of SHA-256 over `llmgate-tenant\\n` and the caller's identity headers as
+  `name=value` lines (name lower-cased, value trimmed, lines sorted, joined by LF);
+- key: `llmgate:v1:` and the SHA-256 hex of the key version, upstream, route, tenant and
+  query string, each UTF-8 and prefixed by its length as 4 big-endian bytes, then the
+  canonical body; the lease of a key is the key plus `:lease`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+from app import keys
+
+BODY = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "été"}],
+    "temperature": 0,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+    "user": "u",
+    "cache": {"ttl": 5},
+}
+CANONICAL = '{"messages":[{"content":"été","role":"user"}],"model":"m","temperature":0}'
+
+
+def _expected_tenant(lines: list[str]) -> str:
+    material = "\n".join(sorted(lines)).encode()
+    return "cred:" + hashlib.sha256(b"llmgate-tenant\n" + material).hexdigest()[:32]
+
+
+def _expected_key(upstream: str, route: str, tenant: str, query: str) -> str:
+    digest = hashlib.sha256()
+    for part in ("v1", upstream, route, tenant, query):
+        data = part.encode("utf-8")
+        digest.update(struct.pack(">I", len(data)) + data)
+    digest.update(CANONICAL.encode("utf-8"))
+    return "llmgate:v1:" + digest.hexdigest()
+
+
+def test_canonical_body_is_sorted_compact_utf8_json_without_delivery_fields() -> None:
+    assert keys.canonical_body(BODY) == CANONICAL.encode("utf-8")
+
+
+def test_a_namespace_tenant_is_its_name() -> None:
+    assert keys.tenant_of([("Authorization", "Bearer k")], namespace="docs") == "ns:docs"
+
+
+def test_a_credential_tenant_is_a_salted_hash_of_the_identity_headers() -> None:
+    sent = [
+        ("OpenAI-Project", " p1 "),
+        ("Authorization", "Bearer sk-a"),
+        ("X-Request-ID", "not an identity"),
+        ("X-Goog-Api-Key", "g"),
+    ]
+    expected = _expected_tenant(
+        ["openai-project=p1", "authorization=Bearer sk-a", "x-goog-api-key=g"]
+    )
+    assert keys.tenant_of(sent) == expected
+    assert keys.tenant_of([]) == _expected_tenant([])
+
+
+def test_the_key_is_the_length_prefixed_digest_of_its_parts_and_the_body() -> None:
+    tenant = keys.tenant_of([("Authorization", "Bearer sk-a")])
+    key = keys.cache_key(
+        upstream="https://api.example/v1", route="chat", tenant=tenant, body=BODY, query="a=1"
+    )
+    assert key == _expected_key("https://api.example/v1", "chat", tenant, "a=1")
+
+
+def test_no_query_string_is_the_empty_query_string() -> None:
+    key = keys.cache_key(upstream="u", route="chat", tenant="ns:t", body=BODY)
+    assert key == _expected_key("u", "chat", "ns:t", "")
+    assert key == keys.cache_key(upstream="u", route="chat", tenant="ns:t", body=BODY, query="")
+
+
+def test_the_lease_key_is_the_key_with_a_lease_suffix() -> None:
+    assert keys.lease_key("llmgate:v1:ab") == "llmgate:v1:ab:lease"
