@@ -1,0 +1,157 @@
+"""SSE decoder edges the mutation run found untested (app/sse.py).
+
+Expected values come from the WHATWG event-stream rules (HTML Living Standard, 9.2.5/9.2.6):
+the stream is UTF-8-decoded with replacement (invalid bytes become U+FFFD); lines end with
+CRLF, LF or CR; a blank line dispatches; a line starting with ":" is a comment; `id` with a
+NUL is ignored; `retry` counts only when it is all ASCII digits; unknown fields are ignored.
+And from the decoder's own contract (its docstring): every byte is kept in some event's
+``raw`` or in ``close()``; a line end at the end of a chunk is acted on at once; an event
+larger than ``max_event_bytes`` raises ``EventTooLarge``, one of exactly that size does not.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app import sse
+
+
+def _feed_all(chunks: list[bytes], limit: int | None = None) -> tuple[list[sse.Event], bytes]:
+    decoder = sse.Decoder(limit)
+    events = [event for chunk in chunks for event in decoder.feed(chunk)]
+    return events, decoder.close()
+
+
+def _data(events: list[sse.Event]) -> list[str | None]:
+    return [e.data for e in events]
+
+
+def _check_bytes(chunks: list[bytes], events: list[sse.Event], rest: bytes) -> None:
+    assert b"".join(e.raw for e in events) + rest == b"".join(chunks)
+
+
+# --- line ends at the start of a chunk or of the buffer --------------------------------------
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r", b"\r\n"])
+def test_a_blank_line_as_the_first_bytes_of_a_stream_is_acted_on_at_once(eol: bytes) -> None:
+    decoder = sse.Decoder()
+    events = decoder.feed(eol)
+    assert [e.raw for e in events] == [eol]  # an empty event: no data, nothing held back
+    assert events[0].data is None
+    assert _data(decoder.feed(b"data: x\n\n")) == ["x"]
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r", b"\r\n"])
+def test_a_chunk_that_starts_with_a_blank_line_dispatches_the_pending_event(eol: bytes) -> None:
+    decoder = sse.Decoder()
+    assert decoder.feed(b"data: a" + eol) == []
+    assert _data(decoder.feed(eol + b"data: b" + eol + eol)) == ["a", "b"]
+
+
+def test_a_cr_at_offset_zero_after_a_dispatch_is_a_line_end() -> None:
+    # After the first event the buffer is compacted: the next chunk's CR sits at offset 0.
+    chunks = [b"data: a\n\n", b"\rdata: b\r\r"]
+    events, rest = _feed_all(chunks)
+    assert [e.data for e in events] == ["a", None, "b"]
+    assert [e.raw for e in events] == [b"data: a\n\n", b"\r", b"data: b\r\r"]
+    assert rest == b""
+
+
+def test_a_cr_at_offset_zero_before_an_lf_terminated_line() -> None:
+    chunks = [b"data: a\n\n", b"\rdata: b\n\n"]
+    events, rest = _feed_all(chunks)
+    assert [e.data for e in events] == ["a", None, "b"]
+    _check_bytes(chunks, events, rest)
+
+
+def test_crlf_then_lf_fed_byte_by_byte_is_two_line_ends() -> None:
+    raw = b"data: a\r\n\ndata: b\r\n\r\n"
+    events, rest = _feed_all([raw[i : i + 1] for i in range(len(raw))])
+    assert _data(events) == ["a", "b"]
+    _check_bytes([raw], events, rest)
+
+
+def test_an_lf_after_a_completed_crlf_in_the_next_chunk_is_a_blank_line() -> None:
+    events, _ = _feed_all([b"data: a\r", b"\n", b"\n", b"data: b\n", b"\n"])
+    assert _data(events) == ["a", "b"]
+
+
+# --- decoding and fields -------------------------------------------------------------------
+
+
+def test_invalid_utf8_becomes_the_replacement_character() -> None:
+    events, _ = _feed_all([b"data: a\xffb\xc3\n", b"event: \xe2\x82\n\n"])
+    assert (events[0].data, events[0].event) == ("a\ufffdb\ufffd", "\ufffd")
+
+
+def test_an_id_with_nul_is_ignored_but_nul_elsewhere_is_kept() -> None:
+    events, _ = _feed_all([b"id: 1\x002\ndata: a\x00b\nevent: e\x00\n\n", b"id: 7\ndata: c\n\n"])
+    assert [(e.id, e.data, e.event) for e in events] == [
+        (None, "a\x00b", "e\x00"),
+        ("7", "c", None),
+    ]
+
+
+@pytest.mark.parametrize("value", [b"abc", b"1.5", b" 10", b"-1", b"1e3", b""])
+def test_a_retry_that_is_not_all_ascii_digits_is_ignored(value: bytes) -> None:
+    # One leading space after the colon is removed, so "retry:  10" keeps " 10": invalid.
+    events, _ = _feed_all([b"retry: " + value + b"\ndata: x\n\n"])
+    assert [(e.data, e.retry) for e in events] == [("x", None)]
+
+
+def test_unknown_fields_and_a_field_without_colon_are_ignored() -> None:
+    events, _ = _feed_all([b"foo: bar\nDATA: up\nid\ndata\ndata: z\n\n"])
+    # "data" alone is the data field with an empty value; "id" alone sets an empty id.
+    assert [(e.data, e.id, e.event) for e in events] == [("\nz", "", None)]
+
+
+@pytest.mark.parametrize(
+    ("line", "text"),
+    [
+        (b":ping", "ping"),
+        (b": ping", "ping"),
+        (b":  two", "two"),
+        (b":\tping", "\tping"),  # only spaces follow the colon as a separator
+        (b":XOX", "XOX"),
+        (b":", ""),
+    ],
+)
+def test_comment_text(line: bytes, text: str) -> None:
+    events, _ = _feed_all([line + b"\n\n"])
+    assert [(e.comments, e.is_comment) for e in events] == [((text,), True)]
+
+
+def test_json_of_an_event_without_data_says_so() -> None:
+    with pytest.raises(ValueError, match=r"^event has no data$"):
+        sse.Event(raw=b": ping\n\n", comments=("ping",)).json()
+
+
+# --- the size limit ----------------------------------------------------------------------
+
+
+def test_event_too_large_says_the_limit() -> None:
+    with pytest.raises(sse.EventTooLarge) as caught:
+        sse.Decoder(max_event_bytes=8).feed(b"data: 0123456789\n\n")
+    assert (caught.value.limit, str(caught.value)) == (8, "an event is larger than 8 bytes")
+
+
+def test_an_unfinished_event_of_exactly_the_limit_is_not_too_large() -> None:
+    decoder = sse.Decoder(max_event_bytes=10)
+    assert decoder.feed(b"data: abcd") == []  # 10 bytes, still arriving
+    with pytest.raises(sse.EventTooLarge):
+        decoder.feed(b"e")
+
+
+def test_a_bom_counts_toward_the_first_event() -> None:
+    with pytest.raises(sse.EventTooLarge):
+        sse.Decoder(max_event_bytes=2).feed(b"\xef\xbb\xbf")
+
+
+def test_close_resets_the_stream_but_keeps_the_limit() -> None:
+    decoder = sse.Decoder(max_event_bytes=16)
+    assert decoder.feed(b"data: a\n\ndata: b") != []
+    assert decoder.close() == b"data: b"
+    assert decoder.max_event_bytes == 16
+    with pytest.raises(sse.EventTooLarge):
+        decoder.feed(b"data: " + b"x" * 20)
