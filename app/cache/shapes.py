@@ -188,16 +188,27 @@ def _assemble_message(deltas: list[Json]) -> Json:
     return message
 
 
+_TOOL_CALL_KEYS = frozenset({"index", "id", "type", "function"})
+
+
 def _add_tool_calls(tools: dict[int, Json], deltas: Any) -> None:
     """Merge tool-call fragments by their ``index``: name and arguments concatenate."""
     for delta in need_list(deltas, "tool_calls"):
         if not isinstance(delta, dict) or not isinstance(delta.get("index"), int):
             raise ShapeError("a tool call delta without an index")
-        call = tools.setdefault(delta["index"], {"id": None, "type": "function", "function": {}})
+        index = delta["index"]
+        call = tools.setdefault(index, {"id": None, "type": "function", "function": {}})
         if call["id"] is None and delta.get("id") is not None:
             call["id"] = need_str(delta["id"], "tool call id")
         if delta.get("type") is not None:
             call["type"] = need_str(delta["type"], "tool call type")
+            if call["type"] != "function":  # a custom tool call carries no `function`
+                raise ShapeError(
+                    f"tool call {index} is a {call['type']!r} call, not a function call"
+                )
+        extra = sorted(k for k, v in delta.items() if k not in _TOOL_CALL_KEYS and v is not None)
+        if extra:
+            raise ShapeError(f"tool call {index} has a field that is not converted: {extra[0]!r}")
         _add_function(call["function"], delta.get("function") or {})
 
 
