@@ -20,6 +20,7 @@ MODEL_PREFIX = "sim/"
 ERROR_FAULTS = frozenset({"429", "500", "503", "401"})
 FAULTS = ERROR_FAULTS | {
     "reset",
+    "reset-before",  # reset as soon as the request is read: no status line, stream or not
     "stall-before",
     "stall-after",
     "slow-headers",

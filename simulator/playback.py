@@ -39,6 +39,9 @@ def play_stream(
     body = StreamBody(peer, chunked=chunked and fault != "close-delimited", gzip=fault == "gzip")
     stats.streams_started += 1
     try:
+        if fault == "reset-before":
+            peer.reset()
+            return False
         if fault == "slow-headers":
             peer.pause(behaviour.header_delay_ms / 1000)
         body.start(200, headers)
@@ -103,7 +106,7 @@ def play_full(
         if fault == "slow-headers":
             peer.pause(behaviour.header_delay_ms / 1000)
         peer.pause(behaviour.ttft_ms / 1000)
-        if fault == "reset":
+        if fault in ("reset", "reset-before"):
             peer.reset()
             return False
         send_full(

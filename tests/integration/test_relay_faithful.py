@@ -13,10 +13,11 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
-from tests.support.scripted_server import Exchange, LoopbackServer, Request
+from tests.support.scripted_server import Exchange, LoopbackServer, Request, wait_for
 
 # A stream that uses the whole grammar: CRLF and LF (and a CRLF split across writes), a
 # comment, multi-line data, id/retry/event fields, a non-ASCII "digit" in retry, odd
@@ -64,6 +65,38 @@ def _upstream(request: Request, exchange: Exchange) -> None:
         exchange.send(b"data: first\n\n")
         time.sleep(0.05)
         exchange.send(b"data: " + b"o" * 100_000 + b"\n\n")
+        exchange.finish()
+    elif script == "error-event":
+        exchange.start_stream()
+        exchange.send(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
+        exchange.send(b'data: {"error":{"message":"overloaded","type":"server_error"}}\n\n')
+        exchange.send(b"data: [DONE]\n\n")
+        exchange.finish()
+    elif script == "leftover":  # an unterminated event after [DONE]
+        exchange.start_stream()
+        exchange.send(b"data: [DONE]\n\ndata: trailing")
+        exchange.finish()
+    elif script == "no-done":
+        exchange.start_stream()
+        exchange.send(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
+        exchange.finish()
+    elif script == "reset-mid":
+        exchange.start_stream()
+        exchange.send(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
+        time.sleep(0.05)
+        exchange.reset()
+    elif script == "abandoned":
+        exchange.start_stream()
+        while exchange.send(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'):
+            time.sleep(0.01)
+    elif script in ("http500", "http429"):
+        status = int(script[4:])
+        exchange.respond(status, {"error": {"message": script, "type": "x", "param": None}},
+                         {"retry-after-ms": "1"})  # fmt: skip
+    elif script == "ok":
+        exchange.start_stream()
+        exchange.send(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
+        exchange.send(b"data: [DONE]\n\n")
         exchange.finish()
     else:
         exchange.respond(404, {"error": {"message": script, "type": "x", "param": None}})
@@ -168,3 +201,79 @@ def test_a_100_mib_stream_nobody_else_needs_holds_little_memory(gw1) -> None:
     if os.environ.get("LLMGATE_TEST_REPORT"):
         Path(os.environ["LLMGATE_TEST_REPORT"]).write_text(f"{before} {after}\n")
     assert grown_mib < 10, f"worker RSS grew {grown_mib:.1f} MiB"
+
+
+# -- nothing partial or failed is ever stored ----------------------------------------------
+def memcached_keys(addr: str) -> list[str]:
+    """Every key in the stack's Memcached, read with its own crawler (not through our code)."""
+    host, port = addr.split(":")
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    sock.sendall(b"lru_crawler metadump all\r\n")
+    data = b""
+    while not data.endswith(b"END\r\n"):
+        chunk = sock.recv(65536)
+        assert chunk, data[-200:]
+        data += chunk
+    sock.close()
+    return [
+        unquote(field.removeprefix("key="))
+        for line in data.decode().splitlines()
+        for field in line.split()[:1]
+        if field.startswith("key=")
+    ]
+
+
+def _cacheable(script: str, stream: bool = True) -> dict:
+    return {"model": script, "messages": MSGS, "stream": stream, "temperature": 0}
+
+
+def _abandon(url: str, body: dict) -> None:
+    """Read the first event (a stream) or wait a moment (not a stream), then hang up."""
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+    )
+    if body["stream"]:
+        got = b""
+        while b"data: " not in got:
+            got += sock.recv(65536)
+    else:
+        time.sleep(0.2)  # the upstream is streaming into the gateway's buffer
+    sock.close()
+
+
+FAILING = ["error-event", "no-done", "leftover", "reset-mid", "abandoned", "http500", "http429"]
+
+
+def test_no_partial_or_failed_answer_reaches_the_store(gw1, upstream: LoopbackServer) -> None:
+    # A control first: a good answer is stored, so the store read below can see entries.
+    assert raw_post(gw1.url, _cacheable("ok"))[0] == 200
+    assert wait_for(lambda: len(_entries(gw1)) == 1), memcached_keys(gw1.stack.memcached_addr)
+    for script in FAILING:
+        if script == "abandoned":
+            _abandon(gw1.url, _cacheable(script))
+            _abandon(gw1.url, _cacheable(script, stream=False))
+            time.sleep(0.3)  # the gateway notices the caller left and closes the upstream
+        else:
+            raw_post(gw1.url, _cacheable(script))
+            raw_post(gw1.url, _cacheable(script, stream=False))
+    time.sleep(0.3)
+    assert len(_entries(gw1)) == 1  # only the control's entry
+    # Nothing in L1 either: the same calls reach the upstream again.
+    for script in FAILING:
+        if script == "abandoned":
+            continue
+        before = upstream.stats.requests
+        raw_post(gw1.url, _cacheable(script))
+        assert upstream.stats.requests > before, script
+
+
+def _entries(gw) -> list[str]:
+    return [
+        k
+        for k in memcached_keys(gw.stack.memcached_addr)
+        if k.startswith("llmgate:") and not k.endswith(":lease")
+    ]
