@@ -91,6 +91,24 @@ def test_two_api_keys_never_share_an_entry(gw) -> None:
     assert gw.sim_stats()["requests"] == 2
 
 
+@pytest.mark.parametrize("name", ["api-key", "x-api-key", "query"])
+def test_callers_differing_only_in_another_credential_never_share_an_entry(gw, name) -> None:
+    """Azure-style `api-key`, `x-api-key`, or a key in the query string, with no Authorization:
+    the second caller's request must reach the upstream with its own credential."""
+    payload = body()
+    seen = []
+    for secret in ("key-one", "key-two"):
+        path = "/v1/chat/completions" + (f"?api-key={secret}" if name == "query" else "")
+        headers = {} if name == "query" else {name: secret}
+        resp = gw.post(path, payload, headers=headers)
+        assert resp.status == 200 and resp.headers[STATUS] == "MISS"
+        last = gw.sim_requests()[-1]
+        seen.append(last["query"] if name == "query" else last["headers"][name])
+    assert gw.sim_stats()["requests"] == 2
+    assert seen == (["api-key=key-one", "api-key=key-two"] if name == "query"
+                    else ["key-one", "key-two"])  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "fault",
     [
