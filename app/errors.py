@@ -93,6 +93,12 @@ class PayloadTooLarge(GatewayError):
     code = "request_too_large"
 
 
+class URITooLong(GatewayError):
+    status = 414
+    type = "invalid_request_error"
+    code = "uri_too_long"
+
+
 class UpstreamError(GatewayError):
     """The upstream could not be reached or broke the exchange."""
 

@@ -35,6 +35,9 @@ _ROUTES = {
     "/v1/responses": "responses",
 }
 _FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+# No OpenAI-style API path or query comes near this; a longer one is refused here rather than
+# sent upstream (nginx refuses request lines above its 8 KiB buffers itself, also as JSON).
+MAX_TARGET_BYTES = 4096
 # The endpoints we serve ourselves accept only these; the catch-all must not forward others.
 _METHODS = {
     "/v1/chat/completions": ["GET", "POST"],
@@ -81,6 +84,11 @@ def _forward(route: str) -> Response:
         trace=Trace(request_id=_request_id()),
     )
     try:
+        target = len(request.path) + len(call.query)
+        if target > MAX_TARGET_BYTES:
+            raise errors.URITooLong(
+                f"Request URL is too long ({target} bytes; at most {MAX_TARGET_BYTES})."
+            )
         call = dataclasses.replace(call, body=_read_body(current_app.config["MAX_CONTENT_LENGTH"]))
         reply = gateway.handle(call)
     except errors.GatewayError as exc:

@@ -139,11 +139,12 @@ def test_a_broken_request_line_straight_to_gunicorn_is_json(gw, new_gunicorn_log
     assert "Traceback" not in new_gunicorn_log()
 
 
-def test_a_long_model_id_in_the_path_is_never_html(gw, new_gunicorn_log) -> None:
+def test_a_long_model_id_in_the_path_is_a_json_414(gw, new_gunicorn_log) -> None:
     # 5,000 bytes fit both request-line limits (nginx's 8k buffer, gunicorn's 8190): the
-    # call is forwarded and the upstream's own JSON answer comes back.
+    # gateway itself refuses a request target above 4 KiB, before anything goes upstream.
     answer = send_raw(gw.url, request_head("GET", "/v1/models/" + "m" * 5000, []))
-    assert_json_error(answer, (400, 404, 414), None)
+    assert_json_error(answer, 414, "uri_too_long")
+    assert gw.sim_stats()["requests"] == 0
     assert "Traceback" not in new_gunicorn_log()
 
 
@@ -160,7 +161,8 @@ def test_nginx_refuses_first_where_it_can(gw) -> None:
     # Just under nginx's limits: a request line of 8,100 bytes, and four X-Forwarded-For
     # lines that nginx joins into one of ~24 KB for gunicorn.
     longest = send_raw(gw.url, request_head("GET", "/v1/models/" + "m" * 8070, []))
-    assert longest[0] == 404, longest
+    assert longest[0] == 414, longest
+    assert "x-llmgate-request-id" in longest[1]  # the gateway's answer: gunicorn let it in
     forwarded = [("X-Forwarded-For", "10.0.0.1, " * 600)] * 4
     assert send_raw(gw.url, request_head("GET", "/healthz", forwarded))[0] == 200
 
