@@ -118,16 +118,22 @@ def gw1(make_stack, upstream: LoopbackServer):
     )
 
 
-def raw_post(url: str, body: dict, *, sink: bool = False) -> tuple[int, dict[str, str], bytes]:
-    """POST through a plain socket; the body with the chunked framing undone by hand.
-    ``sink``: count the body's bytes instead of keeping them (the 100 MiB test)."""
+def send_chat(url: str, body: dict, timeout: float = 60) -> socket.socket:
+    """A chat completion request written to a plain socket, the connection closing after."""
     host, port = url.removeprefix("http://").split(":")
     data = json.dumps(body).encode()
-    sock = socket.create_connection((host, int(port)), timeout=60)
+    sock = socket.create_connection((host, int(port)), timeout=timeout)
     sock.sendall(
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
     )
+    return sock
+
+
+def raw_post(url: str, body: dict, *, sink: bool = False) -> tuple[int, dict[str, str], bytes]:
+    """POST through a plain socket; the body with the chunked framing undone by hand.
+    ``sink``: count the body's bytes instead of keeping them (the 100 MiB test)."""
+    sock = send_chat(url, body)
     reader = sock.makefile("rb")
     status = int(reader.readline().split()[1])
     headers: dict[str, str] = {}
@@ -229,13 +235,7 @@ def _cacheable(script: str, stream: bool = True) -> dict:
 
 def _abandon(url: str, body: dict) -> None:
     """Read the first event (a stream) or wait a moment (not a stream), then hang up."""
-    host, port = url.removeprefix("http://").split(":")
-    data = json.dumps(body).encode()
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
-    )
+    sock = send_chat(url, body, timeout=10)
     if body["stream"]:
         got = b""
         while b"data: " not in got:
