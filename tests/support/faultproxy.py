@@ -1,69 +1,82 @@
-"""A TCP fault proxy on loopback: pass bytes through, or delay, stall, reset or refuse them.
+"""A TCP fault proxy on loopback: pass bytes through, or delay, throttle, stall, reset or refuse.
 
-Protocol-agnostic (Memcached today, HTTP upstreams later). netem and Toxiproxy are not
-available on these machines (docs/stack-notes.md), so faults are injected here.
+Protocol-agnostic (Memcached and HTTP upstreams). netem and Toxiproxy are not available on
+these machines (docs/stack-notes.md), so faults are injected here, for tests and benchmarks.
 
 One thread owns every socket and runs a ``selectors`` loop; the test thread only changes the
-mode and wakes the loop through a socket pair. That keeps closes and resets race-free: no
-socket is ever closed under another thread's blocked ``recv``.
+settings and wakes the loop through a socket pair. That keeps closes and resets race-free: no
+socket is ever closed under another thread's blocked ``recv``. The loop never sleeps except
+in ``select``, whose timeout is the next moment a delayed chunk, a throttled send or a slow
+FIN is due. The per-connection machinery is in tests/support/faultlink.py.
 
-Modes (changeable while running):
+Modes (one at a time, changeable while running):
 
-- ``pass``: bytes flow both ways.
-- ``latency(seconds)``: each chunk from the target reaches the client ``seconds`` after it
-  arrived (order kept; chunks are delayed one by one, not cumulatively).
-- ``stall``: connections are accepted and read, nothing is forwarded in either direction, so
-  the client waits for an answer that never comes.
+- ``pass``: bytes flow both ways. ``pass_through()`` also clears every condition below.
+- ``latency(to_client, to_target=0.0)``: each chunk reaches the other side that many seconds
+  after it arrived, per direction (order kept; chunks are delayed one by one, not
+  cumulatively). ``latency(s)`` alone delays only target → client, as it always did.
+- ``stall``, the blackhole: connections are accepted and read, nothing is passed on in
+  either direction, FINs included, so the client waits for an answer that never comes.
+  Connections open when the stall begins keep their target connection (the target hears
+  nothing more); bytes read during the stall are lost, a FIN is held and passed on when the
+  stall ends (an RST still resets the link). Connections accepted during the stall have no
+  target and are closed when it ends.
 - ``reset``: existing connections are reset (SO_LINGER 0 then close sends RST); new ones are
   accepted and reset at once.
 - ``down`` (alias ``refuse``): the port stops listening (connects are refused) and existing
   connections are closed, as when the server process stops. Leaving ``down`` listens again
   on the same port.
 
+Conditions, per connection and per direction, applied while the mode forwards (``pass``,
+``latency``); they combine with each other and with the latency, are kept across mode
+changes, and are cleared by ``pass_through()``:
+
+- ``bandwidth(to_client, to_target=None, burst=None)``: bytes per second through a token
+  bucket holding ``burst`` bytes (default 20 ms of the rate). A throttled side is not read
+  once 1 MiB waits for it, so the sender is slowed down by TCP as on a real slow link.
+- ``reset_after(nbytes, direction="total")``: once ``nbytes`` have been passed on in that
+  direction (``"to_target"``, ``"to_client"``, or ``"total"``: both added), the connection
+  is reset at both ends — after the receiver's kernel has the bytes, so a client reads
+  exactly ``nbytes`` and then gets ECONNRESET. Counted from when the limit is set (or the
+  connection opened, if later).
+- ``slow_close(to_client, to_target=0.0)``: a FIN is passed on that many seconds after the
+  EOF arrived (after the latency, and never before the bytes ahead of it).
+
 Connects to the target are blocking with a short timeout: the targets are loopback servers.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import selectors
 import socket
-import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import replace
+
+from tests.support.faultlink import (
+    DOWN,
+    FORWARDING,
+    LATENCY,
+    MODES,
+    PASS,
+    RESET,
+    STALL,
+    TO_CLIENT,
+    TO_TARGET,
+    TOTAL,
+    Link,
+    Settings,
+    Side,
+    reset_socket,
+)
 
 _CHUNK = 65536
-_BACKPRESSURE = 1 << 20  # stop reading a side while this much waits to be written
+_BACKPRESSURE = 1 << 20  # stop reading a side while this much waits to be written for it
 _CONNECT_TIMEOUT_S = 1.0
-
-PASS, LATENCY, STALL, RESET, DOWN = "pass", "latency", "stall", "reset", "down"
-
-
-def _reset(sock: socket.socket) -> None:
-    """Close with RST instead of FIN."""
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    sock.close()
-
-
-@dataclass(eq=False)
-class _Side:
-    sock: socket.socket
-    out: bytearray = field(default_factory=bytearray)  # ready to write to this socket
-    eof: bool = False  # this socket sent FIN
-    shut: bool = False  # we sent FIN to this socket
-
-
-@dataclass(eq=False)
-class _Link:
-    """One client connection and, unless born stalled, its connection to the target."""
-
-    client: _Side
-    target: _Side | None
-    # Chunks from the target waiting for their delivery time; b"" marks the target's EOF.
-    delayed: collections.deque[tuple[float, bytes]] = field(default_factory=collections.deque)
+_DRAIN_S = 1.0  # reset after N: wait this long at most for the N bytes to be received
+_DRAIN_POLL_S = 0.005
 
 
 class FaultProxy:
@@ -74,15 +87,14 @@ class FaultProxy:
         self.host = listen_host
         self._listener: socket.socket | None = self._listen(0)
         self.port: int = self._listener.getsockname()[1]
-        self._mode = PASS
-        self._latency = 0.0
-        self._applied = (PASS, 0.0)  # what the loop has put into effect
+        self._wanted = Settings()  # what the test thread asked for
+        self._applied = Settings()  # what the loop has put into effect
         self._closed = False
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._sel = selectors.DefaultSelector()
-        self._links: list[_Link] = []
+        self._links: list[Link] = []
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.accepted = 0  # connections accepted over the proxy's life
@@ -113,29 +125,52 @@ class FaultProxy:
 
     @property
     def mode(self) -> str:
-        return self._mode
+        return self._wanted.mode
+
+    @property
+    def settings(self) -> Settings:
+        return self._wanted
 
     def set_mode(self, mode: str, latency: float = 0.0) -> None:
         if mode == "refuse":
             mode = DOWN
-        if mode not in (PASS, LATENCY, STALL, RESET, DOWN):
+        if mode not in MODES:
             raise ValueError(f"unknown fault mode {mode!r}")
-        with self._lock:
-            self._mode, self._latency = mode, latency
-        self._wake()
-        # The loop applies the change; wait for it so the next line of a test sees it.
-        deadline = time.monotonic() + 2
-        while self._thread is not None and time.monotonic() < deadline:
-            with self._lock:
-                if self._applied == (mode, latency):
-                    return
-            time.sleep(0.002)
+        if mode == PASS:
+            self._update(lambda s: Settings())
+        elif mode == LATENCY:
+            self.latency(latency)
+        else:
+            self._update(lambda s: replace(s, mode=mode))
 
     def pass_through(self) -> None:
         self.set_mode(PASS)
 
-    def latency(self, seconds: float) -> None:
-        self.set_mode(LATENCY, seconds)
+    def latency(self, to_client: float, to_target: float = 0.0) -> None:
+        self._update(lambda s: s.shaped({"latency": to_client}, {"latency": to_target}, LATENCY))
+
+    def bandwidth(
+        self, to_client: float | None, to_target: float | None = None, *, burst: int | None = None
+    ) -> None:
+        """Bytes per second per direction (None: unlimited), per connection."""
+        if any(rate is not None and rate <= 0 for rate in (to_client, to_target)):
+            raise ValueError("a rate is a positive number of bytes per second, or None")
+        client, target = {"rate": to_client, "burst": burst}, {"rate": to_target, "burst": burst}
+        self._update(lambda s: s.shaped(client, target))
+
+    def reset_after(self, nbytes: int | None, direction: str = TOTAL) -> None:
+        """Reset each connection once ``nbytes`` have passed in ``direction`` (None: no limit)."""
+        if direction not in (TOTAL, TO_CLIENT, TO_TARGET):
+            raise ValueError(f"unknown direction {direction!r}")
+        limit = {"reset_after": nbytes}
+        client, target = (limit, {}) if direction == TO_CLIENT else ({}, limit)
+        if direction == TOTAL:
+            self._update(lambda s: replace(s, reset_after_total=nbytes))
+        else:
+            self._update(lambda s: s.shaped(client, target))
+
+    def slow_close(self, to_client: float, to_target: float = 0.0) -> None:
+        self._update(lambda s: s.shaped({"close_delay": to_client}, {"close_delay": to_target}))
 
     def stall(self) -> None:
         self.set_mode(STALL)
@@ -151,6 +186,18 @@ class FaultProxy:
     @property
     def open_links(self) -> int:
         return len(self._links)
+
+    def _update(self, change: Callable[[Settings], Settings]) -> None:
+        with self._lock:
+            self._wanted = wanted = change(self._wanted)
+        self._wake()
+        # The loop applies the change; wait for it so the next line of a test sees it.
+        deadline = time.monotonic() + 2
+        while self._thread is not None and time.monotonic() < deadline:
+            with self._lock:
+                if self._applied == wanted:
+                    return
+            time.sleep(0.002)
 
     # -- the loop (proxy thread only) -------------------------------------------------
     def _wake(self) -> None:
@@ -171,20 +218,32 @@ class FaultProxy:
             self._sel.register(self._listener, selectors.EVENT_READ, "accept")
         try:
             while not self._stopping:
-                self._sync_mode()
-                self._deliver_due()
-                self._update_interest()
-                for key, events in self._sel.select(self._next_timeout()):
+                now = time.monotonic()
+                self._sync(now)
+                self._pump(now)
+                self._update_interest(now)
+                for key, events in self._sel.select(self._next_timeout(now)):
                     self._dispatch(key, events)
         finally:
             self._close_all()
 
-    def _sync_mode(self) -> None:
+    def _sync(self, now: float) -> None:
         with self._lock:
-            wanted = (self._mode, self._latency)
-        if wanted == self._applied:
+            wanted = self._wanted
+        old = self._applied
+        if wanted == old:
             return
-        mode = wanted[0]
+        if wanted.mode != old.mode:
+            self._enter(wanted.mode, now)
+        for link in self._links:
+            for flow in link.flows:
+                flow.set_conditions(getattr(wanted, flow.name), now)
+                if wanted.budgets() != old.budgets():
+                    flow.passed = 0
+        with self._lock:
+            self._applied = wanted
+
+    def _enter(self, mode: str, now: float) -> None:
         if mode == DOWN:
             if self._listener is not None:
                 self._sel.unregister(self._listener)
@@ -192,52 +251,60 @@ class FaultProxy:
                 self._listener = None
             for link in list(self._links):
                 self._drop(link, rst=False)
-        else:
-            if self._listener is None:
-                self._listener = self._listen(self.port)
-                self._sel.register(self._listener, selectors.EVENT_READ, "accept")
-            if mode == RESET:
-                for link in list(self._links):
-                    self._drop(link, rst=True)
-            elif mode == STALL:
-                for link in self._links:
-                    link.delayed.clear()
-                    if link.target is not None:
-                        link.target.out.clear()
-                    link.client.out.clear()
-            else:  # pass / latency: connections born stalled have no target; end them
-                for link in [lk for lk in self._links if lk.target is None]:
+            return
+        if self._listener is None:
+            self._listener = self._listen(self.port)
+            self._sel.register(self._listener, selectors.EVENT_READ, "accept")
+        if mode == RESET:
+            for link in list(self._links):
+                self._drop(link, rst=True)
+        elif mode == STALL:
+            for link in self._links:
+                for flow in link.flows:
+                    flow.discard()
+        else:  # pass / latency: links born stalled have no target, end them; pass held FINs
+            for link in list(self._links):
+                if link.target is None:
                     self._drop(link, rst=False)
-        with self._lock:
-            self._applied = wanted
+                for flow in link.flows:
+                    if flow.src.eof and not flow.eof_queued:
+                        flow.receive_eof(now)
 
-    def _next_timeout(self) -> float | None:
-        dues = [link.delayed[0][0] for link in self._links if link.delayed]
+    def _pump(self, now: float) -> None:
+        """Deliver what is due; start and finish resets after N bytes; retire closed links."""
+        forwarding = self._applied.mode in FORWARDING
+        for link in list(self._links):
+            if link.reset_by is not None:
+                if link.drained() or now >= link.reset_by:
+                    self._drop(link, rst=True)
+                continue
+            if forwarding and link.exhausted(self._applied.reset_after_total):
+                link.reset_by = now + _DRAIN_S
+                continue
+            for flow in link.flows:
+                flow.advance(now)
+            if link.done():
+                self._drop(link, rst=False)
+
+    def _next_timeout(self, now: float) -> float | None:
+        dues = [d for link in self._links if (d := link.next_due(now, _DRAIN_POLL_S)) is not None]
         if not dues:
             return None
         return max(0.0, min(dues) - time.monotonic())
 
-    def _deliver_due(self) -> None:
-        now = time.monotonic()
+    def _update_interest(self, now: float) -> None:
         for link in self._links:
-            while link.delayed and link.delayed[0][0] <= now:
-                _, data = link.delayed.popleft()
-                if data:
-                    link.client.out += data
-                else:
-                    self._half_close(link.client)
-
-    def _update_interest(self) -> None:
-        for link in self._links:
-            for side, other in self._pairs(link):
+            for side in link.sides:
                 events = 0
-                if not side.eof and (other is None or len(other.out) < _BACKPRESSURE):
-                    events |= selectors.EVENT_READ
-                if side.out:
-                    events |= selectors.EVENT_WRITE
+                if link.reset_by is None:
+                    src, dst = link.flow_from(side), link.flow_to(side)
+                    if not side.eof and (src is None or src.queued < _BACKPRESSURE):
+                        events |= selectors.EVENT_READ
+                    if dst is not None and dst.can_send(now):
+                        events |= selectors.EVENT_WRITE
                 self._set_interest(side.sock, events, link)
 
-    def _set_interest(self, sock: socket.socket, events: int, link: _Link) -> None:
+    def _set_interest(self, sock: socket.socket, events: int, link: Link) -> None:
         try:
             current = self._sel.get_key(sock).events
         except KeyError:
@@ -251,12 +318,6 @@ class FaultProxy:
         else:
             self._sel.unregister(sock)
 
-    @staticmethod
-    def _pairs(link: _Link) -> list[tuple[_Side, _Side | None]]:
-        if link.target is None:
-            return [(link.client, None)]
-        return [(link.client, link.target), (link.target, link.client)]
-
     def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
         if key.data == "wake":
             with contextlib.suppress(OSError):
@@ -266,16 +327,17 @@ class FaultProxy:
         if key.data == "accept":
             self._accept()
             return
-        link: _Link = key.data
+        link: Link = key.data
         if link not in self._links:
             return
-        side = link.client if key.fileobj is link.client.sock else link.target
-        assert side is not None
+        side = link.side_of(key.fileobj)
+        now = time.monotonic()
         try:
-            if events & selectors.EVENT_WRITE:
-                self._flush(link, side)
-            if events & selectors.EVENT_READ and link in self._links:
-                self._read(link, side)
+            flow = link.flow_to(side)
+            if events & selectors.EVENT_WRITE and flow is not None:
+                flow.send(now, link.budget(flow, self._applied.reset_after_total))
+            if events & selectors.EVENT_READ:
+                self._read(link, side, now)
         except OSError:
             self._drop(link, rst=True)
 
@@ -287,76 +349,45 @@ class FaultProxy:
             return
         self.accepted += 1
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        mode = self._applied[0]
-        if mode == RESET:
-            _reset(client)
+        settings = self._applied
+        if settings.mode == RESET:
+            reset_socket(client)
             return
         target = None
-        if mode != STALL:
+        if settings.mode != STALL:
             try:
                 target = socket.create_connection(self.target, timeout=_CONNECT_TIMEOUT_S)
             except OSError:
-                _reset(client)
+                reset_socket(client)
                 return
             target.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             target.setblocking(False)
         client.setblocking(False)
-        self._links.append(_Link(_Side(client), _Side(target) if target else None))
+        now = time.monotonic()
+        self._links.append(Link(client, target, settings.to_target, settings.to_client, now))
 
-    def _read(self, link: _Link, side: _Side) -> None:
+    def _read(self, link: Link, side: Side, now: float) -> None:
         data = side.sock.recv(_CHUNK)
-        mode, delay = self._applied
-        from_target = side is link.target
+        flow = link.flow_from(side)  # None on a link born stalled: nothing to forward
+        forwarding = self._applied.mode in FORWARDING
         if not data:
             side.eof = True
-            if link.target is None:  # a stalled-born connection: nothing to forward
-                self._drop(link, rst=False)
-            elif from_target and mode == LATENCY:
-                link.delayed.append((time.monotonic() + delay, b""))
-            else:
-                other = link.client if from_target else link.target
-                self._half_close(other)
-            self._maybe_done(link)
-            return
-        if mode == STALL or link.target is None:
-            return  # read and swallowed: the other side never hears of it
-        if from_target:
-            if mode == LATENCY or link.delayed:  # keep order behind already delayed chunks
-                link.delayed.append((time.monotonic() + delay, data))
-            else:
-                link.client.out += data
-        else:
-            link.target.out += data
+            if flow is not None and forwarding:
+                flow.receive_eof(now)
+            # In a stall the FIN is held: a blackhole never answers, not even with a close.
+        elif flow is not None and forwarding:
+            flow.receive(data, now)
+        # else: read and swallowed, the other side never hears of it
 
-    def _flush(self, link: _Link, side: _Side) -> None:
-        if side.out:
-            sent = side.sock.send(side.out)
-            del side.out[:sent]
-        if not side.out and side.shut:
-            with contextlib.suppress(OSError):
-                side.sock.shutdown(socket.SHUT_WR)
-        self._maybe_done(link)
-
-    def _half_close(self, side: _Side) -> None:
-        side.shut = True
-        if not side.out:
-            with contextlib.suppress(OSError):
-                side.sock.shutdown(socket.SHUT_WR)
-
-    def _maybe_done(self, link: _Link) -> None:
-        sides = [s for s, _ in self._pairs(link)]
-        if all(s.eof and s.shut and not s.out for s in sides) and not link.delayed:
-            self._drop(link, rst=False)
-
-    def _drop(self, link: _Link, *, rst: bool) -> None:
+    def _drop(self, link: Link, *, rst: bool) -> None:
         if link not in self._links:
             return
         self._links.remove(link)
-        for side, _ in self._pairs(link):
+        for side in link.sides:
             with contextlib.suppress(KeyError, ValueError):
                 self._sel.unregister(side.sock)
             if rst:
-                _reset(side.sock)
+                reset_socket(side.sock)
             else:
                 side.sock.close()
 
