@@ -10,6 +10,7 @@ Layers, imports flow downwards only:
                    tiered}.py, metrics.py, health.py         clients
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
+                   admission.py,
                    status.py, cache/{policy,entry,shapes,chunks}.py
 
 Nothing here is created at import time: the app factory builds the urllib3 PoolManager,

@@ -8,6 +8,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from app.admission import Ticket
+
 SSE_HEADERS = (
     ("Content-Type", "text/event-stream; charset=utf-8"),
     ("Cache-Control", "no-cache"),
@@ -41,6 +43,9 @@ class Call:
     body: bytes
     client_socket: socket.socket | None = None
     trace: Trace = field(default_factory=Trace)
+    # Its slots in the worker's admission limits: taken by Gateway.handle once the body is
+    # parsed, given back when the response body is closed (routes.py). Default: no limits.
+    admission: Ticket = field(default_factory=Ticket)
 
 
 @dataclass

@@ -109,6 +109,24 @@ class Settings:
         "Largest single SSE event accepted from the upstream; a larger one ends the stream "
         "with an `upstream_event_too_large` error event. Bounds the memory one stream holds.",
     )
+    max_requests_per_worker: int = _setting(
+        "LLMGATE_MAX_REQUESTS_PER_WORKER",
+        4000,
+        "Most API requests one worker serves at once (0: no limit); beyond it the answer is "
+        "an immediate 429 gateway_overloaded, never a queue. Unset: 4/5 of "
+        "LLMGATE_WORKER_CONNECTIONS (gunicorn's worker_connections, 5000 -> 4000). Keep it "
+        "below that: past worker_connections gunicorn stops accepting and callers wait unseen "
+        "in its backlog; the rest is room for nginx's idle keep-alive connections and for "
+        "health, metrics and status, which are never refused. nginx's limit_conn is rendered "
+        "from it.",
+    )
+    max_streams_per_worker: int = _setting(
+        "LLMGATE_MAX_STREAMS_PER_WORKER",
+        2000,
+        "Most streams (`stream: true`) one worker relays at once (0: no limit); a stream also "
+        "takes a request slot. Unset: 2/5 of LLMGATE_WORKER_CONNECTIONS (5000 -> 2000), half "
+        "the request slots, so long streams never take every slot from short calls.",
+    )
     memcached: str = _setting(
         "LLMGATE_MEMCACHED",
         "",
@@ -186,6 +204,7 @@ class Settings:
             if raw is None or raw.strip() == "":
                 continue
             values[f.name] = _parse(f, raw.strip())
+        values = {**admission_defaults(environ), **values}
         settings = cls(**values)
         settings.validate()
         return settings
@@ -210,6 +229,11 @@ class Settings:
             # Deeper, json.loads (and json.dumps of the cache key) would recurse past
             # Python's recursion limit: the RecursionError this setting exists to prevent.
             raise SettingsError("LLMGATE_MAX_JSON_DEPTH must be between 1 and 512")
+        if self.max_requests_per_worker < 0 or self.max_streams_per_worker < 0:
+            raise SettingsError(
+                "LLMGATE_MAX_REQUESTS_PER_WORKER and LLMGATE_MAX_STREAMS_PER_WORKER must be "
+                ">= 0 (0: no limit)"
+            )
         if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"
@@ -228,6 +252,25 @@ class Settings:
                 raise SettingsError(f"LLMGATE_MEMCACHED entry {item!r} is not host:port")
             nodes.append((host.strip("[]"), int(port)))
         return nodes
+
+
+# gunicorn.conf.py's default worker_connections (LLMGATE_WORKER_CONNECTIONS); a test holds
+# the two equal. The admission limits' defaults are shares of it.
+WORKER_CONNECTIONS = 5000
+
+
+def admission_defaults(environ: Mapping[str, str]) -> dict[str, int]:
+    """The admission limits sized from LLMGATE_WORKER_CONNECTIONS: 4/5 of the worker's
+    connections for requests, 2/5 for streams (Settings' defaults are these for 5000)."""
+    raw = (environ.get("LLMGATE_WORKER_CONNECTIONS") or "").strip()
+    try:
+        connections = int(raw) if raw else WORKER_CONNECTIONS
+    except ValueError:
+        raise SettingsError(f"LLMGATE_WORKER_CONNECTIONS={raw!r} is not a valid int") from None
+    return {
+        "max_requests_per_worker": max(1, connections * 4 // 5),
+        "max_streams_per_worker": max(1, connections * 2 // 5),
+    }
 
 
 def _env(name: str) -> str:

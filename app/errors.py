@@ -167,6 +167,28 @@ class ServiceUnavailable(GatewayError):
     retryable = True
 
 
+class Overloaded(GatewayError):
+    """This worker is at its limit of concurrent requests or streams (app/admission.py):
+    refused at once, never queued; the caller may come back (x-should-retry: true)."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "gateway_overloaded"
+    retryable = True
+
+    def __init__(self, kind: str, limit: int, *, retry_after_s: int) -> None:
+        super().__init__(
+            f"The gateway is busy: this worker is at its limit of {limit} concurrent "
+            f"{kind}. Retry after {retry_after_s} s.",
+            headers={
+                "retry-after": str(retry_after_s),
+                "retry-after-ms": str(retry_after_s * 1000),
+                "x-should-retry": "true",
+            },
+        )
+        self.kind = kind
+
+
 def wrap_upstream_body(status: int, body: bytes) -> bytes:
     """An upstream error body as OpenAI JSON: kept as is when it already is, else wrapped.
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from flask import Flask
 
+from app.admission import Gate, Limits
 from app.cache import build_answer_cache
 from app.config import Settings, SettingsError
 from app.gateway import Gateway
@@ -36,6 +37,11 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
         Upstream(settings, metrics=metrics),
         build_answer_cache(settings, metrics),
         metrics,
+    )
+    # This worker's admission limits (app/admission.py), taken by each API call's ticket.
+    app.extensions["llmgate.admission"] = Gate(
+        Limits(settings.max_requests_per_worker, settings.max_streams_per_worker),
+        metrics.observe_admission,
     )
     app.register_blueprint(api)
     app.register_blueprint(status_page)

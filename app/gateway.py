@@ -73,6 +73,9 @@ class Gateway:
             if "cache" in body:
                 # Our control object, not the provider's: it never goes upstream.
                 forward = json.dumps({k: v for k, v in body.items() if k != "cache"}).encode()
+        # Admission control (app/admission.py): a slot, and a stream slot for a stream, or a
+        # 429 now; routes.py gives them back when the response body is closed.
+        call.admission.admit(stream)
         req = UpstreamRequest(
             method=call.method,
             path=call.path.removeprefix("/v1"),

@@ -24,6 +24,7 @@ from prometheus_client import (
     multiprocess,
 )
 
+from app.admission import KINDS, Load
 from app.cache.policy import CACHE_OUTCOMES
 from app.errors import ERROR_CAUSES
 
@@ -129,6 +130,24 @@ class Metrics:
             multiprocess_mode="livesum",
             registry=reg,
         )
+        self.admission_rejected = Counter(
+            "llmgate_admission_rejected_total",
+            "Calls refused with 429 gateway_overloaded because their worker was at a limit, "
+            "by the limit that was full (requests or streams).",
+            ["kind"],
+            registry=reg,
+        )
+        self.admission_in_flight = Gauge(
+            "llmgate_admission_in_flight",
+            "Calls holding an admission slot now, by kind (a stream holds both), summed over "
+            "live workers.",
+            ["kind"],
+            multiprocess_mode="livesum",
+            registry=reg,
+        )
+        for kind in KINDS:
+            self.admission_rejected.labels(kind)
+            self.admission_in_flight.labels(kind)
         self.heartbeats = Counter(
             "llmgate_heartbeats_total", "`: ping` comments sent on idle streams.", registry=reg
         )
@@ -167,6 +186,13 @@ class Metrics:
             self.cache_requests.labels(outcome)
         for state in ("in_use", "idle"):
             self.pool.labels(state)
+
+    def observe_admission(self, kind: str, event: str, load: Load) -> None:
+        """The observer of app/admission.py's gate: refusals counted, slots in use shown."""
+        if event == "rejected":
+            self.admission_rejected.labels(kind).inc()
+        else:
+            self.admission_in_flight.labels(kind).set(getattr(load, kind))
 
     def exposition(self) -> tuple[bytes, str]:
         """The text format for /metrics: every worker's samples when multiprocess."""

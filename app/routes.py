@@ -11,11 +11,14 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable, Iterable
+from typing import cast
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
 from app import errors
+from app.admission import Held, Ticket
 from app.calls import Call, Reply, Trace
 from app.gateway import Gateway, error_reply
 from app.health import readiness
@@ -82,6 +85,7 @@ def _forward(route: str) -> Response:
         body=b"",
         client_socket=request.environ.get("gunicorn.socket"),
         trace=Trace(request_id=_request_id()),
+        admission=current_app.extensions["llmgate.admission"].ticket(),
     )
     try:
         target = len(request.path) + len(call.query)
@@ -100,7 +104,24 @@ def _forward(route: str) -> Response:
         # request is still counted and logged like every other.
         log.exception("unhandled error on %s %s", request.method, request.path)
         reply = error_reply(errors.GatewayError("Internal gateway error."))
-    return to_response(finish(call, reply, gateway.settings, gateway.metrics))
+    return _release_when_closed(
+        lambda: to_response(finish(call, reply, gateway.settings, gateway.metrics)),
+        call.admission,
+    )
+
+
+def _release_when_closed(respond: Callable[[], Response], ticket: Ticket) -> Response:
+    """The response, whose body gives the call's admission slots back once the server has
+    sent it or the caller left (the server closes it either way); at once if building the
+    response fails."""
+    try:
+        response = respond()
+    except BaseException:
+        ticket.release()
+        raise
+    # The body is bytes: to_response builds it from a Reply.
+    response.response = Held(cast(Iterable[bytes], response.response), ticket.release)
+    return response
 
 
 def _request_id() -> str:

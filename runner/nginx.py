@@ -28,6 +28,8 @@ class NginxParams:
     worker_processes: int | str = "auto"
     worker_connections: int = 16384
     access_log: str = "off"
+    # limit_conn over API requests in progress (0: none); for_settings derives it.
+    conn_limit: int = 0
 
     @classmethod
     def for_settings(
@@ -37,6 +39,7 @@ class NginxParams:
         listen: str,
         app_servers: list[str],
         read_timeout_s: float | None = None,
+        app_workers: int = 2,
         **kw: Any,
     ) -> NginxParams:
         # nginx must never cut what the gateway still allows: its read timeout sits above
@@ -51,6 +54,7 @@ class NginxParams:
             app_servers=tuple(app_servers),
             max_body_bytes=settings.max_body_bytes,
             read_timeout_s=read_timeout_s,
+            conn_limit=nginx_conn_limit(settings.max_requests_per_worker, app_workers),
             **kw,
         )
 
@@ -72,7 +76,22 @@ class NginxParams:
             "max_body": str(self.max_body_bytes),
             "max_body_bytes": str(self.max_body_bytes),
             "read_timeout": f"{round(self.read_timeout_s * 1000)}ms",
+            "limit_conn": f"limit_conn llmgate_admission {self.conn_limit};"
+            if self.conn_limit
+            else "# no limit_conn: LLMGATE_MAX_REQUESTS_PER_WORKER is 0 (no limit)",
         }
+
+
+def nginx_conn_limit(requests_per_worker: int, app_workers: int) -> int:
+    """nginx's outer guard: the app's request limit over all its workers plus 1/10 (at least
+    8) of headroom, so the app, which answers per worker and per kind, refuses first. The
+    headroom covers what nginx counts and the app does not: bodies still being uploaded,
+    answers still draining to slow callers, callers spread unevenly over the workers.
+    0 (no app limit) is no nginx limit either."""
+    if requests_per_worker <= 0:
+        return 0
+    total = requests_per_worker * max(1, app_workers)
+    return total + max(8, -(-total // 10))
 
 
 def render_nginx(params: NginxParams, template: str | None = None) -> str:
@@ -116,6 +135,7 @@ if __name__ == "__main__":
                 settings,
                 listen="8080",
                 app_servers=["127.0.0.1:8000"],
+                app_workers=int(os.environ.get("LLMGATE_WORKERS", "2")),
                 access_log="/var/log/nginx/llmgate.access.log",
             )
         )

@@ -144,6 +144,7 @@ class Stack:
             worker_processes=opts.nginx_worker_processes,
             worker_connections=opts.nginx_worker_connections,
             read_timeout_s=opts.nginx_read_timeout_s,
+            app_workers=opts.workers,
             access_log="logs/access.log",
         )
         self.procs.append(start_nginx(opts.run_dir / "nginx", params, log_path=self._log("nginx")))

@@ -29,6 +29,7 @@ import pytest
 from tests.conftest import ROOT
 
 PURE = {
+    "app.admission",
     "app.config",
     "app.errors",
     "app.sse",
