@@ -7,6 +7,7 @@ before the fork would be shared). Values come from LLMGATE_* variables, see READ
 
 import os
 import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -64,6 +65,16 @@ if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
 
 
 def on_starting(server):
+    # A wrong upstreams file stops the start here, once, with its line and field, instead
+    # of every worker failing to boot. app.upstreams is pure (standard library only).
+    config = os.environ.get("LLMGATE_CONFIG", "").strip()
+    if config:
+        from app.upstreams import ConfigError, load
+
+        try:
+            load(Path(config).read_text(), os.environ, path=config)
+        except (OSError, ConfigError) as exc:
+            sys.exit(f"llmgate: LLMGATE_CONFIG: {exc}")
     # Shared by every worker, for the status page's uptime.
     os.environ["LLMGATE_STARTED_AT"] = str(time.time())
     # Samples of a previous run would be summed into this one's.

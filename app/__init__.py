@@ -11,7 +11,8 @@ Layers, imports flow downwards only:
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py,
-                   status.py, cache/{policy,entry,shapes,chunks}.py
+                   status.py, upstreams.py, breaker.py,
+                   cache/{policy,entry,shapes,chunks}.py
 
 Nothing here is created at import time: the app factory builds the urllib3 PoolManager,
 the cache client and the metrics registry inside the gunicorn worker, after gevent patched.

@@ -29,6 +29,7 @@ class Trace:
     cache_s: float = 0.0  # time spent on cache lookups
     upstream_ttfb_s: float | None = None  # the upstream's time to its head (+ first event)
     attempts: int = 0
+    upstream: str | None = None  # the configured name of the upstream that answered
     client_closed: bool = False
     upstream_request_id: str | None = None
 

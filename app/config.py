@@ -41,6 +41,12 @@ class Settings:
         "PEM file of the CAs to trust for an https upstream (a private CA in front of a "
         "self-hosted model); empty: the system's trust store. Certificates are always verified.",
     )
+    config_file: str = _setting(
+        "LLMGATE_CONFIG",
+        "",
+        "TOML file declaring several upstreams (keys, models, aliases, weights, priorities; "
+        "see deploy/llmgate.example.toml). Empty: the one upstream of LLMGATE_UPSTREAM_URL.",
+    )
     pool_size: int = _setting(
         "LLMGATE_POOL_SIZE",
         100,
@@ -90,6 +96,22 @@ class Settings:
         20.0,
         "Longest upstream retry-after the gateway waits out itself; longer ones go back to "
         "the caller with the upstream's answer.",
+    )
+    breaker_failures: int = _setting(
+        "LLMGATE_BREAKER_FAILURES",
+        5,
+        "Consecutive failed attempts (no connection, timeout, reset, 5xx) that open an "
+        "upstream's circuit breaker in a worker; more than half of the last 20 attempts (at "
+        "least 10) failing opens it too.",
+    )
+    breaker_cooldown_s: float = _setting(
+        "LLMGATE_BREAKER_COOLDOWN_S",
+        5.0,
+        "How long an open breaker keeps calls away before one probe goes through; doubled "
+        "for each opening in a row, up to LLMGATE_BREAKER_COOLDOWN_MAX_S.",
+    )
+    breaker_cooldown_max_s: float = _setting(
+        "LLMGATE_BREAKER_COOLDOWN_MAX_S", 300.0, "Longest cooldown of an open breaker."
     )
     max_body_bytes: int = _setting(
         "LLMGATE_MAX_BODY_BYTES",
@@ -223,6 +245,13 @@ class Settings:
             raise SettingsError("LLMGATE_CACHE_MODE must be off, deterministic or all")
         if self.cache_l1_bytes < 1024:
             raise SettingsError("LLMGATE_CACHE_L1_BYTES must be >= 1024")
+        if self.breaker_failures < 1 or not 0 < self.breaker_cooldown_s <= (
+            self.breaker_cooldown_max_s
+        ):
+            raise SettingsError(
+                "LLMGATE_BREAKER_FAILURES must be >= 1 and 0 < LLMGATE_BREAKER_COOLDOWN_S <= "
+                "LLMGATE_BREAKER_COOLDOWN_MAX_S"
+            )
         if self.max_event_bytes < 1024:
             raise SettingsError("LLMGATE_MAX_EVENT_BYTES must be >= 1024")
         if not 1 <= self.max_json_depth <= 512:

@@ -81,6 +81,14 @@ class NotFound(GatewayError):
     code = "unknown_url"
 
 
+class ModelNotServed(GatewayError):
+    """No configured upstream serves the requested model."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
 class MethodNotAllowed(GatewayError):
     status = 405
     type = "invalid_request_error"

@@ -10,10 +10,13 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from flask import Flask
 
+from app import upstreams
 from app.admission import Gate, Limits
+from app.breaker import BreakerPolicy
 from app.cache import build_answer_cache
 from app.config import Settings, SettingsError
 from app.gateway import Gateway
@@ -21,12 +24,13 @@ from app.metrics import Metrics
 from app.routes import api, register_error_handlers
 from app.statuspage import status_page
 from app.upstream import Upstream
+from app.upstreams import UpstreamSpec
 
 
 def create_app(settings: Settings | None = None, environ: Mapping[str, str] | None = None) -> Flask:
-    settings = settings or Settings.from_env(os.environ if environ is None else environ)
-    if not settings.upstream_url:
-        raise SettingsError("LLMGATE_UPSTREAM_URL is not set (make run starts a simulator).")
+    environ = os.environ if environ is None else environ
+    settings = settings or Settings.from_env(environ)
+    specs = load_upstreams(settings, environ)
     app = Flask("llmgate")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -34,7 +38,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     metrics = Metrics()
     app.extensions["llmgate"] = Gateway(
         settings,
-        Upstream(settings, metrics=metrics),
+        Upstream(settings, specs, metrics=metrics, breaker_policy=breaker_policy(settings)),
         build_answer_cache(settings, metrics),
         metrics,
     )
@@ -48,6 +52,30 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     register_error_handlers(app)
     _log_to_stderr()
     return app
+
+
+def breaker_policy(settings: Settings) -> BreakerPolicy:
+    return BreakerPolicy(
+        failures_to_open=settings.breaker_failures,
+        cooldown_s=settings.breaker_cooldown_s,
+        cooldown_max_s=settings.breaker_cooldown_max_s,
+    )
+
+
+def load_upstreams(settings: Settings, environ: Mapping[str, str]) -> list[UpstreamSpec]:
+    """The upstreams from LLMGATE_CONFIG's file, else the one of LLMGATE_UPSTREAM_URL."""
+    if settings.config_file:
+        try:
+            text = Path(settings.config_file).read_text()
+        except OSError as exc:
+            message = f"LLMGATE_CONFIG: cannot read {settings.config_file}: {exc}"
+            raise SettingsError(message) from None
+        return upstreams.load(text, environ, path=settings.config_file)
+    if not settings.upstream_url:
+        raise SettingsError(
+            "Neither LLMGATE_CONFIG nor LLMGATE_UPSTREAM_URL is set (make run starts a simulator)."
+        )
+    return upstreams.from_environment(settings.upstream_url, settings.upstream_api_key)
 
 
 def _log_to_stderr() -> None:

@@ -44,6 +44,7 @@ from app.upstream import Upstream, UpstreamRequest
 VALIDATED_ROUTES = frozenset({"chat", "completions", "embeddings", "responses"})
 # Routes whose streams end with `data: [DONE]`; one that does not is reported as broken.
 DONE_ROUTES = frozenset({"chat", "completions"})
+UPSTREAM_HEADER = "X-LLMGate-Upstream"
 
 
 class Gateway:
@@ -67,6 +68,7 @@ class Gateway:
         if call.route in VALIDATED_ROUTES:
             body = schema.parse_body(call.body, max_depth=self.settings.max_json_depth)
             schema.validate(call.route, body)
+            self.upstream.check_serves(body.get("model"))
             stream = schema.wants_stream(body)
             call.trace.model = str(body["model"])[:100] if "model" in body else None
             call.trace.stream = stream
@@ -80,11 +82,11 @@ class Gateway:
             method=call.method,
             path=call.path.removeprefix("/v1"),
             query=call.query,
-            headers=upstream_request_headers(
-                call.headers, stream=stream, fallback_api_key=self.settings.upstream_api_key
-            ),
+            # The upstream's own key (or the operator's fallback) is added per upstream.
+            headers=upstream_request_headers(call.headers, stream=stream),
             body=forward if forward or call.method not in ("GET", "HEAD") else None,
             stream=stream,
+            model=call.trace.model if body is not None and "model" in body else None,
         )
         deadline = Deadline.start(self.settings.deadline_s)
         compute = upstream_producer(
@@ -136,7 +138,7 @@ class Gateway:
         directive = cache_policy.check_namespace(directive, self.settings.allowed_namespaces)
         tenant = keys.tenant_of(call.headers, namespace=directive.namespace)
         key = keys.cache_key(
-            upstream=self.settings.upstream_url,
+            upstream=self.upstream.route_id(call.trace.model),
             route=call.route,
             tenant=tenant,
             body=body,
@@ -280,6 +282,7 @@ class Gateway:
         flight = listener.flight
         if head is not None:
             call.trace.attempts = head.attempts
+            call.trace.upstream = head.upstream or None
         if flight.head_at is not None and flight.source == "upstream":
             call.trace.upstream_ttfb_s = flight.head_at - flight.started
         if head is None:
@@ -292,6 +295,7 @@ class Gateway:
                 for k, v in downstream_headers(head.headers)
                 if k.lower() not in ("content-type", "cache-control")
             ]
+            headers += _upstream_header(head)
             return Reply(
                 head.status, list(SSE_HEADERS) + headers, self._stream(call, listener, watcher)
             )
@@ -338,7 +342,7 @@ class Gateway:
             if head.attempts > 1:
                 # We already retried: the SDK must not multiply the calls again.
                 headers.append(("x-should-retry", "false"))
-        return Reply(head.status, headers, body)
+        return Reply(head.status, headers + _upstream_header(head), body)
 
     def _stream(
         self, call: Call, listener: Listener, watcher: DisconnectWatcher
@@ -353,6 +357,11 @@ class Gateway:
             # Normal end, error, or the WSGI server closing us because the caller left.
             watcher.stop()
             listener.leave()
+
+
+def _upstream_header(head: Head) -> list[tuple[str, str]]:
+    """Which upstream answered, by its configured name (never its URL or key)."""
+    return [(UPSTREAM_HEADER, head.upstream)] if head.upstream else []
 
 
 def _with_status(reply: Reply, status: str) -> Reply:

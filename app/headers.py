@@ -81,11 +81,27 @@ def upstream_request_headers(
         if lower in drop or lower.startswith(_NOT_UPSTREAM_PREFIXES):
             continue
         out[name] = value
-    if fallback_api_key and not any(k.lower() in AUTH_HEADERS for k in out):
-        # Only for callers that bring no credential of their own, in any of its headers.
-        out["Authorization"] = f"Bearer {fallback_api_key}"
+    # Only for callers that bring no credential of their own, in any of its headers.
+    out = with_upstream_key(out, fallback_api_key, fallback_only=True)
     # gzip on an event stream holds events back in compressor buffers: ask for identity.
     out["Accept-Encoding"] = "identity" if stream else "gzip, deflate"
+    return out
+
+
+def with_upstream_key(
+    headers: dict[str, str], key: str, *, auth: str = "bearer", fallback_only: bool = False
+) -> dict[str, str]:
+    """``headers`` carrying an upstream's own key: in place of the caller's credential, or,
+    with ``fallback_only``, only when the caller brought none (in any credential header)."""
+    if not key:
+        return headers
+    if fallback_only and any(name.lower() in AUTH_HEADERS for name in headers):
+        return headers
+    out = {k: v for k, v in headers.items() if k.lower() not in AUTH_HEADERS}
+    if auth == "api-key":
+        out["api-key"] = key
+    else:
+        out["Authorization"] = f"Bearer {key}"
     return out
 
 

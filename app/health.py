@@ -1,17 +1,18 @@
-"""Readiness probes: can this instance reach its upstream and its Memcached nodes?
+"""Readiness probes: can this instance reach its upstreams and its Memcached nodes?
 
 A plain TCP connect (plus Memcached's `version`) with a short timeout: it needs no
 credentials and bills nothing. Memcached being down degrades the cache (every lookup is a
-miss) but does not make the instance unready; an unreachable upstream does.
+miss) but does not make the instance unready; no reachable upstream at all does.
 """
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from app.config import Settings
+from app.upstreams import UpstreamSpec
 
 _PROBE_TIMEOUT_S = 1.0
 
@@ -29,15 +30,22 @@ def _probe(host: str, port: int, payload: bytes = b"", expect: bytes = b"") -> s
     return None
 
 
-def readiness(settings: Settings) -> tuple[bool, dict[str, Any]]:
-    parts = urlsplit(settings.upstream_url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    upstream_error = _probe(parts.hostname or "", port)
-    checks: dict[str, Any] = {
-        "upstream": {"ok": upstream_error is None, "target": f"{parts.hostname}:{port}"}
-    }
-    if upstream_error:
-        checks["upstream"]["error"] = upstream_error
+def readiness(
+    settings: Settings, upstreams: Sequence[UpstreamSpec], states: Mapping[str, str]
+) -> tuple[bool, dict[str, Any]]:
+    """Ready while at least one upstream answers a connect; each upstream's breaker state
+    (``states``, by name) is shown beside it."""
+    targets = []
+    for spec in upstreams:
+        host, port = spec.host
+        error = _probe(host, port)
+        target = {"name": spec.name, "target": f"{host}:{port}", "ok": error is None}
+        target["state"] = states.get(spec.name, "closed")
+        if error:
+            target["error"] = error
+        targets.append(target)
+    upstream_ok = any(t["ok"] for t in targets)
+    checks: dict[str, Any] = {"upstream": {"ok": upstream_ok, "upstreams": targets}}
     nodes = []
     for host, node_port in settings.memcached_nodes:
         error = _probe(host, node_port, b"version\r\n", b"VERSION")
@@ -47,4 +55,4 @@ def readiness(settings: Settings) -> tuple[bool, dict[str, Any]]:
         nodes.append(node)
     if nodes:
         checks["memcached"] = {"ok": all(n["ok"] for n in nodes), "nodes": nodes}
-    return upstream_error is None, checks
+    return upstream_ok, checks

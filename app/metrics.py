@@ -112,6 +112,26 @@ class Metrics:
         self.retries = Counter(
             "llmgate_upstream_retries_total", "Upstream attempts beyond the first.", registry=reg
         )
+        self.upstream_attempts = Counter(
+            "llmgate_upstream_attempts_total",
+            "Attempts per upstream (by its configured name, never its key) and result: ok, "
+            "rate_limited (429), failed (no connection, timeout, reset or 5xx).",
+            ["upstream", "result"],
+            registry=reg,
+        )
+        self.failovers = Counter(
+            "llmgate_upstream_failovers_total",
+            "Calls moved to another upstream before any byte reached the caller.",
+            registry=reg,
+        )
+        self.upstream_state = Gauge(
+            "llmgate_upstream_state",
+            "Circuit breaker per upstream: 0 closed, 1 half-open, 2 open (the worst of the "
+            "live workers: breakers are per worker).",
+            ["upstream"],
+            multiprocess_mode="livemax",
+            registry=reg,
+        )
         self.connections_opened = Counter(
             "llmgate_upstream_connections_opened_total",
             "TCP connections opened to the upstream; flat under steady load when keep-alive works.",

@@ -159,6 +159,7 @@ def _record(
         "tokens_in": usage.get("prompt_tokens", usage.get("input_tokens")),
         "tokens_out": usage.get("completion_tokens", usage.get("output_tokens")),
         "attempts": trace.attempts,
+        "upstream": trace.upstream,
         "bytes_out": facts.sent,
         "client_closed": trace.client_closed,
     }

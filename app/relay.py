@@ -52,6 +52,7 @@ class Head:
     headers: list[tuple[str, str]]
     attempts: int
     body: bytes | None  # None: an event stream follows
+    upstream: str = ""  # the configured name of the upstream that answered
 
 
 @dataclass(frozen=True)
@@ -313,10 +314,10 @@ def upstream_producer(
                 metrics.upstream_errors.labels(cause).inc()
             if resp.status >= 300 or not ctype.startswith("text/event-stream"):
                 body = upstream.read_all(resp, deadline, max_body)
-                flight.publish_head(Head(resp.status, headers, resp.attempts, body))
+                flight.publish_head(Head(resp.status, headers, resp.attempts, body, resp.upstream))
                 _observe_ttfb(flight, route)
                 return
-            head = Head(resp.status, headers, resp.attempts, None)
+            head = Head(resp.status, headers, resp.attempts, None, resp.upstream)
             decoder = sse.Decoder(max_event_bytes)
             while chunk := upstream.read_chunk(resp, deadline):
                 try:

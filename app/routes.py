@@ -185,7 +185,8 @@ def healthz() -> Response:
 
 @api.route("/readyz", methods=["GET"])
 def readyz() -> Response:
-    ready, checks = readiness(_gateway().settings)
+    gateway = _gateway()
+    ready, checks = readiness(gateway.settings, gateway.upstream.specs, gateway.upstream.states())
     response = jsonify(ready=ready, checks=checks)
     response.status_code = 200 if ready else 503
     return response

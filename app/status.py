@@ -42,6 +42,21 @@ def _by(samples: Samples, name: str, label: str, keys: Iterable[str]) -> dict[st
     return {key: _total(samples, name, **{label: key}) for key in keys}
 
 
+_STATE_NAMES = {0: "closed", 1: "half_open", 2: "open"}
+
+
+def _upstreams(samples: Samples) -> dict[str, dict[str, Any]]:
+    """Each upstream's breaker state and attempts by result, by its configured name."""
+    out: dict[str, dict[str, Any]] = {}
+    for labels, value in samples.get("llmgate_upstream_state", []):
+        name = labels.get("upstream", "")
+        out.setdefault(name, {"attempts": {}})["state"] = _STATE_NAMES.get(int(value), "closed")
+    for labels, value in samples.get("llmgate_upstream_attempts_total", []):
+        entry = out.setdefault(labels.get("upstream", ""), {"attempts": {}, "state": "closed"})
+        entry["attempts"][labels.get("result", "")] = value
+    return out
+
+
 def status_document(samples: Samples, *, now: float, started: float) -> dict[str, Any]:
     by_class: dict[str, float] = {"2xx": 0.0, "3xx": 0.0, "4xx": 0.0, "5xx": 0.0}
     for labels, value in samples.get("llmgate_requests_total", []):
@@ -63,6 +78,7 @@ def status_document(samples: Samples, *, now: float, started: float) -> dict[str
             "idle": _total(samples, "llmgate_upstream_pool_connections", state="idle"),
             "opened": _total(samples, "llmgate_upstream_connections_opened_total"),
         },
+        "upstreams": _upstreams(samples),
         "histograms": {
             "request_duration_seconds": _histogram(samples, "llmgate_request_duration_seconds"),
             "ttft_seconds": _histogram(samples, "llmgate_ttft_seconds"),

@@ -13,11 +13,14 @@ urllib3 (it is never put back half-read), see ``HTTPConnectionPool.urlopen``'s c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import gevent
 import urllib3
@@ -32,17 +35,22 @@ from urllib3.exceptions import (
     SSLError,
 )
 
+from app import upstreams
+from app.breaker import Breaker, BreakerPolicy
 from app.config import Settings
 from app.errors import (
     GatewayError,
+    ModelNotServed,
     UpstreamError,
     UpstreamReset,
     UpstreamTimeout,
     UpstreamTLSError,
     UpstreamUnreachable,
 )
+from app.headers import with_upstream_key
 from app.metrics import Metrics
-from app.policy import Deadline, RetryPolicy
+from app.policy import RETRYABLE_STATUSES, Deadline, RetryPolicy
+from app.upstreams import UpstreamSpec
 
 _READ_SIZE = 64 * 1024
 
@@ -55,6 +63,7 @@ class UpstreamRequest:
     headers: Mapping[str, str]
     body: bytes | None
     stream: bool
+    model: str | None = None  # routes the call to the upstreams that serve it
 
 
 @dataclass
@@ -63,6 +72,7 @@ class UpstreamResponse:
 
     raw: urllib3.BaseHTTPResponse
     attempts: int
+    upstream: str = ""  # the name of the upstream that answered
     released: bool = False  # counted back as free in the pool's in-use figure
 
     @property
@@ -80,23 +90,33 @@ class UpstreamResponse:
 
 
 class Upstream:
+    """The upstreams of this worker: their pools, breakers, and the attempt loop."""
+
     def __init__(
         self,
         settings: Settings,
+        specs: list[UpstreamSpec] | None = None,
         *,
         metrics: Metrics | None = None,
         sleep=gevent.sleep,
         rand=random.random,
+        clock=time.monotonic,
+        breaker_policy: BreakerPolicy | None = None,
     ) -> None:
         self.settings = settings
-        self.base = settings.upstream_url.rstrip("/")
+        self.specs = specs or upstreams.from_environment(
+            settings.upstream_url, settings.upstream_api_key
+        )
         self.metrics = metrics
         self._sleep = sleep
         self._rand = rand
+        self._clock = clock
+        policy = breaker_policy or BreakerPolicy()
+        self.breakers = {spec.name: Breaker(policy) for spec in self.specs}
         self.in_use = 0
         self._idle_sampled = 0.0
         self.pool = urllib3.PoolManager(
-            num_pools=4,
+            num_pools=max(4, 2 * len(self.specs)),
             maxsize=settings.pool_size,
             block=False,
             retries=False,
@@ -107,6 +127,21 @@ class Upstream:
         )
         if metrics is not None:
             self.pool.pool_classes_by_scheme = _counting_pools(metrics.connections_opened.inc)
+            for spec in self.specs:
+                metrics.upstream_state.labels(spec.name).set(0)
+
+    def route_id(self, model: str | None) -> str:
+        return upstreams.route_id(self.specs, model)
+
+    def check_serves(self, model: str | None) -> None:
+        """ModelNotServed (404) when no configured upstream serves ``model``."""
+        if not any(spec.serves(model) for spec in self.specs):
+            raise ModelNotServed(f"No upstream serves the model {model!r}.", param="model")
+
+    def states(self) -> dict[str, str]:
+        """Each upstream's breaker state now, by name."""
+        now = self._clock()
+        return {name: b.current(now).state for name, b in self.breakers.items()}
 
     def _pool_changed(self, delta: int) -> None:
         self.in_use += delta
@@ -137,13 +172,34 @@ class Upstream:
         return RetryPolicy(s.retries, s.retry_backoff_s, s.retry_backoff_max_s, s.retry_after_max_s)
 
     def open(self, req: UpstreamRequest, deadline: Deadline) -> UpstreamResponse:
-        """Send ``req``, retrying what cannot have billed; return at the upstream's headers."""
+        """Send ``req``, retrying and failing over only what cannot have billed; return at
+        the answering upstream's headers.
+
+        A failure that cannot have billed (no connection, a 429/502/503/504 answer, for a
+        stream a timeout before its headers) moves to the next upstream at once when one is
+        left untried; otherwise the same upstream is tried again after its backoff or
+        retry-after. Every attempt counts against LLMGATE_RETRIES and the deadline.
+        """
+        now = self._clock()
+        for spec in self.specs:  # an open breaker whose cooldown ended shows as half-open
+            self._set_breaker(spec, self.breakers[spec.name].current(now))
+        order = upstreams.candidates(
+            self.specs, req.model, allowed=lambda n: self.breakers[n].allows(now), rand=self._rand
+        )
+        self.check_serves(req.model)
         policy = self.policy()
+        tried: list[UpstreamSpec] = []
+        spec = order[0]
         while True:
             policy = policy.increment()
+            tried.append(spec)
             try:
-                raw = self._attempt(req, deadline)
+                raw = self._attempt_counted(spec, req, deadline)
             except GatewayError as exc:
+                following = _untried(order, tried)
+                if following and not policy.exhausted and _can_fail_over(exc, req.stream):
+                    spec = self._fail_over(spec, following)
+                    continue
                 if not exc.before_send:
                     raise
                 delay = policy.delay_for_connect_error(self._rand)
@@ -154,13 +210,55 @@ class Upstream:
                 self._retrying()
                 self._sleep(delay)
                 continue
+            following = _untried(order, tried)
+            if raw.status in RETRYABLE_STATUSES and following and not policy.exhausted:
+                _discard(raw)
+                spec = self._fail_over(spec, following)
+                continue
             delay = policy.delay_for_status(raw.status, raw.headers, self._rand)
             if delay is None or delay >= deadline.remaining():
                 self._pool_changed(+1)
-                return UpstreamResponse(raw, policy.attempt)
+                return UpstreamResponse(raw, policy.attempt, upstream=spec.name)
             _discard(raw)
             self._retrying()
             self._sleep(delay)
+
+    def _attempt_counted(
+        self, spec: UpstreamSpec, req: UpstreamRequest, deadline: Deadline
+    ) -> urllib3.BaseHTTPResponse:
+        """One attempt, with the breaker told of its start and its outcome."""
+        self._set_breaker(spec, self.breakers[spec.name].start_call(self._clock()))
+        try:
+            raw = self._attempt(spec, req, deadline)
+        except GatewayError:
+            self._outcome(spec, "failed")
+            raise
+        except BaseException:
+            # Cancelled (the caller left): no verdict on the upstream, but a half-open
+            # probe must not stay "in flight" forever.
+            breaker = self.breakers[spec.name]
+            self._set_breaker(spec, dataclasses.replace(breaker, probing=False))
+            raise
+        self._outcome(spec, "failed" if raw.status >= 500 else
+                      "rate_limited" if raw.status == 429 else "ok")  # fmt: skip
+        return raw
+
+    def _outcome(self, spec: UpstreamSpec, result: str) -> None:
+        breaker = self.breakers[spec.name].record(result == "failed", self._clock())
+        self._set_breaker(spec, breaker)
+        if self.metrics is not None:
+            self.metrics.upstream_attempts.labels(spec.name, result).inc()
+
+    def _set_breaker(self, spec: UpstreamSpec, breaker: Breaker) -> None:
+        before = self.breakers[spec.name].state
+        self.breakers[spec.name] = breaker
+        if self.metrics is not None and breaker.state != before:
+            self.metrics.upstream_state.labels(spec.name).set(_STATE_CODES[breaker.state])
+
+    def _fail_over(self, spec: UpstreamSpec, following: list[UpstreamSpec]) -> UpstreamSpec:
+        if self.metrics is not None:
+            self.metrics.failovers.inc()
+        return following[0]
 
     @contextlib.contextmanager
     def _phase(self, phase: str, limit: float, deadline: Deadline) -> Iterator[float]:
@@ -189,16 +287,23 @@ class Upstream:
         if self.metrics is not None:
             self.metrics.retries.inc()
 
-    def _attempt(self, req: UpstreamRequest, deadline: Deadline) -> urllib3.BaseHTTPResponse:
+    def _attempt(
+        self, spec: UpstreamSpec, req: UpstreamRequest, deadline: Deadline
+    ) -> urllib3.BaseHTTPResponse:
         s = self.settings
-        url = self.base + req.path + (f"?{req.query}" if req.query else "")
+        url, headers, body = _prepare(spec, req)
+        pool = (
+            self.pool.connection_from_url(url, pool_kwargs={"maxsize": spec.max_connections})
+            if spec.max_connections
+            else self.pool
+        )
         with self._phase("first_byte", s.first_byte_timeout_s, deadline) as remaining:
             try:
-                return self.pool.urlopen(
+                return pool.urlopen(
                     req.method,
                     url,
-                    body=req.body,
-                    headers=dict(req.headers),
+                    body=body,
+                    headers=headers,
                     preload_content=False,
                     decode_content=True,
                     redirect=False,
@@ -243,6 +348,42 @@ class Upstream:
                 raise UpstreamError(f"Upstream response exceeds {limit} bytes.")
         resp.raw.release_conn()
         return b"".join(parts)
+
+
+_STATE_CODES = {"closed": 0, "half_open": 1, "open": 2}
+
+
+def _untried(order: list[UpstreamSpec], tried: list[UpstreamSpec]) -> list[UpstreamSpec]:
+    return [spec for spec in order if spec not in tried]
+
+
+def _can_fail_over(exc: GatewayError, stream: bool) -> bool:
+    """Whether another upstream may take the call: only when this one cannot have started
+    (billable) work. A stream's headers come when generation starts, so a stream that timed
+    out before them had not started; a non-stream call's headers come at the end."""
+    if exc.before_send or isinstance(exc, UpstreamTLSError):
+        return True
+    return stream and isinstance(exc, UpstreamTimeout) and exc.phase == "first_byte"
+
+
+def _prepare(spec: UpstreamSpec, req: UpstreamRequest) -> tuple[str, dict[str, str], bytes | None]:
+    """The URL, headers and body of ``req`` as ``spec`` wants them: its base URL (with an
+    aliased model in place of {model}), its query and headers, its key, its model name."""
+    model = spec.model_for(req.model) if req.model else ""
+    base = spec.base_url.replace("{model}", quote(model, safe=""))
+    query = "&".join(filter(None, [req.query, urlencode(spec.query)]))
+    url = base + req.path + (f"?{query}" if query else "")
+    headers = with_upstream_key(
+        dict(req.headers), spec.key, auth=spec.auth, fallback_only=spec.key_fallback
+    )
+    headers.update(spec.headers)
+    body = req.body
+    if req.model and model != req.model and body:
+        # An alias: the one case where the body is re-encoded (the model's name changes).
+        doc = json.loads(body)
+        doc["model"] = model
+        body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    return url, headers, body
 
 
 def _tls_options(settings: Settings) -> dict[str, Any]:

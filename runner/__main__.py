@@ -50,7 +50,10 @@ def main() -> int:
     except StartError as exc:
         print(f"llmgate: could not start: {exc}", file=sys.stderr)
         return 1
-    upstream_note = upstream or f"simulator at {stack.sim_url}"
+    config = os.environ.get("LLMGATE_CONFIG", "")
+    upstream_note = (
+        f"the upstreams of {config}" if config else upstream or f"simulator at {stack.sim_url}"
+    )
     print(
         f"""
 llmgate is running on {stack.url}

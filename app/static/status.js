@@ -257,6 +257,11 @@
       ["Heartbeats", integer(s.heartbeats)],
       ["Connections opened", integer(s.pool && s.pool.opened)],
     ];
+    // One row per upstream: its circuit breaker state and attempts by result.
+    for (const [name, up] of Object.entries(s.upstreams || {}).sort()) {
+      const at = up.attempts || {};
+      rows.push([`Upstream ${name}`, `${up.state} · ok ${integer(at.ok)} · 429 ${integer(at.rate_limited)} · failed ${integer(at.failed)}`]);
+    }
     const dl = document.getElementById("totals");
     dl.replaceChildren();
     for (const [term, value] of rows) {

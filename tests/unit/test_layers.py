@@ -39,6 +39,8 @@ PURE = {
     "app.keys",
     "app.calls",
     "app.status",
+    "app.upstreams",
+    "app.breaker",
     "app.cache.policy",
     "app.cache.entry",
     "app.cache.shapes",

@@ -1,0 +1,223 @@
+"""Upstream config file, routing order, breakers and the per-upstream request: no sockets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.breaker import CLOSED, HALF_OPEN, OPEN, Breaker, BreakerPolicy
+from app.errors import UpstreamReset, UpstreamTimeout, UpstreamUnreachable
+from app.headers import with_upstream_key
+from app.upstream import UpstreamRequest, _can_fail_over, _prepare
+from app.upstreams import ConfigError, UpstreamSpec, candidates, from_environment, load, route_id
+from tests.conftest import ROOT
+
+ENV = {"OPENAI_KEY_A": "sk-a", "OPENAI_KEY_B": "sk-b", "AZURE_OPENAI_KEY": "az"}
+
+
+# -- the config file -----------------------------------------------------------------------
+def test_the_shipped_example_loads() -> None:
+    specs = load((ROOT / "deploy" / "llmgate.example.toml").read_text(), ENV)
+    assert [s.name for s in specs] == ["openai-a", "openai-b", "azure-east", "vllm"]
+    azure = specs[2]
+    assert (azure.auth, azure.key, azure.priority) == ("api-key", "az", 1)
+    assert azure.query == (("api-version", "2024-10-21"),)
+    assert azure.model_for("gpt-4o-mini") == "gpt4o-mini-prod"
+    assert specs[3].headers == (("X-Team", "ml-platform"),) and specs[3].key == ""
+    assert "sk-a" not in repr(specs[0])  # keys never printed
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        ('[[upstreams]]\nname = "a"\n', 1, "upstreams.base_url is missing"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "ftp://x"\n', 3, "upstreams.base_url must be"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://x"\nweight = "2"\n', 4, "weight has"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://x"\nwieght = 2\n', 4, "wieght is not"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://x"\nauth = "basic"\n', 4, "auth must"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://x"\nkey_env = "NOPE"\n', 4, "NOPE"),
+        ('[[upstreams]]\nname = "A B"\nbase_url = "http://x"\n', 2, "upstreams.name must"),
+        (
+            '[[upstreams]]\nname = "a"\nbase_url = "http://x"\n\n'
+            '[[upstreams]]\nname = "a"\nbase_url = "http://y"\n',
+            6,
+            "used twice",
+        ),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://x"\nmodels = []\n', 4, "models must"),
+        ("upstream = 1\n", 1, "unknown section"),
+    ],
+)
+def test_a_wrong_file_names_the_line_and_the_field(text: str, line: int, words: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(text, {}, path="gw.toml")
+    assert str(caught.value).startswith(f"gw.toml:{line}: "), str(caught.value)
+    assert words in str(caught.value)
+
+
+def test_toml_syntax_errors_keep_tomllib_position() -> None:
+    with pytest.raises(ConfigError, match=r"gw.toml: not valid TOML: .*line 2"):
+        load('[[upstreams]]\nname = "a\n', {}, path="gw.toml")
+
+
+def test_the_environment_makes_one_upstream_with_a_fallback_key() -> None:
+    (spec,) = from_environment("http://h:1/v1/", "sk-op")
+    assert (spec.name, spec.base_url, spec.key, spec.key_fallback) == (
+        "default", "http://h:1/v1", "sk-op", True,
+    )  # fmt: skip
+
+
+# -- routing -------------------------------------------------------------------------------
+A = UpstreamSpec("a", "http://a/v1", priority=0, weight=3, models=("m",))
+B = UpstreamSpec("b", "http://b/v1", priority=0, weight=1, models=("m", "n"))
+C = UpstreamSpec("c", "http://c/v1", priority=1, models=("*",))
+
+
+def _names(specs, model="m", allowed=lambda n: True, rand=lambda: 0.0) -> list[str]:
+    return [s.name for s in candidates(specs, model, allowed=allowed, rand=rand)]
+
+
+def test_candidates_by_model_priority_then_weight() -> None:
+    assert _names([A, B, C], "n") == ["b", "c"]
+    assert _names([A, B, C], "other") == ["c"]
+    assert _names([C, B, A], rand=lambda: 0.0) == ["b", "a", "c"]  # priority, then the draw
+    assert _names([A, B, C], rand=lambda: 0.99) == ["b", "a", "c"]  # the last quarter: b
+    firsts = [_names([A, B], rand=lambda d=i / 100: d)[0] for i in range(100)]
+    assert firsts.count("a") == 75  # weight 3 : 1
+
+
+def test_open_breakers_go_last_unless_all_are_open() -> None:
+    assert _names([A, B, C], allowed=lambda n: n != "a") == ["b", "c"]
+    assert _names([A, B], allowed=lambda n: False) == ["a", "b"]  # panic: try them all
+
+
+def test_route_id_names_every_base_url_serving_the_model() -> None:
+    assert route_id([A, B, C], "m") == "http://a/v1,http://b/v1,http://c/v1"
+    assert route_id([A, B, C], "n") == "http://b/v1,http://c/v1"
+
+
+# -- one upstream's request ----------------------------------------------------------------
+def _req(**kw) -> UpstreamRequest:
+    base = dict(method="POST", path="/chat/completions", query="", stream=False,
+                headers={"Authorization": "Bearer caller", "X-Other": "1"},
+                body=b'{"model":"gpt-4o-mini","messages":[]}', model="gpt-4o-mini")  # fmt: skip
+    return UpstreamRequest(**{**base, **kw})
+
+
+def test_azure_style_url_auth_query_and_alias() -> None:
+    spec = UpstreamSpec("az", "https://r.example/openai/deployments/{model}", key="k",
+                        auth="api-key", query=(("api-version", "2024"),),
+                        aliases=(("gpt-4o-mini", "dep 1"),))  # fmt: skip
+    url, headers, body = _prepare(spec, _req(query="x=1"))
+    assert (
+        url == "https://r.example/openai/deployments/dep%201/chat/completions?x=1&api-version=2024"
+    )
+    assert headers == {"X-Other": "1", "api-key": "k"}  # the caller's key is replaced
+    assert json.loads(body) == {"model": "dep 1", "messages": []}
+
+
+def test_without_an_alias_the_body_goes_as_sent() -> None:
+    spec = UpstreamSpec("o", "https://o.example/v1", key="k", headers=(("X-Team", "t"),))
+    url, headers, body = _prepare(spec, _req(body=b'{ "model" : "gpt-4o-mini" ,"messages":[]}'))
+    assert url == "https://o.example/v1/chat/completions"
+    assert headers["Authorization"] == "Bearer k" and headers["X-Team"] == "t"
+    assert body == b'{ "model" : "gpt-4o-mini" ,"messages":[]}'
+
+
+@pytest.mark.parametrize("own", ["Authorization", "api-key", "x-api-key"])
+def test_a_fallback_key_never_replaces_the_callers(own: str) -> None:
+    assert with_upstream_key({own: "mine"}, "op", fallback_only=True) == {own: "mine"}
+    assert with_upstream_key({own: "mine"}, "op") == {"Authorization": "Bearer op"}
+    assert with_upstream_key({}, "op", fallback_only=True) == {"Authorization": "Bearer op"}
+    assert with_upstream_key({own: "mine"}, "") == {own: "mine"}
+
+
+def test_what_may_fail_over() -> None:
+    connect = UpstreamTimeout("connect", 1)
+    connect.before_send = True
+    assert _can_fail_over(UpstreamUnreachable("x"), stream=False)
+    assert _can_fail_over(connect, stream=False)
+    assert _can_fail_over(UpstreamTimeout("first_byte", 1), stream=True)
+    assert not _can_fail_over(UpstreamTimeout("first_byte", 1), stream=False)  # may be billing
+    assert not _can_fail_over(UpstreamReset("x"), stream=True)  # the request was sent
+    assert not _can_fail_over(UpstreamTimeout("idle", 1), stream=True)
+
+
+# -- the breaker ---------------------------------------------------------------------------
+POLICY = BreakerPolicy(failures_to_open=3, window=10, window_min=6, error_rate=0.5,
+                       cooldown_s=5, cooldown_max_s=12)  # fmt: skip
+
+
+def _fail(breaker: Breaker, times: int, now: float = 0.0) -> Breaker:
+    for _ in range(times):
+        breaker = breaker.record(True, now)
+    return breaker
+
+
+def test_opens_after_consecutive_failures_then_half_opens_for_one_probe() -> None:
+    b = _fail(Breaker(POLICY), 2)
+    assert b.state == CLOSED and b.allows(0)
+    b = _fail(b, 1)
+    assert b.state == OPEN and not b.allows(4.9)
+    assert b.current(5.0).state == HALF_OPEN and b.allows(5.0)
+    probing = b.start_call(5.0)
+    assert not probing.allows(5.1)  # one probe at a time
+    assert probing.record(False, 6).state == CLOSED
+
+
+def test_a_failed_probe_reopens_for_longer_up_to_the_cap() -> None:
+    b = _fail(Breaker(POLICY), 3)  # open until 5
+    b = b.start_call(5).record(True, 5)
+    assert b.state == OPEN and b.until == 15  # 10 s: doubled
+    b = b.start_call(15).record(True, 15)
+    assert b.until == 27  # capped at 12
+    b = b.start_call(27).record(False, 27)
+    assert b.state == CLOSED and b.openings == 0
+    assert _fail(b, 3, 30).until == 35  # a success in between: back to the first cooldown
+
+
+def test_opens_on_the_error_rate_over_the_window() -> None:
+    b = Breaker(POLICY)
+    for failed in [True, False, True, False, True, False]:
+        b = b.record(failed, 0)
+    assert b.state == CLOSED  # 3 of 6: not above half
+    b = b.record(True, 0)
+    assert b.state == OPEN  # 4 of 7
+
+
+def test_a_success_resets_the_consecutive_count_and_late_results_do_not_reopen() -> None:
+    b = _fail(Breaker(POLICY), 2).record(False, 0)
+    assert _fail(b, 2).state == CLOSED
+    opened = _fail(Breaker(POLICY), 3)
+    assert opened.record(False, 1) == opened  # a call from before: the cooldown stands
+
+
+def test_a_model_no_upstream_serves_is_a_404_before_any_call() -> None:
+    from app.config import Settings
+    from app.errors import ModelNotServed
+    from app.upstream import Upstream
+
+    upstream = Upstream(Settings(), [A, B])
+    upstream.check_serves("n")
+    upstream.check_serves(None)  # no model (GET /v1/models): any upstream
+    with pytest.raises(ModelNotServed) as caught:
+        upstream.check_serves("other")
+    assert (caught.value.status, caught.value.code, caught.value.param) == (
+        404, "model_not_found", "model",
+    )  # fmt: skip
+
+
+def test_the_breaker_state_shows_half_open_once_the_cooldown_ended() -> None:
+    from app.config import Settings
+    from app.metrics import Metrics
+    from app.upstream import Upstream
+
+    now = [0.0]
+    metrics = Metrics(multiproc_dir="")
+    upstream = Upstream(Settings(), [A], metrics=metrics, clock=lambda: now[0],
+                        breaker_policy=POLICY)  # fmt: skip
+    upstream._set_breaker(A, _fail(upstream.breakers["a"], 3))
+    assert upstream.states() == {"a": "open"}
+    assert metrics.upstream_state.labels("a")._value.get() == 2
+    now[0] = 5.0
+    assert upstream.states() == {"a": "half_open"}
