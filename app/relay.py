@@ -95,6 +95,9 @@ class Flight:
         self.cancelled = False
         self.started = time.monotonic()
         self.finished_at: float | None = None
+        # The producer ended and on_done ran: only now do listeners see the end (or a whole
+        # body), so the answer is stored before any caller has all of it.
+        self.settled = False
         self.head_at: float | None = None
         self.request_id = request_id  # of the caller that started it, for the log
         # Set by whoever starts the flight: the answer's shape, where it came from, and
@@ -122,13 +125,20 @@ class Flight:
             self.finished_at = time.monotonic()
             if self.end is None and not self.complete:
                 self.cancelled = True
-            self._notify()
-            if self._on_done is not None:
-                self._on_done(self)
+            try:
+                if self._on_done is not None:
+                    # Before the listeners learn of the end: a caller who repeats its request
+                    # the moment it has the whole answer finds the entry stored and the
+                    # flight gone, not a finished call to join as a follower.
+                    self._on_done(self)
+            finally:
+                self.settled = True
+                self._notify()
 
     def publish_head(self, head: Head) -> None:
         self.head = head
-        self._notify()
+        if head.body is None:
+            self._notify()  # a stream starts; a whole body is announced with the end (_run)
 
     def publish(self, event: sse.Event) -> None:
         self._log.append(event)
@@ -154,8 +164,7 @@ class Flight:
             self._dropped = low
 
     def finish(self, leftover: bytes = b"") -> None:
-        self.end = Finished(leftover)
-        self._notify()
+        self.end = Finished(leftover)  # announced once the flight is done (_run)
 
     def fail(self, exc: GatewayError) -> None:
         self.end = exc
@@ -212,7 +221,7 @@ class Flight:
         while not ready():
             if listener.left or self.cancelled:
                 raise ClientGone()
-            if self.end is not None or self.finished_at is not None:
+            if self.settled:
                 return True
             remaining = None if until is None else until - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -247,7 +256,9 @@ class Listener:
         flight = self.flight
 
         def ready() -> bool:
-            return flight.head is not None or flight.end is not None
+            # A stream's head at once; a whole body once the flight settled (stored).
+            head = flight.head
+            return (head is not None and head.body is None) or flight.settled
 
         if not flight.wait(self, ready, timeout):
             return None
@@ -258,7 +269,7 @@ class Listener:
     def wait_first_event(self, timeout: float | None) -> bool:
         """True once a first event or the end is in (raises the failure if that came first)."""
         flight = self.flight
-        ready = lambda: flight.event_count > 0 or flight.end is not None  # noqa: E731
+        ready = lambda: flight.event_count > 0 or flight.settled  # noqa: E731
         if not flight.wait(self, ready, timeout):
             return False
         if flight.event_count == 0 and flight.failure is not None:
@@ -268,7 +279,7 @@ class Listener:
     def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
         """The next event, or the end once every event is read; None on timeout."""
         flight = self.flight
-        ready = lambda: self.position < flight.event_count or flight.end is not None  # noqa: E731
+        ready = lambda: self.position < flight.event_count or flight.settled  # noqa: E731
         if not flight.wait(self, ready, timeout):
             return None
         if self.position < flight.event_count:
@@ -286,7 +297,7 @@ class Listener:
         waits for the whole answer reads no events one by one: it holds no log back."""
         flight = self.flight
         flight._readers.discard(self)
-        flight.wait(self, lambda: flight.complete or flight.end is not None, timeout)
+        flight.wait(self, lambda: flight.settled, timeout)
         if not flight.complete:
             raise flight.failure or ClientGone()
 

@@ -194,3 +194,32 @@ def test_followers_of_a_flight_share_it_and_each_read_every_event() -> None:
         listener.leave()
     gevent.sleep(0)
     assert gateway.flights.get(KEY) is None and l1.get(KEY) is not None
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_entry_is_stored_before_any_listener_learns_the_answer_is_complete(stream) -> None:
+    """Read your own write: a caller that repeats its request as soon as it has the whole
+    answer finds the entry, not the finished flight still registered (COALESCED)."""
+
+    class YieldingStore(MemoryBackend):
+        def set(self, key: str, value: bytes, ttl: int) -> bool:
+            gevent.sleep(0.01)  # as a Memcached write does: other greenlets run meanwhile
+            return super().set(key, value, ttl)
+
+    l1 = YieldingStore(1 << 20)
+    answers = AnswerCache(TieredCache(l1, None, l1_ttl=60), SETTINGS, shared=False)
+    gateway = Gateway(SETTINGS, Upstream(SETTINGS), answers)
+    head = STREAM_HEAD if stream else Head(200, [("Content-Type", "application/json")], 1, b"{}")
+
+    def produce(flight: Flight) -> None:
+        flight.publish_head(head)
+        if stream:
+            for event in sse.Decoder().feed(GOOD):
+                flight.publish(event)
+            flight.finish()
+
+    flight = gateway._start_flight(KEY, Directive(), produce, Deadline.start(10), stream)
+    listener = flight.join()
+    listener.wait_complete(5)  # no yield after this: what the caller sees, it sees now
+    assert l1.get(KEY) is not None
+    assert gateway.flights.get(KEY) is None

@@ -40,3 +40,35 @@ def test_downstream_takes_a_list_of_pairs_and_keeps_repeated_fields() -> None:
         ("Link", "<a>"),
         ("Link", "<b>"),
     ]
+
+
+# -- an upstream's own key ------------------------------------------------------------------
+def test_an_upstream_key_replaces_every_caller_credential() -> None:
+    from app.headers import with_upstream_key
+
+    sent = {"Authorization": "Bearer c", "API-Key": "c", "x-api-key": "c", "X-Other": "o"}
+    assert with_upstream_key(dict(sent), "k") == {"X-Other": "o", "Authorization": "Bearer k"}
+    assert with_upstream_key(dict(sent), "k", auth="api-key") == {"X-Other": "o", "api-key": "k"}
+
+
+def test_a_fallback_key_only_for_callers_without_one() -> None:
+    from app.headers import with_upstream_key
+
+    for own in ("Authorization", "API-KEY", "X-Api-Key"):
+        assert with_upstream_key({own: "c"}, "k", fallback_only=True) == {own: "c"}
+    assert with_upstream_key({"X-Other": "o"}, "k", fallback_only=True) == {
+        "X-Other": "o",
+        "Authorization": "Bearer k",
+    }
+    assert with_upstream_key({"X-Other": "o"}, "k", auth="api-key", fallback_only=True) == {
+        "X-Other": "o",
+        "api-key": "k",
+    }
+
+
+def test_no_key_leaves_the_headers_as_they_are() -> None:
+    from app.headers import with_upstream_key
+
+    headers = {"Authorization": "Bearer c"}
+    assert with_upstream_key(headers, "") is headers
+    assert with_upstream_key(headers, "", fallback_only=True) is headers
