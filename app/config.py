@@ -113,6 +113,19 @@ class Settings:
     breaker_cooldown_max_s: float = _setting(
         "LLMGATE_BREAKER_COOLDOWN_MAX_S", 300.0, "Longest cooldown of an open breaker."
     )
+    stream_buffer_bytes: int = _setting(
+        "LLMGATE_STREAM_BUFFER_BYTES",
+        512 * 1024,
+        "Bytes of a stream's events that may wait for a slow caller; beyond them the gateway "
+        "stops reading the upstream until the caller catches up (memory per stream stays "
+        "bounded).",
+    )
+    send_timeout_s: float = _setting(
+        "LLMGATE_SEND_TIMEOUT_S",
+        60.0,
+        "A caller that takes no bytes of its stream for this long is dropped and its upstream "
+        "closed; nginx's send_timeout is rendered from the same value.",
+    )
     max_body_bytes: int = _setting(
         "LLMGATE_MAX_BODY_BYTES",
         20 * 1024 * 1024,
@@ -251,6 +264,10 @@ class Settings:
             raise SettingsError(
                 "LLMGATE_BREAKER_FAILURES must be >= 1 and 0 < LLMGATE_BREAKER_COOLDOWN_S <= "
                 "LLMGATE_BREAKER_COOLDOWN_MAX_S"
+            )
+        if self.stream_buffer_bytes < 1024 or self.send_timeout_s <= 0:
+            raise SettingsError(
+                "LLMGATE_STREAM_BUFFER_BYTES must be >= 1024 and LLMGATE_SEND_TIMEOUT_S > 0"
             )
         if self.max_event_bytes < 1024:
             raise SettingsError("LLMGATE_MAX_EVENT_BYTES must be >= 1024")

@@ -168,6 +168,14 @@ class UpstreamTimeout(GatewayError):
         self.phase = phase
 
 
+class ClientTooSlow(GatewayError):
+    """The caller stopped reading a stream for longer than LLMGATE_SEND_TIMEOUT_S."""
+
+    status = 408
+    type = "invalid_request_error"
+    code = "client_too_slow"
+
+
 class ServiceUnavailable(GatewayError):
     status = 503
     type = "api_error"
@@ -241,6 +249,8 @@ def error_cause(exc: GatewayError) -> str:
         return "reset"
     if isinstance(exc, (UpstreamProtocolError, UpstreamEventTooLarge)):
         return "protocol"
+    if isinstance(exc, ClientTooSlow):
+        return "client_closed"
     return "server"
 
 

@@ -100,7 +100,7 @@ class Gateway:
         plan = self._plan(call, body)
         if plan is None:
             # Nobody else will read this answer: no log beyond what the caller has yet to read.
-            alone = Flight(compute, keep_log=False, request_id=call.trace.request_id)
+            alone = self._flight(compute, keep_log=False, request_id=call.trace.request_id)
             return _with_status(self.answer(call, alone.join(), stream), BYPASS)
         key, directive = plan
         assert body is not None
@@ -216,7 +216,7 @@ class Gateway:
                     self.answers.release_lease(key)  # type: ignore[union-attr]
 
         # The log serves the cache entry and followers, up to the size an entry may have.
-        flight = Flight(
+        flight = self._flight(
             producer,
             on_done=done,
             log_limit=self.settings.cache_max_entry_bytes,
@@ -226,6 +226,15 @@ class Gateway:
         flight.source = "lease" if waiting else "upstream"
         self.flights.put(key, flight)
         return flight
+
+    def _flight(self, producer: Producer, **kw: Any) -> Flight:
+        """A flight with this gateway's per-stream memory bounds for slow callers."""
+        return Flight(
+            producer,
+            buffer_limit=self.settings.stream_buffer_bytes,
+            send_timeout=self.settings.send_timeout_s,
+            **kw,
+        )
 
     def _follow(
         self, call: Call, body: dict[str, Any], flight: Flight, status: str, compute: Producer
@@ -250,7 +259,7 @@ class Gateway:
         if reply is None and head.body is None:
             # A stream too large to keep whole cannot be turned into this caller's shape:
             # it gets its own upstream call.
-            own = Flight(compute, keep_log=False, request_id=call.trace.request_id)
+            own = self._flight(compute, keep_log=False, request_id=call.trace.request_id)
             return _with_status(self.answer(call, own.join(), stream), BYPASS)
         # Not convertible (an error answer, say): the flight's answer as it is.
         return reply or _with_status(self._complete_reply(head), status)

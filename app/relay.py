@@ -28,6 +28,7 @@ from gevent.socket import wait_read
 
 from app import sse
 from app.errors import (
+    ClientTooSlow,
     GatewayError,
     UpstreamEventTooLarge,
     UpstreamProtocolError,
@@ -80,6 +81,8 @@ class Flight:
         on_done: Callable[[Flight], None] | None = None,
         keep_log: bool = True,
         log_limit: int | None = None,
+        buffer_limit: int | None = None,
+        send_timeout: float | None = None,
         request_id: str = "",
     ):
         self.head: Head | None = None
@@ -89,6 +92,13 @@ class Flight:
         self.keep_log = keep_log
         self.log_whole = keep_log  # every event since the first is in the log
         self.log_limit = log_limit
+        # Without a whole log, at most ``buffer_limit`` bytes of events wait for the slowest
+        # reader: beyond it the producer stops reading the upstream until the reader catches
+        # up, and a reader that takes nothing for ``send_timeout`` seconds is dropped.
+        self.buffer_limit = buffer_limit
+        self.send_timeout = send_timeout
+        self.bytes_published = 0
+        self._drained = gevent.event.Event()
         self.end: Finished | GatewayError | None = None
         self.listeners = 0
         self._readers: set[Listener] = set()
@@ -142,6 +152,7 @@ class Flight:
 
     def publish(self, event: sse.Event) -> None:
         self._log.append(event)
+        self.bytes_published += len(event.raw)
         if self.keep_log:
             self.log_bytes += len(event.raw)
             if self.log_limit is not None and self.log_bytes > self.log_limit:
@@ -149,6 +160,27 @@ class Flight:
         else:
             self._trim()
         self._notify()
+        if not self.keep_log and self.buffer_limit is not None:
+            self._wait_for_room()
+
+    def _unread(self) -> int:
+        """Bytes published that the slowest reading listener has not taken yet."""
+        read = min((r.bytes_read for r in self._readers), default=self.bytes_published)
+        return self.bytes_published - read
+
+    def _wait_for_room(self) -> None:
+        """Back-pressure: hold the producer (so the upstream is not read) while the slowest
+        reader is more than ``buffer_limit`` bytes behind. A reader that takes nothing for
+        ``send_timeout`` seconds is too slow to keep: the flight ends (ClientTooSlow) and its
+        upstream is closed."""
+        assert self.buffer_limit is not None
+        while self._unread() > self.buffer_limit:
+            self._drained.clear()
+            if not self._drained.wait(self.send_timeout):
+                raise ClientTooSlow(
+                    f"The caller read nothing for {self.send_timeout:g}s "
+                    "(LLMGATE_SEND_TIMEOUT_S); the stream was dropped."
+                )
 
     def give_up_log(self) -> None:
         """Stop keeping the whole log: no entry, no new followers; memory follows readers."""
@@ -211,6 +243,7 @@ class Flight:
     def _left(self, listener: Listener) -> None:
         self.listeners -= 1
         self._readers.discard(listener)
+        self._drained.set()  # the slowest reader may have been this one
         if self.listeners <= 0 and not self.complete and self.end is None:
             self.cancel()
         self._notify()
@@ -245,6 +278,7 @@ class Listener:
         self.flight = flight
         self.left = False
         self.position = 0  # number of the next event this listener reads
+        self.bytes_read = 0  # raw bytes of the events it took
 
     def leave(self) -> None:
         if not self.left:
@@ -285,6 +319,8 @@ class Listener:
         if self.position < flight.event_count:
             event = flight.event(self.position)
             self.position += 1
+            self.bytes_read += len(event.raw)
+            flight._drained.set()
             if not flight.keep_log:
                 flight._trim()
             return event
@@ -297,6 +333,7 @@ class Listener:
         waits for the whole answer reads no events one by one: it holds no log back."""
         flight = self.flight
         flight._readers.discard(self)
+        flight._drained.set()
         flight.wait(self, lambda: flight.settled, timeout)
         if not flight.complete:
             raise flight.failure or ClientGone()

@@ -25,6 +25,7 @@ class NginxParams:
     app_servers: tuple[str, ...]
     max_body_bytes: int
     read_timeout_s: float
+    send_timeout_s: float = 60.0
     worker_processes: int | str = "auto"
     worker_connections: int = 16384
     access_log: str = "off"
@@ -54,6 +55,7 @@ class NginxParams:
             app_servers=tuple(app_servers),
             max_body_bytes=settings.max_body_bytes,
             read_timeout_s=read_timeout_s,
+            send_timeout_s=settings.send_timeout_s,
             conn_limit=nginx_conn_limit(settings.max_requests_per_worker, app_workers),
             **kw,
         )
@@ -76,6 +78,7 @@ class NginxParams:
             "max_body": str(self.max_body_bytes),
             "max_body_bytes": str(self.max_body_bytes),
             "read_timeout": f"{round(self.read_timeout_s * 1000)}ms",
+            "send_timeout": f"{round(self.send_timeout_s * 1000)}ms",
             "limit_conn": f"limit_conn llmgate_admission {self.conn_limit};"
             if self.conn_limit
             else "# no limit_conn: LLMGATE_MAX_REQUESTS_PER_WORKER is 0 (no limit)",

@@ -56,6 +56,13 @@ def _upstream(request: Request, exchange: Exchange) -> None:
                 return
         exchange.send(b"data: [DONE]\n\n")
         exchange.finish()
+    elif script == "big10":  # 10 MiB, as fast as the gateway takes it
+        exchange.start_stream()
+        for _ in range(160):
+            if not exchange.send(BIG_EVENT):
+                return
+        exchange.send(b"data: [DONE]\n\n")
+        exchange.finish()
     elif script == "oversize-first":
         exchange.start_stream()
         exchange.send(b"data: " + b"o" * 100_000 + b"\n\n")
@@ -277,3 +284,30 @@ def _entries(gw) -> list[str]:
         for k in memcached_keys(gw.stack.memcached_addr)
         if k.startswith("llmgate:") and not k.endswith(":lease")
     ]
+
+
+def test_a_caller_reading_1_kb_a_second_holds_the_buffer_not_the_stream(gw1) -> None:
+    """A 10 MiB stream and a caller taking 1 KB a second: the gateway stops reading the
+    upstream once LLMGATE_STREAM_BUFFER_BYTES (512 KiB) wait for the caller, so the worker
+    grows by about that, not by the stream."""
+    raw_post(gw1.url, {"model": "bytes", "messages": MSGS, "stream": True})  # warm the worker
+    before = _worker_rss_kb(gw1)
+    host, port = gw1.url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # little kernel buffering here
+    sock.settimeout(30)
+    sock.connect((host, int(port)))
+    data = json.dumps({"model": "big10", "messages": MSGS, "stream": True, "temperature": 1})
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(data), data.encode())
+    )
+    got = 0
+    for _ in range(5):
+        got += len(sock.recv(1024))
+        time.sleep(1)
+    grown_mib = (_worker_rss_kb(gw1) - before) / 1024
+    sock.close()
+    print(f"\nworker RSS grew {grown_mib:.1f} MiB while a caller read {got} bytes of 10 MiB")
+    assert got > 0
+    assert grown_mib < 0.5 + 5, f"worker RSS grew {grown_mib:.1f} MiB"

@@ -9,7 +9,7 @@ import pytest
 from app import sse
 from app.cache.store import entry_from_flight
 from app.coalesce import Flights
-from app.errors import UpstreamProtocolError, UpstreamReset
+from app.errors import ClientTooSlow, UpstreamProtocolError, UpstreamReset
 from app.relay import ClientGone, Finished, Flight, Head, relay
 
 HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
@@ -165,3 +165,59 @@ def test_flights_skip_cancelled_and_failed_ones() -> None:
     assert flights.get("k") is ok
     flights.remove("k", ok)
     assert flights.get("k") is None
+
+
+def _big_events(count: int, size: int) -> list[sse.Event]:
+    return _events(*("x" * size for _ in range(count)))
+
+
+def test_a_slow_reader_holds_the_producer_back_at_the_buffer_limit() -> None:
+    """Back-pressure: the producer (which reads the upstream) waits while the reader is more
+    than buffer_limit bytes behind, so memory per stream is the buffer, not the stream."""
+    events = _big_events(200, 10_000)
+    flight = Flight(_script(HEAD, *events, Finished(b"")), keep_log=False,
+                    buffer_limit=64_000, send_timeout=5)  # fmt: skip
+    reader = flight.join()
+    most_behind = 0
+    for expected in events:
+        gevent.sleep(0)  # the producer runs as far as it may
+        most_behind = max(most_behind, flight.bytes_published - reader.bytes_read)
+        assert reader.next_item(5) == expected
+    assert isinstance(reader.next_item(5), Finished)
+    assert 64_000 <= most_behind <= 64_000 + len(events[0].raw)
+
+
+def test_without_the_limit_the_producer_runs_ahead() -> None:
+    """The control for the test above: the same flight without a buffer limit."""
+    events = _big_events(200, 10_000)
+    flight = Flight(_script(HEAD, *events, Finished(b"")), keep_log=False)
+    reader = flight.join()
+    gevent.sleep(0)
+    assert flight.bytes_published - reader.bytes_read > 1_000_000
+
+
+def test_a_reader_that_takes_nothing_for_the_send_timeout_is_dropped() -> None:
+    events = _big_events(50, 10_000)
+    flight = Flight(_script(HEAD, *events, Finished(b"")), keep_log=False,
+                    buffer_limit=20_000, send_timeout=0.05)  # fmt: skip
+    reader = flight.join()
+    assert reader.wait_head(5) == HEAD
+    gevent.sleep(0.2)  # the caller stalls
+    items = [reader.next_item(5) for _ in range(4)]
+    assert isinstance(items[-1], ClientTooSlow)
+    assert flight.failure is items[-1] and flight.event_count < 10
+
+
+def test_a_reader_leaving_frees_a_producer_waiting_for_it() -> None:
+    events = _big_events(50, 10_000)
+    flight = Flight(_script(HEAD, *events, Finished(b"")), keep_log=False,
+                    buffer_limit=20_000, send_timeout=30)  # fmt: skip
+    slow, fast = flight.join(), flight.join()
+    gevent.sleep(0)
+    got = [fast.next_item(5) for _ in range(flight.event_count)]  # fast is caught up
+    gevent.sleep(0)  # the producer looks again: still too far ahead of slow, it waits
+    assert flight._unread() > 20_000
+    slow.leave()
+    while isinstance(item := fast.next_item(5), sse.Event):
+        got.append(item)
+    assert got == events and isinstance(item, Finished)
