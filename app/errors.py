@@ -205,6 +205,12 @@ class Overloaded(GatewayError):
         self.kind = kind
 
 
+class GatewayShutdown(ServiceUnavailable):
+    """This instance is stopping (a deploy): the call may be retried on another one."""
+
+    code = "gateway_shutdown"
+
+
 def wrap_upstream_body(status: int, body: bytes) -> bytes:
     """An upstream error body as OpenAI JSON: kept as is when it already is, else wrapped.
 

@@ -25,6 +25,7 @@ from app.coalesce import Flights, lease_wait_producer
 from app.config import Settings
 from app.errors import GatewayError, wrap_upstream_body
 from app.headers import downstream_headers, upstream_request_headers
+from app.lifecycle import Lifecycle
 from app.metrics import Metrics
 from app.policy import Deadline
 from app.relay import (
@@ -60,6 +61,7 @@ class Gateway:
         self.answers = answers
         self.metrics = metrics
         self.flights = Flights()
+        self.lifecycle = Lifecycle()
 
     def handle(self, call: Call) -> Reply:
         body: dict[str, Any] | None = None
@@ -229,12 +231,13 @@ class Gateway:
 
     def _flight(self, producer: Producer, **kw: Any) -> Flight:
         """A flight with this gateway's per-stream memory bounds for slow callers."""
-        return Flight(
+        flight = Flight(
             producer,
             buffer_limit=self.settings.stream_buffer_bytes,
             send_timeout=self.settings.send_timeout_s,
             **kw,
         )
+        return self.lifecycle.track(flight)
 
     def _follow(
         self, call: Call, body: dict[str, Any], flight: Flight, status: str, compute: Producer

@@ -262,6 +262,19 @@ class Flight:
             self._changed.wait(remaining)
         return True
 
+    def shut_down(self, exc: GatewayError) -> None:
+        """End the call now with ``exc`` for every listener (never a silent end); the
+        producer's ``finally`` closes the upstream response."""
+        if self.settled:
+            return
+        if self.end is None:
+            self.end = exc
+        if self._greenlet.dead:
+            self.settled = True  # killed before it ever ran: nothing else will settle it
+            self._notify()
+        else:
+            self._greenlet.kill(block=False)
+
     def cancel(self) -> None:
         """Stop producing now. The kill waits for the greenlet to unwind: it may be inside a
         read on the upstream response, and only it can close that reader (closing it from

@@ -187,6 +187,9 @@ def healthz() -> Response:
 def readyz() -> Response:
     gateway = _gateway()
     ready, checks = readiness(gateway.settings, gateway.upstream.specs, gateway.upstream.states())
+    if gateway.lifecycle.draining:
+        # Stopping: balancers must send nothing new here, whatever the dependencies say.
+        ready, checks["draining"] = False, True
     response = jsonify(ready=ready, checks=checks)
     response.status_code = 200 if ready else 503
     return response

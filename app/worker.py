@@ -8,14 +8,19 @@ to the caller. This worker swaps that one function, in its own process, for one 
 the same status as ``{"error": {"message", "type", "param", "code"}}``; gunicorn's
 classification of the error, its logging and its access log line stay as they are.
 
-The master imports this module to find the class, so it imports only gunicorn and the
-pure ``app.errors``: nothing that opens sockets or must come after gevent's patching.
+The master imports this module to find the class, so it imports only gunicorn, gevent
+(which gunicorn's own gevent worker imports there too) and the pure ``app.errors``:
+nothing that opens sockets or must come after gevent's patching.
+
+On SIGTERM it also starts the gateway's drain (app/lifecycle.py): unready at once, and
+no stream cut silently when gunicorn's graceful timeout runs out.
 """
 
 from __future__ import annotations
 
 import socket
 
+import gevent
 from gunicorn import util
 from gunicorn.workers.ggevent import GeventWorker
 
@@ -59,6 +64,15 @@ def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: st
 
 
 class JSONErrorGeventWorker(GeventWorker):
+    def handle_exit(self, sig: int, frame: object) -> None:
+        """SIGTERM: gunicorn stops accepting and waits its graceful timeout; the gateway
+        turns unready and ends what is still running before that cut (app/lifecycle.py)."""
+        super().handle_exit(sig, frame)
+        extensions = getattr(self.wsgi, "extensions", {})
+        gateway = extensions.get("llmgate") if isinstance(extensions, dict) else None
+        if gateway is not None:
+            gevent.spawn(gateway.lifecycle.drain, self.cfg.graceful_timeout)
+
     def init_process(self) -> None:
         # In the forked worker only (the master never writes error pages); handle_error
         # looks the function up on gunicorn.util at each call.

@@ -2,7 +2,9 @@
 
 Starts memcached and nginx when installed (otherwise says how to install them and runs
 without: gunicorn on the public port, no shared cache), the simulator when no upstream is
-configured, and stops every child on Ctrl-C or when one of them dies.
+configured, and stops every child on Ctrl-C or when one of them dies. SIGHUP reloads:
+the upstreams file is checked, gunicorn starts fresh workers while the old ones drain, and
+nginx re-reads its config.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from app.upstreams import ConfigError
 from runner.procs import StartError, find_binary
 from runner.stack import ROOT, Stack, StackOptions
 
@@ -39,12 +42,19 @@ def main() -> int:
     stack = Stack(options)
     stopping = False
 
+    reloading = False
+
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
 
+    def reload(signum: int, frame: object) -> None:
+        nonlocal reloading
+        reloading = True
+
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, reload)
     try:
         stack.start()
     except StartError as exc:
@@ -73,6 +83,13 @@ Ctrl-C stops everything.
     )
     try:
         while not stopping:
+            if reloading:
+                reloading = False
+                try:
+                    stack.reload()
+                    print("llmgate: reloaded (new workers; old ones drain)", flush=True)
+                except (OSError, ConfigError) as exc:
+                    print(f"llmgate: not reloaded: {exc}", file=sys.stderr, flush=True)
             dead = [p for p in stack.procs if not p.alive()]
             if dead:
                 print(f"llmgate: {dead[0].name} exited:\n{dead[0].log_tail()}", file=sys.stderr)

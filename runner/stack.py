@@ -8,10 +8,12 @@ all build the gateway through it.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app import upstreams
 from app.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from runner.procs import Proc, StartError, find_binary, free_port
@@ -68,6 +70,18 @@ class Stack:
     def stop(self) -> None:
         while self.procs:
             self.procs.pop().stop()
+
+    def reload(self) -> None:
+        """Fresh gunicorn workers (re-reading LLMGATE_CONFIG) and a re-read nginx config,
+        without failing a call: old workers drain (app/lifecycle.py). A wrong upstreams file
+        raises ConfigError and nothing is reloaded."""
+        config = self.options.env.get("LLMGATE_CONFIG", "").strip()
+        if config:
+            environ = {**os.environ, **self.options.env}
+            upstreams.load(Path(config).read_text(), environ, path=config)
+        self.proc("gunicorn").popen.send_signal(signal.SIGHUP)
+        if self.options.nginx:
+            self.proc("nginx").popen.send_signal(signal.SIGHUP)
 
     def __enter__(self) -> Stack:
         return self.start()

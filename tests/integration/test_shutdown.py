@@ -1,0 +1,143 @@
+"""SIGTERM with streams open: each one completes or ends with a gateway_shutdown error
+event, never a silent cut. Real gunicorn (its own graceful timeout), real nginx in front."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import urllib3
+
+from runner.stack import Stack, StackOptions
+from tests.integration.sse_reader import chat
+
+GRACE_S = 4
+
+
+def _stream(url: str, headers: dict[str, str], out: dict, started: threading.Event) -> None:
+    http = urllib3.PoolManager(retries=False)
+    try:
+        resp = http.request(
+            "POST", url + "/v1/chat/completions",
+            body=json.dumps(chat(True, max_tokens=500)).encode(),
+            headers={"Content-Type": "application/json", **headers},
+            preload_content=False, timeout=urllib3.Timeout(connect=5, read=30),
+        )  # fmt: skip
+        body = b""
+        while chunk := resp.read1(65536):
+            body += chunk
+            if b"data: " in body:
+                started.set()
+        out["status"], out["body"] = resp.status, body
+    except Exception as exc:  # a cut shows as an incomplete chunked body
+        out["error"] = repr(exc)
+    finally:
+        started.set()
+
+
+@pytest.fixture
+def stack(runs_dir: Path):
+    options = StackOptions(run_dir=runs_dir / "shutdown", workers=1, memcached=False,
+                           env={"LLMGATE_GRACEFUL_TIMEOUT_S": str(GRACE_S)})  # fmt: skip
+    stack = Stack(options).start()
+    yield stack
+    stack.stop()
+
+
+def test_sigterm_lets_short_streams_finish_and_ends_long_ones_with_an_error_event(stack) -> None:
+    short = {"x-sim-tokens": "15", "x-sim-tps": "10", "x-sim-ttft-ms": "0"}  # ~1.5 s
+    long = {"x-sim-tokens": "400", "x-sim-tps": "5", "x-sim-ttft-ms": "0"}  # ~80 s
+    results: list[dict] = [{} for _ in range(20)]
+    threads = []
+    for i, out in enumerate(results):
+        started = threading.Event()
+        kind = short if i % 2 else long
+        thread = threading.Thread(target=_stream, args=(stack.url, kind, out, started))
+        thread.start()
+        assert started.wait(10)
+        threads.append(thread)
+    began = time.monotonic()
+    stack.proc("gunicorn").popen.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(GRACE_S + 15)
+    took = time.monotonic() - began
+    done = shut = 0
+    for i, out in enumerate(results):
+        assert "error" not in out, (i, out)  # no silent cut: every body ended properly
+        assert out["status"] == 200
+        last = out["body"].rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+        if last == b"data: [DONE]":
+            done += 1
+            assert i % 2, "a long stream cannot have finished"
+        else:
+            error = json.loads(last.removeprefix(b"data: "))["error"]
+            assert error["code"] == "gateway_shutdown", (i, last[:200])
+            shut += 1
+    assert (done, shut) == (10, 10)
+    assert took < GRACE_S + 5
+
+
+def test_sighup_to_make_run_reloads_the_upstreams_without_failing_a_call(runs_dir) -> None:
+    """`make run`'s runner on SIGHUP: new workers read the edited upstreams file, streams
+    and calls in flight across the reload all succeed."""
+    import os
+    import subprocess
+    import sys
+
+    from runner.procs import free_port
+    from tests.conftest import ROOT, require_binary
+    from tests.integration.test_upstreams import start_simulator
+
+    require_binary("nginx")
+    sim, sim_url = start_simulator(runs_dir)
+    config = runs_dir / "reload.toml"
+    config.write_text(f'[[upstreams]]\nname = "before"\nbase_url = "{sim_url}/v1"\n')
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGATE_")}
+    env.update(LLMGATE_PORT=str(port), LLMGATE_RUN_DIR=str(runs_dir / "reload-run"),
+               LLMGATE_CONFIG=str(config), LLMGATE_UPSTREAM_URL=f"{sim_url}/v1",
+               LLMGATE_CACHE_MODE="off", PYTHONPATH=str(ROOT))  # fmt: skip
+    argv = [sys.executable, "-m", "runner"]
+    pipe, merged = subprocess.PIPE, subprocess.STDOUT
+    runner = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=pipe, stderr=merged, text=True)
+    url = f"http://127.0.0.1:{port}"
+    http = urllib3.PoolManager(retries=False, maxsize=8)
+    try:
+        assert runner.stdout is not None
+        for line in runner.stdout:
+            if line.startswith("Ctrl-C stops everything"):
+                break
+        streams: list[dict] = [{} for _ in range(20)]
+        threads = []
+        three_s = {"x-sim-tokens": "30", "x-sim-tps": "10", "x-sim-ttft-ms": "0"}
+        for out in streams:
+            started = threading.Event()
+            thread = threading.Thread(target=_stream, args=(url, three_s, out, started))
+            thread.start()
+            assert started.wait(10)
+            threads.append(thread)
+        config.write_text(f'[[upstreams]]\nname = "after"\nbase_url = "{sim_url}/v1"\n')
+        runner.send_signal(signal.SIGHUP)
+        answered_by = []
+        give_up = time.monotonic() + 20
+        while "after" not in answered_by:  # calls during the reload, until new workers answer
+            assert time.monotonic() < give_up, answered_by
+            resp = http.request("POST", url + "/v1/chat/completions",
+                                body=json.dumps(chat(False, max_tokens=2)).encode(),
+                                headers={"Content-Type": "application/json"})  # fmt: skip
+            assert resp.status == 200, resp.data[:300]
+            answered_by.append(resp.headers["X-LLMGate-Upstream"])
+            time.sleep(0.05)
+        for thread in threads:
+            thread.join(15)
+        for out in streams:
+            assert out.get("status") == 200, out
+            assert out["body"].endswith(b"data: [DONE]\n\n"), out["body"][-200:]
+    finally:
+        runner.send_signal(signal.SIGINT)
+        runner.communicate(timeout=30)
+        sim.stop()
