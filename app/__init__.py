@@ -4,9 +4,9 @@ Layers, imports flow downwards only:
 
     web            factory.py, routes.py, statuspage.py,     Flask, request/response shapes;
                    worker.py                                 gunicorn's own errors as JSON
-    orchestration  gateway.py, relay.py, coalesce.py,        one call from request to response
-                   replay.py, observe.py, cache/store.py,
-                   lifecycle.py
+    orchestration  gateway.py, relay.py, flight.py,          one call from request to response
+                   coalesce.py, replay.py, observe.py,
+                   cache/store.py, lifecycle.py
     adapters       upstream.py, cache/{memory,memcached,     the only owners of sockets and
                    tiered}.py, metrics.py, health.py         clients
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O

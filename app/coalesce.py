@@ -20,8 +20,8 @@ from app import sse
 from app.cache.entry import Entry
 from app.cache.policy import Directive
 from app.cache.store import AnswerCache
+from app.flight import Flight, Head, Producer
 from app.policy import Deadline
-from app.relay import Flight, Head, Producer
 
 
 class Flights:

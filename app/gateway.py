@@ -24,20 +24,12 @@ from app.calls import CLIENT_CLOSED, SSE_HEADERS, Call, Reply
 from app.coalesce import Flights, lease_wait_producer
 from app.config import Settings
 from app.errors import GatewayError, wrap_upstream_body
+from app.flight import ClientGone, Flight, Head, Listener, Producer
 from app.headers import downstream_headers, upstream_request_headers
 from app.lifecycle import Lifecycle
 from app.metrics import Metrics
 from app.policy import Deadline
-from app.relay import (
-    ClientGone,
-    DisconnectWatcher,
-    Flight,
-    Head,
-    Listener,
-    Producer,
-    relay,
-    upstream_producer,
-)
+from app.relay import DisconnectWatcher, relay, upstream_producer
 from app.replay import reply_from_entry
 from app.upstream import Upstream, UpstreamRequest
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import gevent
 
 from app.errors import GatewayShutdown
-from app.relay import Flight
+from app.flight import Flight
 
 # Streams are ended this long before gunicorn's own cut (at most a fifth of the grace), so
 # their error events are written and their connections closed cleanly in time.

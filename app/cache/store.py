@@ -16,9 +16,10 @@ from typing import Any, Protocol
 from app.cache.entry import Entry, EntryError
 from app.cache.policy import Directive, acceptable_age, entry_ttl
 from app.config import Settings
+from app.flight import Finished, Flight
 from app.keys import lease_key
 from app.metrics import Metrics
-from app.relay import Finished, Flight, is_error_event
+from app.relay import is_error_event
 
 log = logging.getLogger("llmgate.cache")
 

@@ -10,7 +10,8 @@ from app import sse
 from app.cache.store import entry_from_flight
 from app.coalesce import Flights
 from app.errors import ClientTooSlow, UpstreamProtocolError, UpstreamReset
-from app.relay import ClientGone, Finished, Flight, Head, relay
+from app.flight import ClientGone, Finished, Flight, Head
+from app.relay import relay
 
 HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
 

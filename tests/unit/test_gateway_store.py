@@ -21,9 +21,9 @@ from app.cache.tiered import TieredCache
 from app.calls import Call
 from app.config import Settings
 from app.errors import UpstreamReset
+from app.flight import Finished, Flight, Head
 from app.gateway import Gateway
 from app.policy import Deadline
-from app.relay import Finished, Flight, Head
 from app.upstream import Upstream
 
 SETTINGS = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=0)

@@ -9,8 +9,9 @@ from app import sse
 from app.config import Settings
 from app.errors import GatewayShutdown
 from app.factory import create_app
+from app.flight import Flight, Head
 from app.lifecycle import Lifecycle
-from app.relay import Flight, Head, relay
+from app.relay import relay
 
 HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
 
