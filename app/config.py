@@ -97,6 +97,19 @@ class Settings:
         "Longest upstream retry-after the gateway waits out itself; longer ones go back to "
         "the caller with the upstream's answer.",
     )
+    retry_budget_percent: float = _setting(
+        "LLMGATE_RETRY_BUDGET_PERCENT",
+        20.0,
+        "Retries and failovers in flight in a worker may be at most this percent of its "
+        "requests in flight (Envoy's retry budget; 100: no budget). Beyond it the upstream's "
+        "answer or error goes back at once, so an outage does not multiply the load.",
+    )
+    retry_budget_min: int = _setting(
+        "LLMGATE_RETRY_BUDGET_MIN",
+        3,
+        "Concurrent retries a worker may always make, whatever the percent (a quiet worker "
+        "still retries a blip).",
+    )
     breaker_failures: int = _setting(
         "LLMGATE_BREAKER_FAILURES",
         5,
@@ -279,6 +292,11 @@ class Settings:
             raise SettingsError(
                 "LLMGATE_MAX_REQUESTS_PER_WORKER and LLMGATE_MAX_STREAMS_PER_WORKER must be "
                 ">= 0 (0: no limit)"
+            )
+        if not 0 <= self.retry_budget_percent <= 100 or self.retry_budget_min < 0:
+            raise SettingsError(
+                "LLMGATE_RETRY_BUDGET_PERCENT must be between 0 and 100 and "
+                "LLMGATE_RETRY_BUDGET_MIN >= 0"
             )
         if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
             raise SettingsError(

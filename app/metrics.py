@@ -124,6 +124,12 @@ class Metrics:
             "Calls moved to another upstream before any byte reached the caller.",
             registry=reg,
         )
+        self.retry_budget_exhausted = Counter(
+            "llmgate_retry_budget_exhausted_total",
+            "Retries and failovers not made because the worker's retry budget was spent "
+            "(LLMGATE_RETRY_BUDGET_PERCENT / _MIN): the answer or error went back as it was.",
+            registry=reg,
+        )
         self.upstream_state = Gauge(
             "llmgate_upstream_state",
             "Circuit breaker per upstream: 0 closed, 1 half-open, 2 open (the worst of the "

@@ -37,6 +37,7 @@ from urllib3.exceptions import (
 
 from app import upstreams
 from app.breaker import Breaker, BreakerPolicy
+from app.budget import RetryBudget, caller_retry_count, gateway_retries
 from app.config import Settings
 from app.errors import (
     GatewayError,
@@ -113,6 +114,7 @@ class Upstream:
         self._clock = clock
         policy = breaker_policy or BreakerPolicy()
         self.breakers = {spec.name: Breaker(policy) for spec in self.specs}
+        self.budget = RetryBudget(settings.retry_budget_percent, settings.retry_budget_min)
         self.in_use = 0
         self._idle_sampled = 0.0
         self.pool = urllib3.PoolManager(
@@ -167,9 +169,13 @@ class Upstream:
             resp.released = True
             self._pool_changed(-1)
 
-    def policy(self) -> RetryPolicy:
+    def policy(self, req: UpstreamRequest | None = None) -> RetryPolicy:
+        """LLMGATE_RETRIES and the backoff settings; for a caller that is itself retrying
+        (``x-stainless-retry-count``), that many fewer retries."""
         s = self.settings
-        return RetryPolicy(s.retries, s.retry_backoff_s, s.retry_backoff_max_s, s.retry_after_max_s)
+        count = caller_retry_count(req.headers) if req is not None else None
+        retries = gateway_retries(s.retries, count)
+        return RetryPolicy(retries, s.retry_backoff_s, s.retry_backoff_max_s, s.retry_after_max_s)
 
     def open(self, req: UpstreamRequest, deadline: Deadline) -> UpstreamResponse:
         """Send ``req``, retrying and failing over only what cannot have billed; return at
@@ -178,7 +184,9 @@ class Upstream:
         A failure that cannot have billed (no connection, a 429/502/503/504 answer, for a
         stream a timeout before its headers) moves to the next upstream at once when one is
         left untried; otherwise the same upstream is tried again after its backoff or
-        retry-after. Every attempt counts against LLMGATE_RETRIES and the deadline.
+        retry-after. Every attempt counts against LLMGATE_RETRIES (less the caller's own
+        retries) and the deadline, and every attempt beyond the first needs room in the
+        worker's retry budget: without it, what the last attempt got goes back as it is.
         """
         now = self._clock()
         for spec in self.specs:  # an open breaker whose cooldown ended shows as half-open
@@ -187,41 +195,76 @@ class Upstream:
             self.specs, req.model, allowed=lambda n: self.breakers[n].allows(now), rand=self._rand
         )
         self.check_serves(req.model)
-        policy = self.policy()
+        policy = self.policy(req)
         tried: list[UpstreamSpec] = []
         spec = order[0]
-        while True:
-            policy = policy.increment()
-            tried.append(spec)
-            try:
-                raw = self._attempt_counted(spec, req, deadline)
-            except GatewayError as exc:
-                following = _untried(order, tried)
-                if following and not policy.exhausted and _can_fail_over(exc, req.stream):
-                    spec = self._fail_over(spec, following)
-                    continue
-                if not exc.before_send:
-                    raise
-                delay = policy.delay_for_connect_error(self._rand)
-                if delay is None or delay >= deadline.remaining():
-                    # Retried already: tell the SDK not to multiply the calls again.
-                    exc.retryable = policy.attempt == 1
-                    raise
-                self._retrying()
-                self._sleep(delay)
-                continue
-            following = _untried(order, tried)
-            if raw.status in RETRYABLE_STATUSES and following and not policy.exhausted:
-                _discard(raw)
-                spec = self._fail_over(spec, following)
-                continue
-            delay = policy.delay_for_status(raw.status, raw.headers, self._rand)
+        # The ticket is given back however this ends: an answer, an error, or the greenlet
+        # killed in an attempt or a backoff sleep (GreenletExit passes through the with).
+        with self.budget.request() as ticket:
+            while True:
+                policy = policy.increment()
+                tried.append(spec)
+                raw: urllib3.BaseHTTPResponse | None = None
+                error: GatewayError | None = None
+                try:
+                    raw = self._attempt_counted(spec, req, deadline)
+                except GatewayError as exc:
+                    error = exc
+                step = self._next_step(spec, order, tried, policy, req, deadline, error, raw)
+                if step is not None and not ticket.retry():
+                    # The budget is spent: no retry, no failover. Only a gateway that
+                    # retried tells the caller not to (as when its retries ran out).
+                    self._budget_exhausted()
+                    if error is not None and policy.attempt > 1:
+                        error.retryable = False
+                    step = None
+                if step is None:
+                    if error is not None:
+                        raise error
+                    assert raw is not None
+                    self._pool_changed(+1)
+                    return UpstreamResponse(raw, policy.attempt, upstream=spec.name)
+                if raw is not None:
+                    _discard(raw)
+                spec, delay = step
+                if delay is None:
+                    self._fail_over()
+                else:
+                    self._retrying()
+                    self._sleep(delay)
+
+    def _next_step(
+        self,
+        spec: UpstreamSpec,
+        order: list[UpstreamSpec],
+        tried: list[UpstreamSpec],
+        policy: RetryPolicy,
+        req: UpstreamRequest,
+        deadline: Deadline,
+        error: GatewayError | None,
+        raw: urllib3.BaseHTTPResponse | None,
+    ) -> tuple[UpstreamSpec, float | None] | None:
+        """What follows an attempt: (the next upstream, None) to fail over at once, (the same
+        upstream, its delay) to retry, or None: the attempt's answer or error is final."""
+        following = _untried(order, tried)
+        if error is not None:
+            if following and not policy.exhausted and _can_fail_over(error, req.stream):
+                return following[0], None
+            if not error.before_send:
+                return None
+            delay = policy.delay_for_connect_error(self._rand)
             if delay is None or delay >= deadline.remaining():
-                self._pool_changed(+1)
-                return UpstreamResponse(raw, policy.attempt, upstream=spec.name)
-            _discard(raw)
-            self._retrying()
-            self._sleep(delay)
+                # Retried already: tell the SDK not to multiply the calls again.
+                error.retryable = policy.attempt == 1
+                return None
+            return spec, delay
+        assert raw is not None
+        if raw.status in RETRYABLE_STATUSES and following and not policy.exhausted:
+            return following[0], None
+        delay = policy.delay_for_status(raw.status, raw.headers, self._rand)
+        if delay is None or delay >= deadline.remaining():
+            return None
+        return spec, delay
 
     def _attempt_counted(
         self, spec: UpstreamSpec, req: UpstreamRequest, deadline: Deadline
@@ -255,10 +298,13 @@ class Upstream:
         if self.metrics is not None and breaker.state != before:
             self.metrics.upstream_state.labels(spec.name).set(_STATE_CODES[breaker.state])
 
-    def _fail_over(self, spec: UpstreamSpec, following: list[UpstreamSpec]) -> UpstreamSpec:
+    def _fail_over(self) -> None:
         if self.metrics is not None:
             self.metrics.failovers.inc()
-        return following[0]
+
+    def _budget_exhausted(self) -> None:
+        if self.metrics is not None:
+            self.metrics.retry_budget_exhausted.inc()
 
     @contextlib.contextmanager
     def _phase(self, phase: str, limit: float, deadline: Deadline) -> Iterator[float]:

@@ -30,6 +30,7 @@ from tests.conftest import ROOT
 
 PURE = {
     "app.admission",
+    "app.budget",
     "app.config",
     "app.errors",
     "app.sse",
