@@ -6,7 +6,7 @@ at start, by gunicorn.conf.py; a dead worker is marked there so its live gauges 
 the metrics live in a private registry. Names are `llmgate_<thing>_<unit>`; labels are
 bounded: no prompt text, no keys, model names are not labels at all.
 
-docs/observability.md lists every metric; a test fails when one is missing there.
+docs/metrics.md lists every metric with its labels; a test fails when they differ.
 """
 
 from __future__ import annotations
