@@ -17,6 +17,7 @@ import urllib3
 from app.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from tests.integration.sse_reader import chat, content_of, data_events, read_events
+from tests.support.scripted_server import wait_for
 
 N = 3  # streams per worker
 LIMITS = {
@@ -34,13 +35,8 @@ def _one_worker(make_stack):
     return gw
 
 
-def _wait_for(predicate, timeout: float = 15.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
+def _wait_for(predicate) -> bool:
+    return wait_for(predicate, timeout=15.0)
 
 
 def _metric(gw, name: str, kind: str) -> float:

@@ -8,19 +8,11 @@ import time
 import openai
 
 from tests.integration.sse_reader import chat, data_events, read_events
+from tests.support.scripted_server import wait_for
 
 HEARTBEAT = {"LLMGATE_HEARTBEAT_S": "0.5"}
 # nginx's error log line when proxy_read_timeout fires before the app sent its headers.
 NGINX_READ_TIMEOUT = "upstream timed out (110: Connection timed out) while reading response header"
-
-
-def _wait_for(predicate, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_pings_arrive_while_waiting_for_the_first_token_and_between_tokens(make_stack) -> None:
@@ -119,7 +111,7 @@ def test_client_leaving_mid_stream_abandons_the_upstream_stream(gw) -> None:
         received += sock.recv(65536)
     sock.close()
     # 200 tokens at 5/s would take 40 s; the simulator must see the stream dropped now.
-    assert _wait_for(lambda: gw.sim_stats()["streams_abandoned"] == 1, 5.0), gw.sim_stats()
+    assert wait_for(lambda: gw.sim_stats()["streams_abandoned"] == 1, 5.0), gw.sim_stats()
     stats = gw.sim_stats()
     assert stats["streams_completed"] == 0
     # The upstream connection was closed, not returned half-read: the next calls get
@@ -139,9 +131,9 @@ def test_client_leaving_before_the_upstream_answers_cancels_the_call(gw) -> None
         b"Content-Type: application/json\r\nx-sim-fault: stall-before\r\n"
         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
-    assert _wait_for(lambda: gw.sim_stats()["requests"] == 1, 5.0)
+    assert wait_for(lambda: gw.sim_stats()["requests"] == 1, 5.0)
     sock.close()
-    assert _wait_for(lambda: gw.sim_stats()["requests_abandoned"] == 1, 5.0), gw.sim_stats()
+    assert wait_for(lambda: gw.sim_stats()["requests_abandoned"] == 1, 5.0), gw.sim_stats()
 
 
 def test_many_streams_with_pings_leave_no_connection_half_used(make_stack) -> None:
