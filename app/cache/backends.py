@@ -36,7 +36,9 @@ class Backend(Protocol):
 
     def add(self, key: str, value: bytes, ttl: int) -> bool: ...
 
-    def delete(self, key: str) -> None: ...
+    def delete(self, key: str, *, force: bool = False) -> None:
+        """Remove ``key``. ``force``: try even a node being skipped after a failure (a lease
+        release: others wait on it, and the node was healthy when the lease was taken)."""
 
     def close(self) -> None: ...
 

@@ -241,10 +241,11 @@ class MemcachedBackend:
     def add(self, key: str, value: bytes, ttl: int) -> bool:
         return self._store(key, value, ttl, only_if_absent=True)
 
-    def delete(self, key: str) -> None:
-        """Parts of a split value are left to expire with their TTL (no manifest, no reader)."""
+    def delete(self, key: str, *, force: bool = False) -> None:
+        """Parts of a split value are left to expire with their TTL (no manifest, no reader).
+        ``force`` tries a node the breaker is skipping (bounded by the timeouts as ever)."""
         validate_key(key)
-        self._call([key], lambda: self._client.delete(key, noreply=False), _FAILED)
+        self._call([key], lambda: self._client.delete(key, noreply=False), _FAILED, force=force)
 
     def close(self) -> None:
         self._client.close()
@@ -330,10 +331,11 @@ class MemcachedBackend:
         return value
 
     # -- calling pymemcache -----------------------------------------------------------------
-    def _call(self, keys: list[str], op: Callable[[], T], failed: T) -> T:
-        """Run ``op`` unless a node it needs is being skipped; any failure returns ``failed``."""
+    def _call(self, keys: list[str], op: Callable[[], T], failed: T, *, force: bool = False) -> T:
+        """Run ``op`` unless a node it needs is being skipped (``force``: run it anyway); any
+        failure returns ``failed``."""
         nodes = {self._client.hasher.get_node(k) for k in keys}
-        if not self._breaker.allow(nodes):
+        if not force and not self._breaker.allow(nodes):
             self._count("dead_skips")
             return failed
         if not self._slots.acquire(timeout=self.timeout):

@@ -58,7 +58,7 @@ class MemoryBackend:
     def add(self, key: str, value: bytes, ttl: int) -> bool:
         return self._store(key, value, ttl, only_if_absent=True)
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, *, force: bool = False) -> None:
         validate_key(key)
         with self._lock:
             self._remove(key)

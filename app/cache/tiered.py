@@ -58,9 +58,9 @@ class TieredCache:
         validate_key(key)
         return self.l2.add(key, value, ttl)
 
-    def delete(self, key: str) -> None:
+    def delete(self, key: str, *, force: bool = False) -> None:
         if self.l2 is not None:
-            self.l2.delete(key)
+            self.l2.delete(key, force=force)
         self.l1.delete(key)
 
     def close(self) -> None:
