@@ -163,7 +163,17 @@ class Flight:
         assert self.buffer_limit is not None
         while self._unread() > self.buffer_limit:
             self._drained.clear()
-            if not self._drained.wait(self.send_timeout):
+            if self._drained.wait(self.send_timeout):
+                continue
+            # The slowest readers took nothing for the whole send timeout: they are dropped,
+            # so one stalled caller does not stop the others sharing this answer.
+            slowest = min(r.bytes_read for r in self._readers)
+            for reader in [r for r in self._readers if r.bytes_read == slowest]:
+                reader.left = True
+                self._readers.discard(reader)
+                self.listeners -= 1
+            self._notify()
+            if self.listeners <= 0:
                 raise ClientTooSlow(
                     f"The caller read nothing for {self.send_timeout:g}s "
                     "(LLMGATE_SEND_TIMEOUT_S); the stream was dropped."
@@ -313,6 +323,8 @@ class Listener:
     def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
         """The next event, or the end once every event is read; None on timeout."""
         flight = self.flight
+        if self.left:
+            raise ClientGone()  # dropped (or gone): its unread events may be trimmed already
         ready = lambda: self.position < flight.event_count or flight.settled  # noqa: E731
         if not flight.wait(self, ready, timeout):
             return None

@@ -204,9 +204,24 @@ def test_a_reader_that_takes_nothing_for_the_send_timeout_is_dropped() -> None:
     reader = flight.join()
     assert reader.wait_head(5) == HEAD
     gevent.sleep(0.2)  # the caller stalls
-    items = [reader.next_item(5) for _ in range(4)]
-    assert isinstance(items[-1], ClientTooSlow)
-    assert flight.failure is items[-1] and flight.event_count < 10
+    assert reader.left  # dropped
+    assert isinstance(flight.failure, ClientTooSlow)  # nobody left: the upstream is closed
+    assert flight.event_count < 10
+    with pytest.raises(ClientGone):
+        while True:
+            reader.next_item(5)
+
+
+def test_a_stalled_follower_is_dropped_without_stopping_the_others() -> None:
+    events = _big_events(50, 10_000)
+    flight = Flight(_script(HEAD, *events, Finished(b"")), keep_log=False,
+                    buffer_limit=20_000, send_timeout=0.05)  # fmt: skip
+    stalled, reading = flight.join(), flight.join()
+    got = []
+    while isinstance(item := reading.next_item(5), sse.Event):
+        got.append(item)
+    assert got == events and isinstance(item, Finished)
+    assert stalled.left and flight.failure is None
 
 
 def test_a_reader_leaving_frees_a_producer_waiting_for_it() -> None:
