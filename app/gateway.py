@@ -62,7 +62,7 @@ class Gateway:
         if call.route in VALIDATED_ROUTES:
             body = schema.parse_body(call.body, max_depth=self.settings.max_json_depth)
             schema.validate(call.route, body)
-            self.upstream.check_serves(body.get("model"))
+            self.upstream.check_serves(_model(body))
             stream = schema.wants_stream(body)
             call.trace.model = str(body["model"])[:100] if "model" in body else None
             call.trace.stream = stream
@@ -80,7 +80,7 @@ class Gateway:
             headers=upstream_request_headers(call.headers, stream=stream),
             body=forward if forward or call.method not in ("GET", "HEAD") else None,
             stream=stream,
-            model=call.trace.model if body is not None and "model" in body else None,
+            model=_model(body),
         )
         deadline = Deadline.start(self.settings.deadline_s)
         compute = upstream_producer(
@@ -132,7 +132,7 @@ class Gateway:
         directive = cache_policy.check_namespace(directive, self.settings.allowed_namespaces)
         tenant = keys.tenant_of(call.headers, namespace=directive.namespace)
         key = keys.cache_key(
-            upstream=self.upstream.route_id(call.trace.model),
+            upstream=self.upstream.route_id(_model(body)),
             route=call.route,
             tenant=tenant,
             body=body,
@@ -361,6 +361,12 @@ class Gateway:
             # Normal end, error, or the WSGI server closing us because the caller left.
             watcher.stop()
             listener.leave()
+
+
+def _model(body: dict[str, Any] | None) -> str | None:
+    """The requested model, whole (the trace keeps a shortened copy for logs)."""
+    model = None if body is None else body.get("model")
+    return model if isinstance(model, str) else None
 
 
 def _upstream_header(head: Head) -> list[tuple[str, str]]:
