@@ -22,6 +22,7 @@ from app.cache.policy import Directive
 from app.cache.store import AnswerCache
 from app.flight import Flight, Head, Producer
 from app.policy import Deadline
+from app.replay import body_of, events_of
 
 
 class Flights:
@@ -46,18 +47,36 @@ class Flights:
             del self._by_key[key]
 
 
-def publish_entry(flight: Flight, entry: Entry) -> None:
-    """Play a stored entry into a flight, all at once."""
+def publish_entry(
+    flight: Flight, entry: Entry, *, route: str = "", include_usage: bool = False
+) -> bool:
+    """Play a stored entry into a flight, all at once, in the flight's shape: a stream
+    flight gets events even from a stored completion, and the other way round. False when
+    the entry cannot be converted (the caller computes instead); nothing is published then."""
     headers = [("Content-Type", entry.content_type)] if entry.content_type else []
-    if entry.body is not None:
-        flight.publish_head(Head(entry.status, headers, 1, entry.body))
-        return
+    raw_events: tuple[bytes, ...] | list[bytes] | None = entry.events
+    body = entry.body
+    try:
+        if flight.stream and entry.events is None:
+            raw_events = events_of(entry, route, include_usage)
+            headers = [("Content-Type", "text/event-stream")]
+        elif not flight.stream and entry.body is None:
+            body = body_of(entry, route)
+            headers = [("Content-Type", "application/json")]
+    except ValueError:
+        return False
+    if body is not None and not flight.stream:
+        flight.publish_head(Head(entry.status, headers, 1, body))
+        return True
+    if raw_events is None:
+        return False
     flight.publish_head(Head(entry.status, headers, 1, None))
     decoder = sse.Decoder()
-    for raw in entry.events or ():
+    for raw in raw_events:
         for event in decoder.feed(raw):
             flight.publish(event)
     flight.finish(decoder.close())
+    return True
 
 
 def lease_wait_producer(
@@ -66,6 +85,8 @@ def lease_wait_producer(
     deadline: Deadline,
     compute: Producer,
     *,
+    route: str = "",
+    include_usage: bool = False,
     poll_s: float = 0.02,
     max_poll_s: float = 0.25,
 ) -> Producer:
@@ -82,10 +103,13 @@ def lease_wait_producer(
             gevent.sleep(delay)
             delay = min(delay * 1.5, max_poll_s)
             found = answers.lookup(key, Directive())
-            if found is not None:
+            if found is not None and publish_entry(
+                flight, found[0], route=route, include_usage=include_usage
+            ):
                 flight.source = "cache"
-                publish_entry(flight, found[0])
                 return
+            if found is not None:
+                break  # stored in a shape this caller cannot use: compute
             lease = answers.try_lease(key)
             if lease is None:
                 break  # Memcached trouble: nobody can hold the lease, stop waiting

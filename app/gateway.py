@@ -113,7 +113,14 @@ class Gateway:
         if flight is not None:
             return self._follow(call, body, flight, COALESCED, compute)
         flight = self._start_flight(
-            key, directive, compute, deadline, stream, request_id=call.trace.request_id
+            key,
+            directive,
+            compute,
+            deadline,
+            stream,
+            request_id=call.trace.request_id,
+            route=call.route,
+            include_usage=schema.wants_usage(body),
         )
         assert flight is not None  # only a background refresh gives up
         status = COALESCED if flight.source == "lease" else directive.status_on_miss
@@ -179,6 +186,8 @@ class Gateway:
         *,
         background: bool = False,
         request_id: str = "",
+        route: str = "",
+        include_usage: bool = False,
     ) -> Flight | None:
         """Lead the computation of ``key``: this worker's only flight for it, and across
         processes the lease holder (or a waiter for the holder's entry; a background
@@ -198,7 +207,14 @@ class Gateway:
                     return None
                 else:
                     waiting = True
-                    producer = lease_wait_producer(self.answers, key, deadline, compute)
+                    producer = lease_wait_producer(
+                        self.answers,
+                        key,
+                        deadline,
+                        compute,
+                        route=route,
+                        include_usage=include_usage,
+                    )
 
         def done(flight: Flight) -> None:
             self.flights.remove(key, flight)

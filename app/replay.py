@@ -30,11 +30,11 @@ def reply_from_entry(
         headers.append(("Age", str(age)))
     try:
         if stream:
-            events = _as_events(entry, route, include_usage)
+            events = events_of(entry, route, include_usage)
             if events is None:
                 return None
             return Reply(entry.status, list(SSE_HEADERS) + headers, iter(events))
-        body = _as_body(entry, route)
+        body = body_of(entry, route)
         if body is None:
             return None
     except ValueError:  # ShapeError, or a stored body that is not JSON: a miss
@@ -43,7 +43,8 @@ def reply_from_entry(
     return Reply(entry.status, [("Content-Type", ctype or "application/json"), *headers], body)
 
 
-def _as_events(entry: Entry, route: str, include_usage: bool) -> list[bytes] | None:
+def events_of(entry: Entry, route: str, include_usage: bool) -> list[bytes] | None:
+    """The entry as stream events (raises ValueError when it cannot be converted)."""
     if entry.events is not None:
         return shapes.replay_events(entry.events, include_usage=include_usage)
     assert entry.body is not None
@@ -55,7 +56,8 @@ def _as_events(entry: Entry, route: str, include_usage: bool) -> list[bytes] | N
     return None  # embeddings do not stream
 
 
-def _as_body(entry: Entry, route: str) -> bytes | None:
+def body_of(entry: Entry, route: str) -> bytes | None:
+    """The entry as a completion body (raises ValueError when it cannot be converted)."""
     if entry.body is not None:
         return entry.body
     assert entry.events is not None

@@ -223,3 +223,68 @@ def test_the_entry_is_stored_before_any_listener_learns_the_answer_is_complete(s
     listener.wait_complete(5)  # no yield after this: what the caller sees, it sees now
     assert l1.get(KEY) is not None
     assert gateway.flights.get(KEY) is None
+
+
+# -- a lease waiter replays another process's entry in its own caller's shape --------------
+COMPLETION = {
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi there"},
+                 "finish_reason": "stop"}],
+}  # fmt: skip
+
+
+def _published(stream: bool, entry) -> tuple[bool, Flight]:
+    from app.coalesce import publish_entry
+
+    result: list[bool] = []
+
+    def produce(flight: Flight) -> None:
+        result.append(publish_entry(flight, entry, route="chat"))
+
+    flight = Flight(produce)
+    flight.stream = stream
+    listener = flight.join()
+    with contextlib.suppress(Exception):
+        listener.wait_complete(5)
+    return result[0], flight
+
+
+def test_a_stored_completion_reaches_a_stream_waiter_as_events() -> None:
+    from app.cache.entry import Entry
+
+    body = json.dumps(COMPLETION).encode()
+    ok, flight = _published(True, Entry(0, 0, 60, 200, "application/json", body=body))
+    assert ok and flight.head.body is None
+    assert flight.head.headers == [("Content-Type", "text/event-stream")]
+    events = flight.events
+    assert events[-1].is_done
+    text = "".join(
+        (e.json()["choices"][0]["delta"].get("content") or "")
+        for e in events[:-1]
+        if e.json()["choices"]
+    )
+    assert text == "hi there"
+
+
+def test_a_stored_stream_reaches_a_json_waiter_as_a_completion() -> None:
+    from app.cache.chunks import chat_to_events
+    from app.cache.entry import Entry
+
+    events = tuple(chat_to_events(COMPLETION, include_usage=False))
+    ok, flight = _published(False, Entry(0, 0, 60, 200, "text/event-stream", events=events))
+    assert ok and flight.head.body is not None
+    assert json.loads(flight.head.body)["choices"][0]["message"]["content"] == "hi there"
+    assert flight.head.headers == [("Content-Type", "application/json")]
+
+
+def test_an_entry_that_cannot_take_the_waiters_shape_is_not_published() -> None:
+    from app.cache.entry import Entry
+
+    embedding = json.dumps({"object": "list", "data": []}).encode()
+    from app.coalesce import publish_entry
+
+    flight = Flight(lambda f: None)
+    flight.stream = True
+    entry = Entry(0, 0, 60, 200, "application/json", body=embedding)
+    assert publish_entry(flight, entry, route="embeddings") is False
+    assert flight.head is None
