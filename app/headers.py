@@ -70,9 +70,10 @@ def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
 
 
 def upstream_request_headers(
-    incoming: Iterable[tuple[str, str]], *, stream: bool, fallback_api_key: str = ""
+    incoming: Iterable[tuple[str, str]], *, stream: bool
 ) -> dict[str, str]:
-    """Headers for the upstream request, from the caller's headers."""
+    """Headers for the upstream request, from the caller's headers. The upstream's own key
+    (or the operator's fallback key) is added per upstream: ``with_upstream_key``."""
     incoming = list(incoming)
     drop = HOP_BY_HOP | _NOT_UPSTREAM | _connection_tokens(incoming)
     out: dict[str, str] = {}
@@ -81,8 +82,6 @@ def upstream_request_headers(
         if lower in drop or lower.startswith(_NOT_UPSTREAM_PREFIXES):
             continue
         out[name] = value
-    # Only for callers that bring no credential of their own, in any of its headers.
-    out = with_upstream_key(out, fallback_api_key, fallback_only=True)
     # gzip on an event stream holds events back in compressor buffers: ask for identity.
     out["Accept-Encoding"] = "identity" if stream else "gzip, deflate"
     return out

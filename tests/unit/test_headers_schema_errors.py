@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app import errors, schema
-from app.headers import downstream_headers, upstream_request_headers
+from app.headers import downstream_headers, upstream_request_headers, with_upstream_key
 
 
 def test_upstream_headers_drop_hop_by_hop_and_client_details() -> None:
@@ -30,8 +30,8 @@ def test_upstream_headers_drop_hop_by_hop_and_client_details() -> None:
             ("X-Stainless-Retry-Count", "0"),
         ],
         stream=True,
-        fallback_api_key="sk-server",
     )
+    out = with_upstream_key(out, "sk-server", fallback_only=True)
     assert out == {
         "Authorization": "Bearer sk-caller",
         "OpenAI-Organization": "org-1",
@@ -43,7 +43,9 @@ def test_upstream_headers_drop_hop_by_hop_and_client_details() -> None:
 
 
 def test_server_key_only_for_callers_without_one() -> None:
-    out = upstream_request_headers([], stream=False, fallback_api_key="sk-server")
+    out = with_upstream_key(
+        upstream_request_headers([], stream=False), "sk-server", fallback_only=True
+    )
     assert out["Authorization"] == "Bearer sk-server"
     assert out["Accept-Encoding"] == "gzip, deflate"
     assert "Authorization" not in upstream_request_headers([], stream=False)

@@ -67,12 +67,18 @@ def test_every_tenant_header_is_forwarded_and_every_forwarded_credential_is_keye
     assert {n.lower() for n in forwarded} >= set(headers.TENANT_HEADERS)
 
 
+def _with_fallback(sent: list[tuple[str, str]], key: str) -> dict[str, str]:
+    """What goes upstream with the operator's fallback key (app/upstream.py's _prepare)."""
+    forwarded = headers.upstream_request_headers(sent, stream=False)
+    return headers.with_upstream_key(forwarded, key, fallback_only=True)
+
+
 @pytest.mark.parametrize("name", ["api-key", "x-api-key", "Authorization"])
 def test_the_fallback_key_is_only_for_callers_without_a_credential(name: str) -> None:
-    out = headers.upstream_request_headers([(name, "mine")], stream=False, fallback_api_key="op")
+    out = _with_fallback([(name, "mine")], "op")
     assert [k for k in out if k.lower() == "authorization"] == (
         ["Authorization"] if name == "Authorization" else []
     )
     assert out[name] == "mine"
-    bare = headers.upstream_request_headers([("Accept", "x")], stream=False, fallback_api_key="op")
+    bare = _with_fallback([("Accept", "x")], "op")
     assert bare["Authorization"] == "Bearer op"
