@@ -194,7 +194,8 @@ class Upstream:
         order = upstreams.candidates(
             self.specs, req.model, allowed=lambda n: self.breakers[n].allows(now), rand=self._rand
         )
-        self.check_serves(req.model)
+        if not order:  # none serves it (the gateway refuses such calls before they get here)
+            self.check_serves(req.model)
         policy = self.policy(req)
         tried: list[UpstreamSpec] = []
         spec = order[0]
