@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import urllib3
+from prometheus_client.parser import text_string_to_metric_families
 
 from runner.stack import Stack, StackOptions
 from tests.conftest import require_binary
@@ -43,6 +44,21 @@ class StackHandle:
 
     def sim_requests(self) -> list[dict]:
         return json.loads(self.http.request("GET", self.sim_url + "/sim/requests").data)
+
+    def metric(self, name: str, *, default: float | None = None, **labels: str) -> float:
+        """A sample of the gateway's /metrics, parsed with prometheus_client's own parser:
+        the sum of the samples named ``name`` whose labels include ``labels``. None matching:
+        ``default``, or an AssertionError when no default is given."""
+        text = self.http.request("GET", self.url + "/metrics").data.decode()
+        found = [
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        ]
+        if not found and default is None:
+            raise AssertionError(f"{name}{labels} not in /metrics")
+        return sum(found) if found else float(default or 0.0)
 
     def sim_reset(self) -> None:
         self.http.request("POST", self.sim_url + "/sim/reset")

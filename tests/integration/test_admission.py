@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import socket
 import threading
 import time
@@ -17,6 +16,7 @@ import urllib3
 from app.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from tests.integration.sse_reader import chat, content_of, data_events, read_events
+from tests.support.calls import raw_chat_request
 from tests.support.scripted_server import wait_for
 
 N = 3  # streams per worker
@@ -31,19 +31,12 @@ REFUSAL_BOUND_S = 1.0
 def _one_worker(make_stack):
     gw = make_stack(env=LIMITS, workers=1, memcached=False)
     gw.sim_reset()
-    _wait_for(lambda: _metric(gw, "llmgate_admission_in_flight", "requests") == 0)
+    _wait_for(lambda: gw.metric("llmgate_admission_in_flight", kind="requests") == 0)
     return gw
 
 
 def _wait_for(predicate) -> bool:
     return wait_for(predicate, timeout=15.0)
-
-
-def _metric(gw, name: str, kind: str) -> float:
-    text = gw.http.request("GET", gw.url + "/metrics").data.decode()
-    match = re.search(rf'^{name}{{kind="{kind}"}} (\S+)$', text, re.M)
-    assert match, text[:2000]
-    return float(match.group(1))
 
 
 def _stream_body(i: int, **fields) -> dict:
@@ -94,7 +87,7 @@ def test_streams_beyond_the_limit_are_refused_at_once_and_the_admitted_are_unhar
     make_stack,
 ) -> None:
     gw = _one_worker(make_stack)
-    rejected_before = _metric(gw, "llmgate_admission_rejected_total", "streams")
+    rejected_before = gw.metric("llmgate_admission_rejected_total", kind="streams")
 
     outcomes = _concurrent_streams(gw, 2 * N, SLOW)
 
@@ -116,10 +109,10 @@ def test_streams_beyond_the_limit_are_refused_at_once_and_the_admitted_are_unhar
     stats = gw.sim_stats()
     assert stats["streams_started"] == N, stats
     assert stats["streams_completed"] == N, stats
-    assert _metric(gw, "llmgate_admission_rejected_total", "streams") == rejected_before + N
+    assert gw.metric("llmgate_admission_rejected_total", kind="streams") == rejected_before + N
 
     # Their slots came back: N new streams are all admitted.
-    assert _wait_for(lambda: _metric(gw, "llmgate_admission_in_flight", "streams") == 0)
+    assert _wait_for(lambda: gw.metric("llmgate_admission_in_flight", kind="streams") == 0)
     again = _concurrent_streams(gw, N, {"x-sim-tokens": "3"})
     assert [o["status"] for o in again] == [200] * N
     assert all(data_events(o["events"])[-1].event.is_done for o in again)
@@ -128,14 +121,10 @@ def test_streams_beyond_the_limit_are_refused_at_once_and_the_admitted_are_unhar
 
 def _open_raw_stream(gw, i: int) -> socket.socket:
     """A stream on a raw socket, read until its first content event: admitted and running."""
-    body = json.dumps(_stream_body(i, max_tokens=200)).encode()
+    body = _stream_body(i, max_tokens=200)
     host, port = gw.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-        b"Content-Type: application/json\r\nx-sim-tps: 5\r\nx-sim-ttft-ms: 0\r\n"
-        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-    )
+    sock.sendall(raw_chat_request(host, body, {"x-sim-tps": "5", "x-sim-ttft-ms": "0"}))
     received = b""
     while received.count(b"data: ") < 2:
         chunk = sock.recv(65536)
@@ -153,7 +142,7 @@ def test_a_caller_leaving_mid_stream_frees_its_slot(make_stack) -> None:
         _assert_refused(full.status, full.headers, full.data, "streams")
 
         socks.pop().close()  # 200 tokens at 5/s: 40 s left, the caller leaves now
-        assert _wait_for(lambda: _metric(gw, "llmgate_admission_in_flight", "streams") == N - 1)
+        assert _wait_for(lambda: gw.metric("llmgate_admission_in_flight", kind="streams") == N - 1)
         resp = gw.post(
             "/v1/chat/completions",
             _stream_body(100),
@@ -166,12 +155,12 @@ def test_a_caller_leaving_mid_stream_frees_its_slot(make_stack) -> None:
     finally:
         for sock in socks:
             sock.close()
-    assert _wait_for(lambda: _metric(gw, "llmgate_admission_in_flight", "requests") == 0)
+    assert _wait_for(lambda: gw.metric("llmgate_admission_in_flight", kind="requests") == 0)
 
 
 def test_the_request_limit_refuses_calls_but_never_health_metrics_or_status(make_stack) -> None:
     gw = _one_worker(make_stack)
-    rejected_before = _metric(gw, "llmgate_admission_rejected_total", "requests")
+    rejected_before = gw.metric("llmgate_admission_rejected_total", kind="requests")
     socks = [_open_raw_stream(gw, i) for i in range(N)]
     slow_calls = [
         threading.Thread(
@@ -184,20 +173,20 @@ def test_the_request_limit_refuses_calls_but_never_health_metrics_or_status(make
     try:
         for t in slow_calls:
             t.start()
-        assert _wait_for(lambda: _metric(gw, "llmgate_admission_in_flight", "requests") == N + 2)
+        assert _wait_for(lambda: gw.metric("llmgate_admission_in_flight", kind="requests") == N + 2)
         started = time.monotonic()
         resp = gw.post("/v1/chat/completions", chat(max_tokens=2))
         assert time.monotonic() - started < REFUSAL_BOUND_S
         _assert_refused(resp.status, resp.headers, resp.data, "requests")
         for path in ("/healthz", "/readyz", "/metrics", "/status", "/status.json"):
             assert gw.http.request("GET", gw.url + path).status == 200, path
-        assert _metric(gw, "llmgate_admission_rejected_total", "requests") == rejected_before + 1
+        assert gw.metric("llmgate_admission_rejected_total", kind="requests") == rejected_before + 1
     finally:
         for sock in socks:
             sock.close()
         for t in slow_calls:
             t.join(30)
-    assert _wait_for(lambda: _metric(gw, "llmgate_admission_in_flight", "requests") == 0)
+    assert _wait_for(lambda: gw.metric("llmgate_admission_in_flight", kind="requests") == 0)
     assert gw.post("/v1/chat/completions", chat(max_tokens=2)).status == 200
 
 

@@ -23,10 +23,8 @@ from pathlib import Path
 
 import pytest
 import urllib3
-from prometheus_client.parser import text_string_to_metric_families
 
-from runner.procs import Proc, free_port
-from tests.conftest import require_binary
+from tests.integration.test_cache_backends import start_memcached
 from tests.support.calls import ManyStreams, Outcome, call, chat_body, raw_chat_request
 from tests.support.faultproxy import FaultProxy
 from tests.support.scripted_server import wait_for
@@ -35,32 +33,6 @@ http = urllib3.PoolManager(maxsize=64, retries=False)
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def metric(gw, name: str, **labels: str) -> float:
-    """A sample of /metrics (summed over workers by the gateway); 0 when absent."""
-    text = http.request("GET", gw.url + "/metrics").data.decode()
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
-
-
-def start_memcached(log_dir: Path) -> tuple[Proc, int]:
-    binary = require_binary("memcached")
-    port = free_port()
-    argv = [binary, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "64", "-c", "1024"]
-    if os.geteuid() == 0:
-        argv += ["-u", "nobody"]
-    proc = Proc(f"memcached-{port}", argv, log_path=log_dir / f"memcached-{port}.log")
-    try:
-        proc.wait_port(port)
-    except Exception:
-        proc.stop()
-        raise
-    return proc, port
-
-
 def memcached_stats(port: int) -> dict[str, int]:
     with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
         sock.sendall(b"stats\r\n")
@@ -140,7 +112,7 @@ class Load:
 # -- 1. Memcached stopped, blackholed, resetting mid-load → zero failed requests --------------
 @pytest.fixture(scope="module")
 def memcached_behind_proxy(tmp_path_factory) -> Iterator[tuple[FaultProxy, int]]:
-    proc, port = start_memcached(tmp_path_factory.mktemp("fault-matrix-memcached"))
+    proc, port = start_memcached(tmp_path_factory.mktemp("fault-matrix-memcached"), "-c", "1024")
     proxy = FaultProxy("127.0.0.1", port).start()
     yield proxy, port
     proxy.stop()
@@ -188,11 +160,11 @@ def test_memcached_fault_mid_load_fails_no_request(make_stack, memcached_behind_
     with Load(4, one_call) as load:
         time.sleep(1.5)
         assert memcached_stats(mc_port)["cmd_get"] > get_before, "Memcached was not used"
-        errors_before = metric(gw, "llmgate_cache_errors_total")
+        errors_before = gw.metric("llmgate_cache_errors_total", default=0.0)
         fault_on = time.monotonic()
         getattr(proxy, fault)()
         time.sleep(3)
-        errors_during = metric(gw, "llmgate_cache_errors_total") - errors_before
+        errors_during = gw.metric("llmgate_cache_errors_total", default=0.0) - errors_before
         proxy.pass_through()
         fault_off = time.monotonic()
         time.sleep(1.5)
@@ -415,7 +387,7 @@ def test_a_thousand_callers_leaving_at_once_close_every_upstream_stream(gw) -> N
         assert not streams.failures, (len(streams.failures), streams.failures[:3])
         assert streams.streaming == N_CALLERS
         assert stats["streams_started"] == N_CALLERS and stats["streams_abandoned"] == 0, stats
-        assert metric(gw, "llmgate_active_streams") == N_CALLERS
+        assert gw.metric("llmgate_active_streams", default=0.0) == N_CALLERS
     finally:
         closed_at = time.monotonic()
         streams.close_all()
@@ -429,8 +401,8 @@ def test_a_thousand_callers_leaving_at_once_close_every_upstream_stream(gw) -> N
     assert all_gone, stats
     assert stats["streams_completed"] == 0
     # Nothing keeps streaming: the gateway holds no stream and no admission slot.
-    assert wait_for(lambda: metric(gw, "llmgate_active_streams") == 0, 5.0)
-    assert wait_for(lambda: metric(gw, "llmgate_admission_in_flight") == 0, 5.0)
+    assert wait_for(lambda: gw.metric("llmgate_active_streams", default=0.0) == 0, 5.0)
+    assert wait_for(lambda: gw.metric("llmgate_admission_in_flight", default=0.0) == 0, 5.0)
     # Closed, not returned to the pool half-read: the simulator holds (almost) no connection.
     assert wait_for(lambda: gw.sim_stats()["connections_open"] <= 2, 5.0), gw.sim_stats()
 
@@ -583,5 +555,5 @@ def test_randomized_soak_every_answer_is_its_callers_and_every_failure_is_shaped
     assert not wrong, (len(wrong), wrong[:5])
     assert kinds["ok"] >= 100 and kinds["gave_up"] >= 5 and kinds["error_event"] >= 5, kinds
     # Nothing is left running: no stream, no admission slot.
-    assert wait_for(lambda: metric(gw, "llmgate_active_streams") == 0, 10.0)
-    assert wait_for(lambda: metric(gw, "llmgate_admission_in_flight") == 0, 10.0)
+    assert wait_for(lambda: gw.metric("llmgate_active_streams", default=0.0) == 0, 10.0)
+    assert wait_for(lambda: gw.metric("llmgate_admission_in_flight", default=0.0) == 0, 10.0)

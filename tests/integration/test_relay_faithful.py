@@ -17,6 +17,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from tests.support.calls import raw_chat_request
 from tests.support.scripted_server import Exchange, LoopbackServer, Request, wait_for
 
 # A stream that uses the whole grammar: CRLF and LF (and a CRLF split across writes), a
@@ -128,12 +129,8 @@ def gw1(make_stack, upstream: LoopbackServer):
 def send_chat(url: str, body: dict, timeout: float = 60) -> socket.socket:
     """A chat completion request written to a plain socket, the connection closing after."""
     host, port = url.removeprefix("http://").split(":")
-    data = json.dumps(body).encode()
     sock = socket.create_connection((host, int(port)), timeout=timeout)
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-        b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
-    )
+    sock.sendall(raw_chat_request(host, body, {"Connection": "close"}))
     return sock
 
 
@@ -297,11 +294,8 @@ def test_a_caller_reading_1_kb_a_second_holds_the_buffer_not_the_stream(gw1) -> 
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # little kernel buffering here
     sock.settimeout(30)
     sock.connect((host, int(port)))
-    data = json.dumps({"model": "big10", "messages": MSGS, "stream": True, "temperature": 1})
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (len(data), data.encode())
-    )
+    body = {"model": "big10", "messages": MSGS, "stream": True, "temperature": 1}
+    sock.sendall(raw_chat_request(host, body))
     got = 0
     for _ in range(5):
         got += len(sock.recv(1024))

@@ -14,7 +14,6 @@ from collections import Counter
 
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.sse_reader import chat
 
@@ -30,15 +29,6 @@ def gw(make_stack):
     return handle
 
 
-def _metric(gw, name: str) -> float:
-    text = gw.http.request("GET", gw.url + "/metrics").data.decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name:
-                return sample.value
-    raise AssertionError(f"{name} not in /metrics")
-
-
 def _attempts_by_caller(gw) -> Counter[str]:
     return Counter(
         r["body"]["user"] for r in gw.sim_requests() if r["path"].endswith("/chat/completions")
@@ -46,7 +36,7 @@ def _attempts_by_caller(gw) -> Counter[str]:
 
 
 def test_an_outage_does_not_multiply_the_load(gw) -> None:
-    exhausted_before = _metric(gw, "llmgate_retry_budget_exhausted_total")
+    exhausted_before = gw.metric("llmgate_retry_budget_exhausted_total")
     barrier = threading.Barrier(N)
     answers: list[tuple[int, dict]] = [(0, {})] * N
 
@@ -63,7 +53,7 @@ def test_an_outage_does_not_multiply_the_load(gw) -> None:
 
     total = gw.sim_stats()["requests"]
     attempts = _attempts_by_caller(gw)
-    exhausted = _metric(gw, "llmgate_retry_budget_exhausted_total") - exhausted_before
+    exhausted = gw.metric("llmgate_retry_budget_exhausted_total") - exhausted_before
     spread = sorted(Counter(attempts.values()).items())
     print(f"\n{N} callers: {total} upstream calls, (attempts, callers) {spread}")
     # Without the budget: 3N. The budget allows max(min, 20 % of N) retries in flight; a

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import urllib3
-from prometheus_client.parser import text_string_to_metric_families
 
 from runner.procs import Proc, free_port
 from tests.conftest import ROOT
@@ -88,15 +87,6 @@ priority = 1
                   LLMGATE_BREAKER_COOLDOWN_S="1", LLMGATE_RETRY_BACKOFF_S="0.01")  # fmt: skip
 
 
-def _metric(gw, name: str, **labels: str) -> float:
-    text = http.request("GET", gw.url + "/metrics").data.decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return sample.value
-    raise AssertionError(f"{name}{labels} not in /metrics")
-
-
 def _ask(gw, stream: bool = False):
     return gw.post("/v1/chat/completions", chat(stream, max_tokens=3))
 
@@ -107,7 +97,7 @@ def _state(gw, name: str) -> tuple[float, str, str]:
     ready = json.loads(http.request("GET", gw.url + "/readyz").data)
     by_name = {u["name"]: u for u in ready["checks"]["upstream"]["upstreams"]}
     return (
-        _metric(gw, "llmgate_upstream_state", upstream=name),
+        gw.metric("llmgate_upstream_state", upstream=name),
         status["upstreams"][name]["state"],
         by_name[name]["state"],
     )
@@ -128,8 +118,8 @@ def test_primary_down_secondary_answers_and_the_breaker_opens_half_opens_closes(
         assert resp.status == 200 and resp.headers[UPSTREAM] == "secondary"
     assert sim_stats(sims[1])["requests"] == before + 3
     # Two failed attempts opened it: the third call went straight to the secondary.
-    assert _metric(gw, "llmgate_upstream_attempts_total", upstream="primary", result="failed") == 2
-    assert _metric(gw, "llmgate_upstream_failovers_total") == 2
+    assert gw.metric("llmgate_upstream_attempts_total", upstream="primary", result="failed") == 2
+    assert gw.metric("llmgate_upstream_failovers_total") == 2
     assert _state(gw, "primary") == (2, "open", "open")
 
     proxy.pass_through()
