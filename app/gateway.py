@@ -15,7 +15,7 @@ from typing import Any
 
 import gevent
 
-from app import keys, schema
+from app import jsonedit, keys, schema
 from app.cache import policy as cache_policy
 from app.cache.entry import Entry
 from app.cache.policy import BYPASS, COALESCED, STATUS_HEADER, Directive
@@ -68,7 +68,7 @@ class Gateway:
             call.trace.stream = stream
             if "cache" in body:
                 # Our control object, not the provider's: it never goes upstream.
-                forward = json.dumps({k: v for k, v in body.items() if k != "cache"}).encode()
+                forward = _without_cache(call.body, body)
         # Admission control (app/admission.py): a slot, and a stream slot for a stream, or a
         # 429 now; routes.py gives them back when the response body is closed.
         call.admission.admit(stream)
@@ -383,6 +383,16 @@ def _model(body: dict[str, Any] | None) -> str | None:
     """The requested model, whole (the trace keeps a shortened copy for logs)."""
     model = None if body is None else body.get("model")
     return model if isinstance(model, str) else None
+
+
+def _without_cache(raw: bytes, body: dict[str, Any]) -> bytes:
+    """The caller's bytes with only the ``cache`` member cut out (app/jsonedit.py): the
+    provider's prompt cache keys on the exact prompt bytes, so nothing else may move."""
+    try:
+        return jsonedit.without_member(raw, "cache")
+    except ValueError:
+        # JSON that is not UTF-8 (json.loads also reads UTF-16 and UTF-32): re-encoded.
+        return json.dumps({k: v for k, v in body.items() if k != "cache"}).encode()
 
 
 def _upstream_header(head: Head) -> list[tuple[str, str]]:

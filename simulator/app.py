@@ -84,7 +84,8 @@ class App:
         headers: dict[str, str] = {}
         for name, value in req.headers:
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        self.stats.record(req.method, path, req.query, headers, None if body is _NO_BODY else body)
+        parsed = None if body is _NO_BODY else body
+        self.stats.record(req.method, path, req.query, headers, parsed, req.body)
         try:
             self._authorise(req)
             return self._route(ex, body)

@@ -6,6 +6,7 @@ plain ``+= 1`` cannot interleave with another; there are no locks on purpose.
 
 from __future__ import annotations
 
+import base64
 from collections import Counter, deque
 from typing import Any
 
@@ -33,13 +34,27 @@ class Stats:
         self._failures: Counter[str] = Counter()
 
     def record(
-        self, method: str, path: str, query: str, headers: dict[str, str], body: Any
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: dict[str, str],
+        body: Any,
+        raw: bytes = b"",
     ) -> None:
-        """Count a request and keep it (body parsed as JSON, or None) for ``/sim/requests``."""
+        """Count a request and keep it for ``/sim/requests``: the body parsed as JSON (or
+        None), and the exact bytes received, base64 (a gateway must forward them unchanged)."""
         self.requests += 1
         self.requests_by_path[path] += 1
         self.log.append(
-            {"method": method, "path": path, "query": query, "headers": headers, "body": body}
+            {
+                "method": method,
+                "path": path,
+                "query": query,
+                "headers": headers,
+                "body": body,
+                "raw_body": base64.b64encode(raw).decode("ascii"),
+            }
         )
 
     def take_failure(self, key: str, times: int) -> bool:

@@ -42,6 +42,7 @@ PURE = {
     "app.status",
     "app.upstreams",
     "app.breaker",
+    "app.jsonedit",
     "app.cache.policy",
     "app.cache.entry",
     "app.cache.shapes",
