@@ -6,13 +6,13 @@ Layers, imports flow downwards only:
                    worker.py                                 gunicorn's own errors as JSON
     orchestration  gateway.py, relay.py, flight.py,          one call from request to response
                    coalesce.py, replay.py, observe.py,
-                   cache/store.py, lifecycle.py
+                   race.py, cache/store.py, lifecycle.py
     adapters       upstream.py, cache/{memory,memcached,     the only owners of sockets and
                    tiered}.py, metrics.py, health.py         clients
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py, budget.py, jsonedit.py,
-                   status.py, upstreams.py, breaker.py,
+                   status.py, upstreams.py, breaker.py, hedge.py,
                    cache/{policy,entry,shapes,chunks}.py
 
 Nothing here is created at import time: the app factory builds the urllib3 PoolManager,

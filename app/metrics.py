@@ -124,6 +124,14 @@ class Metrics:
             "Calls moved to another upstream before any byte reached the caller.",
             registry=reg,
         )
+        self.hedges = Counter(
+            "llmgate_hedges_total",
+            "Backup requests sent because a stream's first event was late (hedge_after), by "
+            "the upstream first chosen and which one streamed first (primary, backup, or "
+            "failed: neither). Each is one extra upstream call until the loser was closed.",
+            ["upstream", "winner"],
+            registry=reg,
+        )
         self.retry_budget_exhausted = Counter(
             "llmgate_retry_budget_exhausted_total",
             "Retries and failovers not made because the worker's retry budget was spent "

@@ -10,15 +10,17 @@ the worker's client socket) within a millisecond, even while nothing is being wr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import gevent
 from gevent.socket import wait_read
 
-from app import sse
+from app import race, sse
 from app.errors import (
     GatewayError,
     UpstreamEventTooLarge,
@@ -31,8 +33,32 @@ from app.errors import (
 from app.flight import ClientGone, Finished, Flight, Head, Listener, Producer
 from app.policy import Deadline
 from app.upstream import Upstream, UpstreamRequest, UpstreamResponse
+from app.upstreams import UpstreamSpec
 
 log = logging.getLogger("llmgate.relay")
+
+
+@dataclass
+class _Start:
+    """An exchange up to its first event, or its whole answer when it is not a stream."""
+
+    resp: UpstreamResponse
+    done_with: Callable[[UpstreamResponse], None]  # counts the connection free
+    head: Head  # with the body when the answer is not an event stream
+    decoder: sse.Decoder | None = None
+    events: list[sse.Event] = field(default_factory=list)
+    ended: bool = False  # the stream ended before an event
+    too_large: int | None = None  # the event size limit an event broke
+
+    @property
+    def ok(self) -> bool:
+        return self.head.status < 300
+
+    def close(self) -> None:
+        """Done with the exchange: a connection not read to its end is dropped."""
+        if not self.resp.raw.closed:
+            self.resp.close()
+        self.done_with(self.resp)
 
 
 def upstream_producer(
@@ -47,31 +73,76 @@ def upstream_producer(
     """A producer that makes the upstream call and publishes what it answers."""
     metrics = upstream.metrics
 
-    def produce(flight: Flight) -> None:
-        resp: UpstreamResponse | None = None
+    def begin(resp: UpstreamResponse) -> _Start:
+        """Read ``resp`` up to its first event (or its whole body); close it on failure."""
+        done = upstream.done_with
         try:
-            resp = upstream.open(req, deadline)
-            headers = list(resp.headers.items())
+            head = Head(resp.status, list(resp.headers.items()), resp.attempts, None, resp.upstream)
             ctype = resp.headers.get("content-type", "")
-            cause = status_cause(resp.status)
-            if metrics is not None and cause is not None:
-                metrics.upstream_errors.labels(cause).inc()
             if resp.status >= 300 or not ctype.startswith("text/event-stream"):
                 body = upstream.read_all(resp, deadline, max_body)
-                flight.publish_head(Head(resp.status, headers, resp.attempts, body, resp.upstream))
-                _observe_ttfb(flight, route)
-                return
-            head = Head(resp.status, headers, resp.attempts, None, resp.upstream)
+                return _Start(resp, done, dataclasses.replace(head, body=body))
             decoder = sse.Decoder(max_event_bytes)
             while chunk := upstream.read_chunk(resp, deadline):
                 try:
                     events = decoder.feed(chunk)
                 except sse.EventTooLarge as exc:
+                    return _Start(resp, done, head, decoder, exc.events, too_large=exc.limit)
+                if events:
+                    return _Start(resp, done, head, decoder, events)
+            return _Start(resp, done, head, decoder, ended=True)
+        except BaseException:
+            if not resp.raw.closed:
+                resp.close()
+            upstream.done_with(resp)
+            raise
+
+    def start() -> _Start:
+        """The exchange to relay: the plain call, or the winner of a hedged one."""
+        plan = upstream.plan(req)
+        delay = upstream.hedge_delay(plan[0]) if req.stream and plan else None
+        if delay is None:
+            return begin(upstream.open(req, deadline, plan=plan))
+        tried: list[UpstreamSpec] = []
+
+        def backup() -> _Start | None:
+            spare = [spec for spec in plan if spec not in tried]
+            if not spare:
+                return None
+            resp = upstream.open_backup(req, deadline, spare[0])
+            return begin(resp) if resp is not None else None
+
+        hedged = plan[0].name
+        started, verdict = race.first_to_start(
+            lambda: begin(upstream.open(req, deadline, plan=plan, tried=tried)),
+            backup,
+            min(delay, deadline.remaining()),
+        )
+        if metrics is not None and verdict != race.NOT_SENT:
+            metrics.hedges.labels(hedged, verdict).inc()
+        return started
+
+    def produce(flight: Flight) -> None:
+        started: _Start | None = None
+        try:
+            started = start()
+            resp, head, decoder = started.resp, started.head, started.decoder
+            cause = status_cause(head.status)
+            if metrics is not None and cause is not None:
+                metrics.upstream_errors.labels(cause).inc()
+            if decoder is None:
+                flight.publish_head(head)
+                _observe_ttfb(flight, route)
+                return
+            _publish(flight, head, started.events)
+            if started.too_large is not None:
+                raise _too_large(started.too_large)
+            while not started.ended and (chunk := upstream.read_chunk(resp, deadline)):
+                try:
+                    events = decoder.feed(chunk)
+                except sse.EventTooLarge as exc:
                     _publish(flight, head, exc.events)
-                    raise UpstreamEventTooLarge(
-                        f"The upstream sent an event larger than {exc.limit} bytes "
-                        "(LLMGATE_MAX_EVENT_BYTES)."
-                    ) from None
+                    raise _too_large(exc.limit) from None
                 _publish(flight, head, events)
             if flight.head is None:
                 flight.publish_head(head)
@@ -91,26 +162,33 @@ def upstream_producer(
                 f"The upstream's answer could not be relayed: {type(exc).__name__}."
             ) from None
         finally:
-            if resp is not None:
-                if not resp.raw.closed:
-                    resp.close()
-                upstream.done_with(resp)
+            if started is not None:
+                started.close()
 
     def _publish(flight: Flight, head: Head, events: list[sse.Event]) -> None:
         if events and flight.head is None:
             # Head and first event together: a listener learns the status only when the
             # stream is known to have started.
             flight.publish_head(head)
-            _observe_ttfb(flight, route)
+            upstream.first_event_after(head.upstream, _observe_ttfb(flight, route))
         for event in events:
             flight.publish(event)
 
-    def _observe_ttfb(flight: Flight, route: str) -> None:
+    def _observe_ttfb(flight: Flight, route: str) -> float:
+        """Note when the answer started; the seconds since the call began."""
         flight.head_at = time.monotonic()
+        seconds = flight.head_at - flight.started
         if metrics is not None:
-            metrics.upstream_ttft.labels(route).observe(flight.head_at - flight.started)
+            metrics.upstream_ttft.labels(route).observe(seconds)
+        return seconds
 
     return produce
+
+
+def _too_large(limit: int) -> UpstreamEventTooLarge:
+    return UpstreamEventTooLarge(
+        f"The upstream sent an event larger than {limit} bytes (LLMGATE_MAX_EVENT_BYTES)."
+    )
 
 
 def relay(

@@ -49,6 +49,7 @@ from app.errors import (
     UpstreamUnreachable,
 )
 from app.headers import with_upstream_key
+from app.hedge import TtftWindow
 from app.metrics import Metrics
 from app.policy import RETRYABLE_STATUSES, Deadline, RetryPolicy
 from app.upstreams import UpstreamSpec
@@ -115,6 +116,7 @@ class Upstream:
         policy = breaker_policy or BreakerPolicy()
         self.breakers = {spec.name: Breaker(policy) for spec in self.specs}
         self.budget = RetryBudget(settings.retry_budget_percent, settings.retry_budget_min)
+        self._ttft = {spec.name: TtftWindow() for spec in self.specs if spec.hedge is not None}
         self.in_use = 0
         self._idle_sampled = 0.0
         self.pool = urllib3.PoolManager(
@@ -177,7 +179,24 @@ class Upstream:
         retries = gateway_retries(s.retries, count)
         return RetryPolicy(retries, s.retry_backoff_s, s.retry_backoff_max_s, s.retry_after_max_s)
 
-    def open(self, req: UpstreamRequest, deadline: Deadline) -> UpstreamResponse:
+    def plan(self, req: UpstreamRequest) -> list[UpstreamSpec]:
+        """The upstreams to try for ``req``, in order, by breaker state now (an open breaker
+        whose cooldown ended shows as half-open)."""
+        now = self._clock()
+        for spec in self.specs:
+            self._set_breaker(spec, self.breakers[spec.name].current(now))
+        return upstreams.candidates(
+            self.specs, req.model, allowed=lambda n: self.breakers[n].allows(now), rand=self._rand
+        )
+
+    def open(
+        self,
+        req: UpstreamRequest,
+        deadline: Deadline,
+        *,
+        plan: list[UpstreamSpec] | None = None,
+        tried: list[UpstreamSpec] | None = None,
+    ) -> UpstreamResponse:
         """Send ``req``, retrying and failing over only what cannot have billed; return at
         the answering upstream's headers.
 
@@ -187,17 +206,14 @@ class Upstream:
         retry-after. Every attempt counts against LLMGATE_RETRIES (less the caller's own
         retries) and the deadline, and every attempt beyond the first needs room in the
         worker's retry budget: without it, what the last attempt got goes back as it is.
+        ``plan`` is the order from ``plan()`` when the caller already made it; ``tried``
+        receives each upstream as its attempt starts (a hedge avoids them).
         """
-        now = self._clock()
-        for spec in self.specs:  # an open breaker whose cooldown ended shows as half-open
-            self._set_breaker(spec, self.breakers[spec.name].current(now))
-        order = upstreams.candidates(
-            self.specs, req.model, allowed=lambda n: self.breakers[n].allows(now), rand=self._rand
-        )
+        order = plan if plan is not None else self.plan(req)
         if not order:  # none serves it (the gateway refuses such calls before they get here)
             self.check_serves(req.model)
         policy = self.policy(req)
-        tried: list[UpstreamSpec] = []
+        tried = [] if tried is None else tried
         spec = order[0]
         # The ticket is given back however this ends: an answer, an error, or the greenlet
         # killed in an attempt or a backoff sleep (GreenletExit passes through the with).
@@ -233,6 +249,33 @@ class Upstream:
                 else:
                     self._retrying()
                     self._sleep(delay)
+
+    def open_backup(
+        self, req: UpstreamRequest, deadline: Deadline, spec: UpstreamSpec
+    ) -> UpstreamResponse | None:
+        """One attempt at ``spec`` as a hedge (app/race.py), never retried. It needs room in
+        the retry budget, as a retry would: None when the budget is spent."""
+        with self.budget.request() as ticket:
+            if not ticket.retry():
+                self._budget_exhausted()
+                return None
+            raw = self._attempt_counted(spec, req, deadline)
+            self._pool_changed(+1)
+            return UpstreamResponse(raw, 1, upstream=spec.name)
+
+    def hedge_delay(self, spec: UpstreamSpec) -> float | None:
+        """Seconds a stream sent to ``spec`` waits for its first event before a backup is
+        sent, or None when ``spec`` does not hedge."""
+        if spec.hedge is None:
+            return None
+        return spec.hedge.delay(self._ttft[spec.name])
+
+    def first_event_after(self, name: str, seconds: float) -> None:
+        """A stream from upstream ``name`` produced its first event ``seconds`` after the
+        call began: what a percentile hedge delay is made of."""
+        window = self._ttft.get(name)
+        if window is not None:
+            window.add(seconds)
 
     def _next_step(
         self,

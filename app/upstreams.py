@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.hedge import HedgePolicy
+
 AUTH_STYLES = ("bearer", "api-key")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -37,6 +39,9 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "models": list,
     "aliases": dict,
     "max_connections": int,
+    "hedge_after": (int, float, str),
+    "hedge_min_ms": (int, float),
+    "hedge_max_ms": (int, float),
 }
 
 
@@ -60,6 +65,7 @@ class UpstreamSpec:
     models: tuple[str, ...] = ("*",)
     aliases: tuple[tuple[str, str], ...] = ()
     max_connections: int = 0  # 0: LLMGATE_POOL_SIZE
+    hedge: HedgePolicy | None = None  # streams sent here first may get a backup (app/hedge.py)
 
     def serves(self, model: str | None) -> bool:
         if model is None or "*" in self.models:
@@ -144,6 +150,17 @@ def _spec(
     models = table.get("models", ["*"])
     if not models or not all(isinstance(m, str) and m for m in models):
         raise fail("models", 'must be a non-empty list of model names (or ["*"])')
+    hedge = None
+    if "hedge_after" in table:
+        try:
+            hedge = HedgePolicy.parse(
+                table["hedge_after"], table.get("hedge_min_ms", 50), table.get("hedge_max_ms", 2000)
+            )
+        except ValueError as exc:
+            raise fail("hedge_after", str(exc)) from None
+    elif "hedge_min_ms" in table or "hedge_max_ms" in table:
+        key_name = "hedge_min_ms" if "hedge_min_ms" in table else "hedge_max_ms"
+        raise fail(key_name, "needs upstreams.hedge_after (hedging is off without it)")
     pairs = {}
     for key_name in ("headers", "query", "aliases"):
         values = table.get(key_name, {})
@@ -164,6 +181,7 @@ def _spec(
         models=tuple(models),
         aliases=pairs["aliases"],
         max_connections=table.get("max_connections", 0),
+        hedge=hedge,
     )
 
 

@@ -25,9 +25,10 @@ UPSTREAM = "X-LLMGate-Upstream"
 http = urllib3.PoolManager(retries=False)
 
 
-def start_simulator(log_dir: Path) -> tuple[Proc, str]:
+def start_simulator(log_dir: Path, *args: str) -> tuple[Proc, str]:
+    """A simulator on a free port (``args``: more of its options, e.g. "--ttft-ms", "2000")."""
     port = free_port()
-    argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port)]
+    argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port), *args]
     proc = Proc(f"simulator-{port}", argv, log_path=log_dir / f"simulator-{port}.log", cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -9,6 +9,7 @@ import pytest
 from app.breaker import CLOSED, HALF_OPEN, OPEN, Breaker, BreakerPolicy
 from app.errors import UpstreamReset, UpstreamTimeout, UpstreamUnreachable
 from app.headers import with_upstream_key
+from app.hedge import HedgePolicy
 from app.upstream import UpstreamRequest, _can_fail_over, _prepare
 from app.upstreams import ConfigError, UpstreamSpec, candidates, from_environment, load, route_id
 from tests.conftest import ROOT
@@ -25,6 +26,7 @@ def test_the_shipped_example_loads() -> None:
     assert azure.query == (("api-version", "2024-10-21"),)
     assert azure.model_for("gpt-4o-mini") == "gpt4o-mini-prod"
     assert specs[3].headers == (("X-Team", "ml-platform"),) and specs[3].key == ""
+    assert specs[0].hedge == HedgePolicy(percentile=95, max_ms=1500)
     assert "sk-a" not in repr(specs[0])  # keys never printed
 
 
@@ -46,6 +48,15 @@ def test_the_shipped_example_loads() -> None:
         ),
         ('[[upstreams]]\nname = "a"\nbase_url = "http://x"\nmodels = []\n', 4, "models must"),
         ("upstream = 1\n", 1, "unknown section"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://x"\nhedge_after = "95"\n', 4, "p99.9"),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://x"\nhedge_after = 0\n', 4, "> 0"),
+        (
+            '[[upstreams]]\nname = "a"\nbase_url = "http://x"\nhedge_after = "p90"\n'
+            "hedge_min_ms = 500\nhedge_max_ms = 100\n",
+            4,
+            "hedge_min_ms <= hedge_max_ms",
+        ),
+        ('[[upstreams]]\nname = "a"\nbase_url = "http://x"\nhedge_max_ms = 9\n', 4, "needs"),
     ],
 )
 def test_a_wrong_file_names_the_line_and_the_field(text: str, line: int, words: str) -> None:
