@@ -9,7 +9,7 @@ Layers, imports flow downwards only:
     state     stats.py                     counters, request log, fail-once counts
     pure      http11.py, behaviour.py,     bytes/dicts in, values out; no I/O, no gevent
               endpoints.py, responses.py,
-              text.py
+              responses_api.py, text.py
 
 Per-request behaviour comes from ``x-sim-<name>`` headers or a ``sim/<name>=<value>,...``
 model name (see behaviour.py). Output is deterministic: the same prompt gives the same words

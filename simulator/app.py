@@ -21,7 +21,7 @@ from . import endpoints
 from .behaviour import ERROR_FAULTS, Behaviour, BehaviourError, resolve
 from .http11 import Request
 from .playback import play_full, play_stream
-from .responses import ApiError, dumps, model_list
+from .responses import ApiError, api_headers, dumps, model_list
 from .stats import Stats
 from .wire import Peer, base_headers, send_full
 
@@ -51,13 +51,15 @@ class Exchange:
     peer: Peer
     served_on_connection: int
     request_id: str = field(default_factory=lambda: new_id("req_"))
+    started: float = field(default_factory=time.monotonic)
+    api_headers: list[tuple[str, str]] = field(default_factory=list)  # version, rate limits
 
     def headers(self, close: bool = False) -> list[tuple[str, str]]:
         close = close or not self.request.keep_alive
         headers = base_headers(self.request_id, close)
         if not close and self.request.version == "HTTP/1.0":
             headers.append(("connection", "keep-alive"))  # 1.0 closes unless told otherwise
-        return headers
+        return headers + self.api_headers
 
 
 def is_control(path: str) -> bool:
@@ -86,6 +88,7 @@ class App:
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         parsed = None if body is _NO_BODY else body
         self.stats.record(req.method, path, req.query, headers, parsed, req.body)
+        ex.api_headers = api_headers(self.stats.requests, self.stats.tokens)
         try:
             self._authorise(req)
             return self._route(ex, body)
@@ -143,21 +146,40 @@ class App:
 
     def _play_full(self, ex: Exchange, payload: dict[str, Any], behaviour: Behaviour) -> bool:
         fault = self._fault(behaviour)
+        if fault == "error-after":
+            raise _fault_error("500", behaviour)  # a whole answer cannot fail part-way
         headers = ex.headers(close=fault == "close-delimited")
-        kept = play_full(ex.peer, 200, dumps(payload), behaviour, fault, headers, stats=self.stats)
+        kept = play_full(
+            ex.peer,
+            200,
+            dumps(payload),
+            behaviour,
+            fault,
+            headers,
+            stats=self.stats,
+            started=ex.started,
+        )
         return kept and ex.request.keep_alive
 
     def _generate(self, ex: Exchange, body: dict[str, Any]) -> bool:
         req = ex.request
         behaviour = self._behaviour(ex, body)
         reply = _GENERATORS[req.path](body, behaviour, new_id, int(time.time()))
+        self.stats.tokens += reply.completion.prompt_tokens + len(reply.completion.tokens)
         if reply.framer is None:
             return self._play_full(ex, reply.body, behaviour)
         fault = self._fault(behaviour)
         chunked = req.version == "HTTP/1.1"  # RFC 9112 section 7.1: 1.0 has no chunked coding
         headers = ex.headers(close=fault == "close-delimited" or not chunked)
         kept = play_stream(
-            ex.peer, reply.framer, behaviour, fault, headers, chunked=chunked, stats=self.stats
+            ex.peer,
+            reply.framer,
+            behaviour,
+            fault,
+            headers,
+            chunked=chunked,
+            stats=self.stats,
+            started=ex.started,
         )
         return kept and req.keep_alive
 

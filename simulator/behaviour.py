@@ -26,6 +26,7 @@ FAULTS = ERROR_FAULTS | {
     "slow-headers",
     "gzip",
     "close-delimited",
+    "error-after",  # an API error part-way through a stream (a 500 for a non-stream call)
 }
 
 
@@ -52,6 +53,9 @@ class Behaviour:
     header_delay_ms: float = 1000.0
     fail_times: int | None = None
     fail_key: str = "default"
+    error_after: int = 2
+    cached_tokens: int | None = None  # usage's cached prompt tokens (shown only when set)
+    tool_call: bool = False  # Responses: call the request's first function tool
 
     @property
     def token_gap(self) -> float:
@@ -98,6 +102,13 @@ def _text(name: str, raw: str) -> str:
     return raw.strip()
 
 
+def _switch(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("0", "1", "true", "false"):
+        raise BehaviourError(f"simulator control {name}={raw!r} must be 0, 1, true or false", name)
+    return value in ("1", "true")
+
+
 _PARSERS: dict[str, Callable[[str, str], object]] = {
     "ttft_ms": _non_negative,
     "tps": _rate,
@@ -110,6 +121,9 @@ _PARSERS: dict[str, Callable[[str, str], object]] = {
     "header_delay_ms": _non_negative,
     "fail_times": _count,
     "fail_key": _text,
+    "error_after": _count,
+    "cached_tokens": _count,
+    "tool_call": _switch,
 }
 CONTROLS = tuple(_PARSERS)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import responses as r
+from . import responses_api as api
 from . import text
 from .behaviour import Behaviour
 
@@ -21,6 +22,7 @@ DEFAULT_DIMENSIONS = 16
 MAX_DIMENSIONS = 8192
 
 NewId = Callable[[str], str]
+Framer = r.ChunkFramer | api.ResponseFramer
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Reply:
 
     completion: r.Completion
     body: dict[str, Any]
-    framer: r.ChunkFramer | None = None
+    framer: Framer | None = None
 
 
 def _bad(message: str, param: str | None) -> r.ApiError:
@@ -58,13 +60,23 @@ def _flag(body: dict[str, Any], name: str) -> bool:
     return value
 
 
-def _include_usage(body: dict[str, Any]) -> bool:
+def _stream_option(body: dict[str, Any], name: str) -> bool:
     options = body.get("stream_options")
     if options is None:
         return False
     if not isinstance(options, dict):
         raise _bad("Invalid type for 'stream_options': expected an object.", "stream_options")
-    return bool(options.get("include_usage"))
+    return bool(options.get(name))
+
+
+def _service_tier(body: dict[str, Any]) -> str | None:
+    """The tier the answer says it was served (and billed) in: ``auto`` runs as ``default``."""
+    tier = body.get("service_tier")
+    if tier is None:
+        return None
+    if tier not in ("auto", "default", "flex", "scale", "priority"):
+        raise _bad(f"Invalid value for 'service_tier': {tier!r}.", "service_tier")
+    return "default" if tier == "auto" else str(tier)
 
 
 def _length(body: dict[str, Any], behaviour: Behaviour, keys: tuple[str, ...]) -> tuple[int, str]:
@@ -82,57 +94,87 @@ def _length(body: dict[str, Any], behaviour: Behaviour, keys: tuple[str, ...]) -
 
 
 def _completion(
-    model: str, prompt: str, count: int, finish: str, prefix: str, new_id: NewId, now: int
+    body: dict[str, Any],
+    behaviour: Behaviour,
+    prompt: str,
+    length: tuple[int, str],
+    prefix: str,
+    new_id: NewId,
+    now: int,
 ) -> r.Completion:
+    count, finish = length
     return r.Completion(
         id=new_id(prefix),
         created=now,
-        model=model,
+        model=_model(body),
         tokens=tuple(text.words(prompt, count)),
         finish_reason=finish,
         prompt_tokens=text.word_count(prompt),
+        service_tier=_service_tier(body),
+        cached_tokens=behaviour.cached_tokens,
+    )
+
+
+def _framer(body: dict[str, Any], c: r.Completion, *, chat: bool) -> r.ChunkFramer | None:
+    if not _flag(body, "stream"):
+        return None
+    return r.ChunkFramer(
+        c,
+        chat=chat,
+        include_usage=_stream_option(body, "include_usage"),
+        obfuscate=_stream_option(body, "include_obfuscation"),
     )
 
 
 def chat(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) -> Reply:
     """POST /v1/chat/completions."""
-    model = _model(body)
+    _model(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty array.", "messages")
-    count, finish = _length(body, behaviour, ("max_completion_tokens", "max_tokens"))
+    length = _length(body, behaviour, ("max_completion_tokens", "max_tokens"))
     prompt = text.chat_prompt(messages)
-    c = _completion(model, prompt, count, finish, "chatcmpl-", new_id, now)
-    framer = None
-    if _flag(body, "stream"):
-        framer = r.ChunkFramer(c, chat=True, include_usage=_include_usage(body))
-    return Reply(c, r.chat_completion(c), framer)
+    c = _completion(body, behaviour, prompt, length, "chatcmpl-", new_id, now)
+    return Reply(c, r.chat_completion(c), _framer(body, c, chat=True))
 
 
 def completions(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) -> Reply:
     """POST /v1/completions, the legacy text completion."""
-    model = _model(body)
-    count, finish = _length(body, behaviour, ("max_tokens",))
+    _model(body)
+    length = _length(body, behaviour, ("max_tokens",))
     prompt = text.completion_prompt(body.get("prompt", ""))
-    c = _completion(model, prompt, count, finish, "cmpl-", new_id, now)
-    framer = None
-    if _flag(body, "stream"):
-        framer = r.ChunkFramer(c, chat=False, include_usage=_include_usage(body))
-    return Reply(c, r.text_completion(c), framer)
+    c = _completion(body, behaviour, prompt, length, "cmpl-", new_id, now)
+    return Reply(c, r.text_completion(c), _framer(body, c, chat=False))
 
 
 def responses(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) -> Reply:
-    """POST /v1/responses, non-stream only."""
-    model = _model(body)
-    if _flag(body, "stream"):
-        raise _bad("The simulator does not stream the Responses API; send stream=false.", "stream")
+    """POST /v1/responses, streamed as typed events or not. With ``tool_call`` on and a
+    function among the request's tools, the model calls the first one instead of writing."""
+    _model(body)
     # A Responses object that ran out of tokens would be "incomplete"; we always say
     # "completed", so the token cap is not a "length" finish here.
     count, _ = _length(body, behaviour, ("max_output_tokens",))
     parts = (text.responses_prompt(body.get(k)) for k in ("instructions", "input"))
     prompt = "\n".join(part for part in parts if part)
-    c = _completion(model, prompt, count, "stop", "resp_", new_id, now)
-    return Reply(c, r.response_object(c, new_id("msg_")))
+    c = _completion(body, behaviour, prompt, (count, "stop"), "resp_", new_id, now)
+    name = api.first_function(body.get("tools")) if behaviour.tool_call else None
+    if name is not None:
+        output = api.function_call(new_id("fc_"), new_id("call_"), name, c.tokens)
+    else:
+        output = api.Output(new_id("msg_"), c.tokens)
+    store = body.get("store", True)
+    shape = api.ResponseShape(
+        completion=c,
+        output=output,
+        service_tier=c.service_tier or "default",
+        store=store if isinstance(store, bool) else True,
+        cached_tokens=behaviour.cached_tokens or 0,
+        echo=tuple((k, body[k]) for k in ("instructions", "metadata") if k in body),
+    )
+    framer = None
+    if _flag(body, "stream"):
+        framer = api.ResponseFramer(shape, obfuscate=_stream_option(body, "include_obfuscation"))
+    return Reply(c, api.response_object(shape), framer)
 
 
 def embeddings(body: dict[str, Any]) -> dict[str, Any]:

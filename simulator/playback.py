@@ -4,21 +4,43 @@ A stream sends its headers at once, waits ``ttft_ms``, sends the role chunk and 
 token together, then one content event every ``1/tps`` seconds on a fixed schedule (a late
 wake-up does not push every later token back), then the finish events. Faults act at
 "slots": slot i is the moment content event i would be sent, and slot n (n = token count) is
-the moment of the finish chunk. Both functions return whether the connection may serve
-another request.
+the moment of the finish chunk. A stream is framed by a ``Framer``: chat and legacy chunks
+(responses.py) or the Responses API's typed events (responses_api.py), so every fault works
+the same on both. Both functions return whether the connection may serve another request.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Protocol
 
 import gevent
 
 from .behaviour import Behaviour
-from .responses import ChunkFramer
 from .stats import Stats
 from .wire import ClientGone, Peer, StreamBody, send_full
+
+
+class Framer(Protocol):
+    """The events of one stream: an opening, one event per piece, then an end."""
+
+    @property
+    def pieces(self) -> tuple[str, ...]: ...
+
+    def opening(self) -> bytes | None: ...
+
+    def piece(self, slot: int) -> bytes: ...
+
+    def closing(self) -> list[bytes]: ...
+
+    def failure(self, slot: int) -> list[bytes]: ...
+
+
+def processing_ms(started: float) -> tuple[str, str]:
+    """OpenAI's ``openai-processing-ms``: time spent on the request before the head went out."""
+    return ("openai-processing-ms", str(round((time.monotonic() - started) * 1000)))
+
 
 # A stream that never has to wait still yields now and then, so one fast stream cannot
 # starve the accept loop and every other connection.
@@ -27,13 +49,14 @@ _YIELD_EVERY = 32
 
 def play_stream(
     peer: Peer,
-    framer: ChunkFramer,
+    framer: Framer,
     behaviour: Behaviour,
     fault: str | None,
     headers: Iterable[tuple[str, str]],
     *,
     chunked: bool,
     stats: Stats,
+    started: float,
 ) -> bool:
     """Stream one completion as SSE under ``behaviour`` and ``fault``."""
     body = StreamBody(peer, chunked=chunked and fault != "close-delimited", gzip=fault == "gzip")
@@ -44,16 +67,17 @@ def play_stream(
             return False
         if fault == "slow-headers":
             peer.pause(behaviour.header_delay_ms / 1000)
-        body.start(200, headers)
+        body.start(200, [*headers, processing_ms(started)])
         if fault == "stall-before":
             peer.pause(behaviour.stall_ms / 1000)
         peer.pause(behaviour.ttft_ms / 1000)
         opening = framer.opening()
         if opening is not None:
             body.write(opening)
-        if not _content(peer, body, framer, behaviour, fault):
+        ended = _content(peer, body, framer, behaviour, fault)
+        if ended is None:
             return False
-        body.finish(framer.closing())
+        body.finish(ended)
     except ClientGone:
         stats.streams_abandoned += 1
         return False
@@ -62,13 +86,14 @@ def play_stream(
 
 
 def _content(
-    peer: Peer, body: StreamBody, framer: ChunkFramer, b: Behaviour, fault: str | None
-) -> bool:
-    """Send the content events; False when a reset fault ended the connection."""
-    tokens = framer.completion.tokens
-    n = len(tokens)
+    peer: Peer, body: StreamBody, framer: Framer, b: Behaviour, fault: str | None
+) -> list[bytes] | None:
+    """Send the content events; the events that end the stream (the finish, or an error
+    event), or None when a reset fault ended the connection."""
+    n = len(framer.pieces)
     reset_slot = min(b.reset_after, n) if fault == "reset" else -1
     stall_slot = min(b.stall_after, n) if fault == "stall-after" else -1
+    error_slot = min(b.error_after, n) if fault == "error-after" else -1
     gap = b.token_gap
     start = time.monotonic()
     for slot in range(n + 1):
@@ -80,13 +105,15 @@ def _content(
                 gevent.sleep(0)
         if slot == reset_slot:
             peer.reset()
-            return False
+            return None
+        if slot == error_slot:
+            return framer.failure(slot)
         if slot == stall_slot:
             peer.pause(b.stall_ms / 1000)
             start = time.monotonic() - slot * gap  # the schedule resumes after the stall
         if slot < n:
-            body.write(framer.token(tokens[slot]))
-    return True
+            body.write(framer.piece(slot))
+    return framer.closing()
 
 
 def play_full(
@@ -98,6 +125,7 @@ def play_full(
     headers: Iterable[tuple[str, str]],
     *,
     stats: Stats,
+    started: float,
 ) -> bool:
     """A non-stream reply: wait (stall, slow headers, ttft), then answer, reset or not."""
     try:
@@ -113,7 +141,7 @@ def play_full(
             peer,
             status,
             payload,
-            headers,
+            [*headers, processing_ms(started)],
             gzip=fault == "gzip",
             close_delimited=fault == "close-delimited",
         )

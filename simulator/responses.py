@@ -1,9 +1,10 @@
 """OpenAI response shapes. No I/O here: values in, JSON-ready dicts and SSE bytes out.
 
 Shapes follow the OpenAI API reference as the official SDK parses them: chat.completion,
-chat.completion.chunk, text_completion, embedding lists, response objects, model lists and
-the ``{"error": {...}}`` envelope. Stream events are encoded once per token on the hot path,
-so ``ChunkFramer`` splices the token into pre-encoded JSON instead of dumping a dict each time.
+chat.completion.chunk, text_completion, embedding lists, model lists, the ``{"error": {...}}``
+envelope and the headers every answer carries (the Responses API has its own module,
+responses_api.py). Stream events are encoded once per token on the hot path, so
+``ChunkFramer`` splices the token into pre-encoded JSON instead of dumping a dict each time.
 """
 
 from __future__ import annotations
@@ -59,6 +60,38 @@ class ApiError(Exception):
         }
 
 
+# Rate limits the simulator reports, per minute, as OpenAI's x-ratelimit-* headers do.
+LIMIT_REQUESTS = 10_000
+LIMIT_TOKENS = 2_000_000
+OPENAI_VERSION = "2020-10-01"
+
+
+def api_headers(requests: int, tokens: int) -> list[tuple[str, str]]:
+    """``openai-version`` and the ``x-ratelimit-*`` headers after ``requests`` requests and
+    ``tokens`` tokens since the last reset: remaining counts go down, resets are how long a
+    steady refill takes to give them back (formatted like OpenAI's ``6m0s``, ``20ms``)."""
+    requests_ms = requests * 60_000 // LIMIT_REQUESTS
+    tokens_ms = tokens * 60_000 // LIMIT_TOKENS
+    return [
+        ("openai-version", OPENAI_VERSION),
+        ("x-ratelimit-limit-requests", str(LIMIT_REQUESTS)),
+        ("x-ratelimit-limit-tokens", str(LIMIT_TOKENS)),
+        ("x-ratelimit-remaining-requests", str(max(0, LIMIT_REQUESTS - requests))),
+        ("x-ratelimit-remaining-tokens", str(max(0, LIMIT_TOKENS - tokens))),
+        ("x-ratelimit-reset-requests", duration(requests_ms)),
+        ("x-ratelimit-reset-tokens", duration(tokens_ms)),
+    ]
+
+
+def duration(ms: int) -> str:
+    """A duration as OpenAI writes it in rate-limit headers: 20ms, 1.5s, 6m0s."""
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:g}s"
+    return f"{ms // 60_000}m{ms % 60_000 // 1000}s"
+
+
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {
         "prompt_tokens": prompt_tokens,
@@ -77,14 +110,26 @@ class Completion:
     tokens: tuple[str, ...]
     finish_reason: str
     prompt_tokens: int
+    # Shown only when the request (service_tier) or a control (cached_tokens) asks, so the
+    # shapes other tests pin down stay as they are.
+    service_tier: str | None = None
+    cached_tokens: int | None = None
 
     @property
     def text(self) -> str:
         return "".join(self.tokens)
 
     @property
-    def usage(self) -> dict[str, int]:
-        return usage(self.prompt_tokens, len(self.tokens))
+    def usage(self) -> dict[str, Any]:
+        counts: dict[str, Any] = usage(self.prompt_tokens, len(self.tokens))
+        if self.cached_tokens is not None:
+            cached = min(self.cached_tokens, self.prompt_tokens)
+            counts["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
+        return counts
+
+    def header(self) -> dict[str, Any]:
+        """``service_tier`` where the API puts it, after ``model``, when there is one."""
+        return {} if self.service_tier is None else {"service_tier": self.service_tier}
 
 
 def chat_completion(c: Completion) -> dict[str, Any]:
@@ -93,6 +138,7 @@ def chat_completion(c: Completion) -> dict[str, Any]:
         "object": "chat.completion",
         "created": c.created,
         "model": c.model,
+        **c.header(),
         "choices": [
             {
                 "index": 0,
@@ -111,40 +157,11 @@ def text_completion(c: Completion) -> dict[str, Any]:
         "object": "text_completion",
         "created": c.created,
         "model": c.model,
+        **c.header(),
         "choices": [
             {"text": c.text, "index": 0, "logprobs": None, "finish_reason": c.finish_reason}
         ],
         "usage": c.usage,
-    }
-
-
-def response_object(c: Completion, message_id: str) -> dict[str, Any]:
-    """A completed Responses API object (non-stream only)."""
-    return {
-        "id": c.id,
-        "object": "response",
-        "created_at": c.created,
-        "status": "completed",
-        "error": None,
-        "incomplete_details": None,
-        "model": c.model,
-        "output": [
-            {
-                "type": "message",
-                "id": message_id,
-                "status": "completed",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": c.text, "annotations": []}],
-            }
-        ],
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "usage": {
-            "input_tokens": c.prompt_tokens,
-            "output_tokens": len(c.tokens),
-            "total_tokens": c.prompt_tokens + len(c.tokens),
-        },
     }
 
 
@@ -169,6 +186,12 @@ def model_list() -> dict[str, Any]:
     return {"object": "list", "data": [model_object(m) for m in MODELS]}
 
 
+def obfuscation(piece: str) -> str:
+    """Padding that evens out the length of a delta event (the API sends random characters
+    here, so that the size of an encrypted event does not give away its token)."""
+    return "abcdefghijklmnop"[: 16 - len(piece) % 16]
+
+
 @functools.lru_cache(maxsize=4096)
 def _encoded_token(token: str) -> bytes:
     # Tokens come from a small vocabulary: encode each one once per process, not per event.
@@ -182,6 +205,7 @@ class ChunkFramer:
     completion: Completion
     chat: bool
     include_usage: bool
+    obfuscate: bool = False  # stream_options.include_obfuscation: an `obfuscation` field
     _token_template: tuple[bytes, bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -189,7 +213,16 @@ class ChunkFramer:
         marker = "\x00"
         encoded = dumps(self._chunk(self._choice(marker, None)))
         prefix, _, suffix = encoded.partition(dumps(marker))
-        object.__setattr__(self, "_token_template", (b"data: " + prefix, suffix + b"\n\n"))
+        # With obfuscation the pad is the last field, spliced in by token().
+        suffix = suffix[:-1] + b',"obfuscation":"' if self.obfuscate else suffix + b"\n\n"
+        object.__setattr__(self, "_token_template", (b"data: " + prefix, suffix))
+
+    @property
+    def pieces(self) -> tuple[str, ...]:
+        return self.completion.tokens
+
+    def piece(self, slot: int) -> bytes:
+        return self.token(self.completion.tokens[slot])
 
     def _choice(self, token: str, finish_reason: str | None) -> dict[str, Any]:
         if self.chat:
@@ -204,6 +237,7 @@ class ChunkFramer:
             "object": "chat.completion.chunk" if self.chat else "text_completion",
             "created": c.created,
             "model": c.model,
+            **c.header(),
             "choices": [choice] if choice is not None else [],
         }
         if self.include_usage:
@@ -221,7 +255,16 @@ class ChunkFramer:
 
     def token(self, token: str) -> bytes:
         prefix, suffix = self._token_template
+        if self.obfuscate:
+            return prefix + _encoded_token(token) + suffix + obfuscation(token).encode() + b'"}\n\n'
         return prefix + _encoded_token(token) + suffix
+
+    def failure(self, slot: int) -> list[bytes]:
+        """What the API sends when generation fails part-way: one error event, no [DONE]."""
+        del slot
+        message = "The server had an error while processing your request (simulated)."
+        error = ApiError(500, message, "server_error", code="server_error")
+        return [sse(error.to_body())]
 
     def closing(self) -> list[bytes]:
         """Finish chunk, optional usage chunk, then the [DONE] sentinel."""

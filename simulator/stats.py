@@ -24,6 +24,7 @@ class Stats:
         """Zero everything except ``connections_open``, which describes the present."""
         self.connections_accepted = 0
         self.requests = 0
+        self.tokens = 0  # prompt and completion tokens generated (for the rate-limit headers)
         self.requests_by_path: Counter[str] = Counter()
         self.streams_started = 0
         self.streams_completed = 0
@@ -69,6 +70,7 @@ class Stats:
             "connections_accepted": self.connections_accepted,
             "connections_open": self.connections_open,
             "requests": self.requests,
+            "tokens": self.tokens,
             "requests_by_path": dict(self.requests_by_path),
             "streams_started": self.streams_started,
             "streams_completed": self.streams_completed,

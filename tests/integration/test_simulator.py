@@ -343,9 +343,9 @@ def test_invalid_requests_get_openai_errors(sim: SimProcess) -> None:
     status, _, data = request(sim, "POST", CHAT, {"model": "m"})
     assert status == 400 and json.loads(data)["error"]["param"] == "messages"
     status, _, data = request(
-        sim, "POST", "/v1/responses", {"model": "m", "input": "x", "stream": True}
+        sim, "POST", "/v1/responses", {"model": "m", "input": "x", "service_tier": "gold"}
     )
-    assert status == 400 and "stream" in json.loads(data)["error"]["message"]
+    assert status == 400 and json.loads(data)["error"]["param"] == "service_tier"
     status, _, data = request(
         sim, "POST", CHAT, {"model": "m", "messages": HELLO}, {"x-sim-fault": "teapot"}
     )
