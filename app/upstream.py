@@ -35,7 +35,7 @@ from urllib3.exceptions import (
     SSLError,
 )
 
-from app import upstreams
+from app import jsonedit, upstreams
 from app.breaker import Breaker, BreakerPolicy
 from app.budget import RetryBudget, caller_retry_count, gateway_retries
 from app.config import Settings
@@ -469,11 +469,21 @@ def _prepare(spec: UpstreamSpec, req: UpstreamRequest) -> tuple[str, dict[str, s
     headers.update(spec.headers)
     body = req.body
     if req.model and model != req.model and body:
-        # An alias: the one case where the body is re-encoded (the model's name changes).
+        body = _renamed(body, model)
+    return url, headers, body
+
+
+def _renamed(body: bytes, model: str) -> bytes:
+    """An alias: only the bytes of the model's value change (app/jsonedit.py); the rest stays
+    as the caller wrote it, for the provider's prompt cache."""
+    value = json.dumps(model, ensure_ascii=False).encode()
+    try:
+        return jsonedit.with_value(body, "model", value)
+    except ValueError:
+        # JSON that is not UTF-8 (json.loads also reads UTF-16 and UTF-32): re-encoded.
         doc = json.loads(body)
         doc["model"] = model
-        body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
-    return url, headers, body
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _tls_options(settings: Settings) -> dict[str, Any]:

@@ -135,6 +135,13 @@ def test_without_an_alias_the_body_goes_as_sent() -> None:
     assert body == b'{ "model" : "gpt-4o-mini" ,"messages":[]}'
 
 
+def test_an_alias_changes_only_the_models_value() -> None:
+    spec = UpstreamSpec("az", "https://r.example/{model}", aliases=(("gpt-4o-mini", "dép"),))
+    sent = b'{"messages" : [{"content":"caf\\u00e9 \xc3\xa9"}],\n "model" : "gpt-4o-mini" }'
+    _, _, body = _prepare(spec, _req(body=sent))
+    assert body == b'{"messages" : [{"content":"caf\\u00e9 \xc3\xa9"}],\n "model" : "d\xc3\xa9p" }'
+
+
 @pytest.mark.parametrize("own", ["Authorization", "api-key", "x-api-key"])
 def test_a_fallback_key_never_replaces_the_callers(own: str) -> None:
     assert with_upstream_key({own: "mine"}, "op", fallback_only=True) == {own: "mine"}
