@@ -4,11 +4,18 @@ Starts memcached and nginx when installed (otherwise says how to install them an
 without: gunicorn on the public port, no shared cache), the simulator when no upstream is
 configured, and stops every child on Ctrl-C or when one of them dies. SIGHUP reloads:
 the upstreams file is checked, gunicorn starts fresh workers while the old ones drain, and
-nginx re-reads its config.
+nginx re-reads its config. SIGTERM drains: gunicorn ends its calls within
+LLMGATE_GRACEFUL_TIMEOUT_S and nginx finishes its open requests (deploy/Dockerfile runs
+this same command; a Kubernetes pod is stopped with SIGTERM).
+
+`make run-cluster` is the same runner with ``--instances 3 --memcached-nodes 2``: several
+gunicorn instances behind one nginx upstream block, sharing two Memcached nodes.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import signal
 import sys
@@ -20,33 +27,101 @@ from runner.procs import StartError, find_binary
 from runner.stack import ROOT, Stack, StackOptions
 
 INSTALL_HINT = "sudo apt-get install -y nginx-light memcached"
+# gunicorn.conf.py's default graceful timeout; the drain waits a little longer than it.
+GRACEFUL_TIMEOUT_S = 600
 
 
-def main() -> int:
-    port = int(os.environ.get("LLMGATE_PORT", "8080"))
-    upstream = os.environ.get("LLMGATE_UPSTREAM_URL", "")
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m runner", description=__doc__)
+    parser.add_argument("--instances", type=int, default=1, help="gunicorn instances")
+    parser.add_argument("--memcached-nodes", type=int, default=1, help="Memcached nodes")
+    args = parser.parse_args(argv)
+    if args.instances < 1 or args.memcached_nodes < 1:
+        parser.error("--instances and --memcached-nodes must be at least 1")
+    return args
+
+
+def options_from_env(args: argparse.Namespace) -> StackOptions:
+    env = os.environ
     have_nginx = find_binary("nginx") is not None
-    have_memcached = find_binary("memcached") is not None
+    # Nodes given in LLMGATE_MEMCACHED (a Kubernetes Service, a system memcached) are used
+    # as they are; only without them does the runner start its own.
+    external_memcached = bool(env.get("LLMGATE_MEMCACHED", "").strip())
+    have_memcached = external_memcached or find_binary("memcached") is not None
     for name, present in (("nginx", have_nginx), ("memcached", have_memcached)):
         if not present:
             print(f"llmgate: {name} is not installed; running without it. Install: {INSTALL_HINT}")
-    options = StackOptions(
-        run_dir=Path(os.environ.get("LLMGATE_RUN_DIR", ROOT / ".run")),
-        port=port,
-        workers=int(os.environ.get("LLMGATE_WORKERS", "2")),
-        upstream_url=upstream,
+    if args.instances > 1 and not have_nginx:
+        raise StartError("several instances need nginx in front of them")
+    return StackOptions(
+        run_dir=Path(env.get("LLMGATE_RUN_DIR", ROOT / ".run")),
+        port=int(env.get("LLMGATE_PORT", "8080")),
+        host=env.get("LLMGATE_HOST", "").strip() or "127.0.0.1",
+        app_bind=env.get("LLMGATE_BIND", "").strip() if args.instances == 1 else "",
+        workers=int(env.get("LLMGATE_WORKERS", "2")),
+        upstream_url=env.get("LLMGATE_UPSTREAM_URL", ""),
         nginx=have_nginx,
-        memcached=have_memcached,
-        env={k: v for k, v in os.environ.items() if k.startswith("LLMGATE_")},
+        memcached=have_memcached and not external_memcached,
+        env={k: v for k, v in env.items() if k.startswith("LLMGATE_")},
+        logs_to_stdout=env.get("LLMGATE_LOG_TO_STDOUT", "").lower() in ("1", "true", "yes", "on"),
+        instances=args.instances,
+        memcached_nodes=args.memcached_nodes,
     )
-    stack = Stack(options)
-    stopping = False
 
-    reloading = False
+
+def write_scrape_targets(stack: Stack) -> Path:
+    """Each instance's own metrics address, in Prometheus' file_sd format: Prometheus adds
+    the `instance` label per target, and the Grafana dashboard sums over it."""
+    path = stack.options.run_dir / "prometheus-targets.json"
+    targets = [u.removeprefix("http://") for u in stack.app_urls]
+    path.write_text(json.dumps([{"targets": targets, "labels": {"job": "llmgate"}}], indent=2))
+    return path
+
+
+def banner(stack: Stack, options: StackOptions) -> str:
+    config = os.environ.get("LLMGATE_CONFIG", "")
+    upstream = os.environ.get("LLMGATE_UPSTREAM_URL", "")
+    upstream_note = (
+        f"the upstreams of {config}" if config else upstream or f"simulator at {stack.sim_url}"
+    )
+    memcached = stack.memcached_addr or os.environ.get("LLMGATE_MEMCACHED", "")
+    lines = [f"llmgate is running on {stack.url}", f"  upstream:  {upstream_note}"]
+    if options.instances > 1:
+        lines.append(f"  instances: {', '.join(stack.app_urls)} (metrics: each one's /metrics)")
+        lines.append(f"  scrape:    {write_scrape_targets(stack)}")
+    lines.append(f"  memcached: {memcached or 'none (in-process only)'}")
+    logs = "stdout" if options.logs_to_stdout else options.run_dir / "logs"
+    lines.append(f"  logs:      {logs}")
+    return (
+        "\n"
+        + "\n".join(lines)
+        + f"""
+
+Try it:
+  curl -N {stack.url}/v1/chat/completions -H 'Content-Type: application/json' \\
+    -d '{{"model":"sim-model","stream":true,"messages":[{{"role":"user","content":"Hi"}}]}}'
+
+  OPENAI_BASE_URL={stack.url}/v1 OPENAI_API_KEY=sk-anything python your_app.py
+
+Ctrl-C stops everything.
+"""
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        options = options_from_env(args)
+    except StartError as exc:
+        print(f"llmgate: could not start: {exc}", file=sys.stderr)
+        return 1
+    stack = Stack(options)
+    stopping = draining = reloading = False
 
     def stop(signum: int, frame: object) -> None:
-        nonlocal stopping
+        nonlocal stopping, draining
         stopping = True
+        draining = signum == signal.SIGTERM
 
     def reload(signum: int, frame: object) -> None:
         nonlocal reloading
@@ -60,27 +135,7 @@ def main() -> int:
     except StartError as exc:
         print(f"llmgate: could not start: {exc}", file=sys.stderr)
         return 1
-    config = os.environ.get("LLMGATE_CONFIG", "")
-    upstream_note = (
-        f"the upstreams of {config}" if config else upstream or f"simulator at {stack.sim_url}"
-    )
-    print(
-        f"""
-llmgate is running on {stack.url}
-  upstream:  {upstream_note}
-  memcached: {stack.memcached_addr or "none (in-process only)"}
-  logs:      {options.run_dir / "logs"}
-
-Try it:
-  curl -N {stack.url}/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{{"model":"sim-model","stream":true,"messages":[{{"role":"user","content":"Hi"}}]}}'
-
-  OPENAI_BASE_URL={stack.url}/v1 OPENAI_API_KEY=sk-anything python your_app.py
-
-Ctrl-C stops everything.
-""",
-        flush=True,
-    )
+    print(banner(stack, options), flush=True)
     try:
         while not stopping:
             if reloading:
@@ -96,7 +151,12 @@ Ctrl-C stops everything.
                 return 1
             time.sleep(0.5)
     finally:
-        print("llmgate: stopping", flush=True)
+        if draining:
+            grace = float(os.environ.get("LLMGATE_GRACEFUL_TIMEOUT_S") or GRACEFUL_TIMEOUT_S)
+            print(f"llmgate: draining (up to {grace:.0f} s)", flush=True)
+            stack.drain(grace + 5)
+        else:
+            print("llmgate: stopping", flush=True)
         stack.stop()
     return 0
 

@@ -6,6 +6,7 @@ a starting point for /etc/nginx (adjust `listen`, the upstream servers and the p
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import resource
@@ -31,6 +32,12 @@ class NginxParams:
     access_log: str = "off"
     # limit_conn over API requests in progress (0: none); for_settings derives it.
     conn_limit: int = 0
+    # Passive health checks: after max_fails failed connects within fail_timeout, a server
+    # gets nothing for fail_timeout (nginx ignores both when the block has one server).
+    max_fails: int = 1
+    fail_timeout_s: int = 5
+    # Servers marked `down` (a rolling restart takes them out before stopping them).
+    down: tuple[str, ...] = ()
 
     @classmethod
     def for_settings(
@@ -60,6 +67,9 @@ class NginxParams:
             **kw,
         )
 
+    def with_down(self, down: tuple[str, ...]) -> NginxParams:
+        return dataclasses.replace(self, down=down)
+
     def values(self) -> dict[str, str]:
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         want = 2 * self.worker_connections + 64
@@ -73,7 +83,7 @@ class NginxParams:
             "access_log": self.access_log
             if self.access_log == "off"
             else f"{self.access_log} llmgate_json",
-            "app_servers": "\n        ".join(f"server {s};" for s in self.app_servers),
+            "app_servers": "\n        ".join(self._server_line(s) for s in self.app_servers),
             "listen": self.listen,
             "max_body": str(self.max_body_bytes),
             "max_body_bytes": str(self.max_body_bytes),
@@ -83,6 +93,10 @@ class NginxParams:
             if self.conn_limit
             else "# no limit_conn: LLMGATE_MAX_REQUESTS_PER_WORKER is 0 (no limit)",
         }
+
+    def _server_line(self, address: str) -> str:
+        checks = f"max_fails={self.max_fails} fail_timeout={self.fail_timeout_s}s"
+        return f"server {address} {checks}{' down' if address in self.down else ''};"
 
 
 def nginx_conn_limit(requests_per_worker: int, app_workers: int) -> int:
@@ -106,7 +120,19 @@ def render_nginx(params: NginxParams, template: str | None = None) -> str:
     return _FIELD.sub(lambda m: values[m.group(1)], text)
 
 
-def start_nginx(prefix: Path, params: NginxParams, *, log_path: Path, name: str = "nginx"):
+def write_nginx_conf(prefix: Path, params: NginxParams) -> Path:
+    """Render ``params`` into ``prefix``/nginx.conf (for a start, or before a reload)."""
+    for path in (prefix, prefix / "tmp", prefix / "logs"):
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, 0o755)
+    conf = prefix / "nginx.conf"
+    conf.write_text(render_nginx(params))
+    return conf
+
+
+def start_nginx(
+    prefix: Path, params: NginxParams, *, log_path: Path, name: str = "nginx", stdout: bool = False
+):
     """Render ``params`` into ``prefix`` and run nginx there until it answers on its port.
 
     The prefix holds the config, pid and temp files (nothing under /etc). As root nginx's
@@ -117,14 +143,9 @@ def start_nginx(prefix: Path, params: NginxParams, *, log_path: Path, name: str 
     binary = find_binary("nginx")
     if binary is None:
         raise StartError("nginx is not installed (make setup installs it)")
-    for path in (prefix, prefix / "tmp", prefix / "logs"):
-        path.mkdir(parents=True, exist_ok=True)
-        os.chmod(path, 0o755)
-    conf = prefix / "nginx.conf"
-    conf.write_text(render_nginx(params))
-    proc = Proc(
-        name, [binary, "-p", str(prefix), "-c", str(conf), "-e", "stderr"], log_path=log_path
-    )
+    conf = write_nginx_conf(prefix, params)
+    argv = [binary, "-p", str(prefix), "-c", str(conf), "-e", "stderr"]
+    proc = Proc(name, argv, log_path=log_path, stdout=stdout)
     host, _, port = params.listen.rpartition(":")
     proc.wait_port(int(port), host or "127.0.0.1")
     return proc

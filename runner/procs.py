@@ -48,15 +48,17 @@ class Proc:
         log_path: Path,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        stdout: bool = False,
     ) -> None:
+        """``stdout``: the child writes to our own stdout (a container's log), not the file."""
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log = open(os.devnull if stdout else log_path, "ab")  # noqa: SIM115 - stop()
         self.popen = subprocess.Popen(
             self.argv,
-            stdout=self._log,
+            stdout=None if stdout else self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=dict(env) if env is not None else None,

@@ -1,8 +1,11 @@
 """The whole gateway on loopback: memcached, simulator, gunicorn (gevent) and nginx.
 
 ``Stack`` starts what is asked for, each on its own port, each waited on until it answers,
-and stops everything in reverse order. `make run`, the integration tests and the benchmarks
-all build the gateway through it.
+and stops everything in reverse order. `make run`, `make run-cluster`, the container image
+(deploy/Dockerfile), the integration tests and the benchmarks all build the gateway through
+it. With ``instances`` > 1 it is a cluster: several gunicorns, each its own instance with
+its own metrics, behind one nginx upstream block, sharing ``memcached_nodes`` Memcached
+nodes (consistent hashing), as several machines or pods would.
 """
 
 from __future__ import annotations
@@ -10,12 +13,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app import upstreams
 from app.config import Settings
-from runner.nginx import NginxParams, start_nginx
+from runner.nginx import NginxParams, start_nginx, write_nginx_conf
 from runner.procs import Proc, StartError, find_binary, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +30,7 @@ class StackOptions:
     run_dir: Path
     port: int = 0  # public port (nginx, or gunicorn when nginx is off); 0 picks a free one
     workers: int = 2
-    upstream_url: str = ""  # empty: start the simulator
+    upstream_url: str = ""  # empty (and no LLMGATE_CONFIG in env): start the simulator
     nginx: bool = True
     memcached: bool = True
     env: dict[str, str] = field(default_factory=dict)  # LLMGATE_* for the gateway
@@ -34,6 +38,15 @@ class StackOptions:
     nginx_worker_processes: int = 1
     nginx_worker_connections: int = 4096
     simulator_args: list[str] = field(default_factory=list)
+    # Where nginx listens (LLMGATE_HOST): loopback, or 0.0.0.0 in a container.
+    host: str = "127.0.0.1"
+    # gunicorn's address (LLMGATE_BIND) when it must be fixed (a pod's metrics port);
+    # empty: a free loopback port. One instance only.
+    app_bind: str = ""
+    # The children's output on our own stdout (a container's log) instead of run_dir/logs.
+    logs_to_stdout: bool = False
+    instances: int = 1  # gunicorn instances behind nginx (make run-cluster: 3)
+    memcached_nodes: int = 1  # Memcached nodes started (make run-cluster: 2)
 
 
 class Stack:
@@ -41,23 +54,38 @@ class Stack:
         self.options = options
         self.procs: list[Proc] = []
         self.sim_url = ""
-        self.memcached_addr = ""
-        self.app_url = ""
+        self.memcached_addrs: list[str] = []
+        self.app_urls: list[str] = []
         self.url = ""
         self.settings: Settings | None = None
+        self.down: set[int] = set()  # instances nginx sends nothing to (a rolling restart)
+        self._nginx_params: NginxParams | None = None
+
+    @property
+    def memcached_addr(self) -> str:
+        """The Memcached nodes as LLMGATE_MEMCACHED spells them ("" without)."""
+        return ",".join(self.memcached_addrs)
+
+    @property
+    def app_url(self) -> str:
+        return self.app_urls[0] if self.app_urls else ""
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> Stack:
         opts = self.options
+        if opts.app_bind and opts.instances != 1:
+            raise ValueError("app_bind names one gunicorn address: one instance only")
         opts.run_dir.mkdir(parents=True, exist_ok=True)
         # nginx workers run as nobody when we are root: they must reach the prefix.
         os.chmod(opts.run_dir, 0o755)
         try:
             if opts.memcached:
-                self._start_memcached()
-            if not opts.upstream_url:
+                for _ in range(opts.memcached_nodes):
+                    self._start_memcached()
+            if not opts.upstream_url and not opts.env.get("LLMGATE_CONFIG", "").strip():
                 self._start_simulator()
-            self._start_gunicorn()
+            for index in range(opts.instances):
+                self.start_instance(index)
             if opts.nginx:
                 self._start_nginx()
             else:
@@ -71,6 +99,22 @@ class Stack:
         while self.procs:
             self.procs.pop().stop()
 
+    def drain(self, timeout: float) -> None:
+        """Stop without cutting a call: gunicorn drains (SIGTERM: unready, calls finish or
+        end with gateway_shutdown, app/lifecycle.py) while nginx quits gracefully (SIGQUIT:
+        it stops accepting and finishes its open requests; SIGTERM would cut them). Whatever
+        is left after ``timeout`` is stopped the hard way."""
+        for proc in self.procs:
+            if proc.name.startswith("gunicorn"):
+                proc.send_signal(signal.SIGTERM)
+            elif proc.name == "nginx":
+                proc.send_signal(signal.SIGQUIT)
+        end = time.monotonic() + timeout
+        serving = [p for p in self.procs if p.name.startswith(("gunicorn", "nginx"))]
+        while any(p.alive() for p in serving) and time.monotonic() < end:
+            time.sleep(0.1)
+        self.stop()
+
     def reload(self) -> None:
         """Fresh gunicorn workers (re-reading LLMGATE_CONFIG) and a re-read nginx config,
         without failing a call: old workers drain (app/lifecycle.py). A wrong upstreams file
@@ -79,7 +123,8 @@ class Stack:
         if config:
             environ = {**os.environ, **self.options.env}
             upstreams.load(Path(config).read_text(), environ, path=config)
-        self.proc("gunicorn").popen.send_signal(signal.SIGHUP)
+        for index in range(self.options.instances):
+            self.proc(self.instance_name(index)).popen.send_signal(signal.SIGHUP)
         if self.options.nginx:
             self.proc("nginx").popen.send_signal(signal.SIGHUP)
 
@@ -92,22 +137,80 @@ class Stack:
     def proc(self, name: str) -> Proc:
         return next(p for p in self.procs if p.name == name)
 
+    # -- instances ---------------------------------------------------------------------
+    def instance_name(self, index: int) -> str:
+        return "gunicorn" if self.options.instances == 1 else f"gunicorn-{index}"
+
+    def start_instance(self, index: int) -> Proc:
+        """Start (or start again, on its old port) the gunicorn of instance ``index``."""
+        opts = self.options
+        if index < len(self.app_urls):
+            app_port = int(self.app_urls[index].rsplit(":", 1)[1])
+        elif opts.app_bind:
+            app_port = int(opts.app_bind.rsplit(":", 1)[1])
+        else:
+            app_port = free_port() if opts.nginx or not opts.port else opts.port
+        name = self.instance_name(index)
+        env = self.gateway_env(app_port, instance=index)
+        self.settings = Settings.from_env(env)
+        argv = gunicorn_argv()
+        log_path = self._log(name)
+        proc = Proc(name, argv, log_path=log_path, env=env, cwd=ROOT, stdout=opts.logs_to_stdout)
+        self.procs = [p for p in self.procs if p.name != name]
+        self.procs.append(proc)
+        url = f"http://127.0.0.1:{app_port}"
+        if index < len(self.app_urls):
+            self.app_urls[index] = url
+        else:
+            self.app_urls.append(url)
+        proc.wait_http(url + "/healthz")
+        return proc
+
+    def stop_instance(self, index: int, sig: int = signal.SIGTERM, timeout: float = 60.0) -> None:
+        """Stop instance ``index``'s gunicorn: SIGTERM drains it, SIGKILL is a crash."""
+        proc = self.proc(self.instance_name(index))
+        proc.stop(timeout=timeout, sig=sig)
+
+    def set_down(self, index: int, down: bool) -> None:
+        """Take instance ``index`` out of (or back into) nginx's upstream block and reload
+        nginx: new requests go elsewhere, its open ones finish (old nginx workers keep them)."""
+        if down:
+            self.down.add(index)
+        else:
+            self.down.discard(index)
+        assert self._nginx_params is not None
+        self._nginx_params = self._nginx_params.with_down(
+            tuple(self.app_urls[i].removeprefix("http://") for i in sorted(self.down))
+        )
+        write_nginx_conf(self.options.run_dir / "nginx", self._nginx_params)
+        self.proc("nginx").popen.send_signal(signal.SIGHUP)
+
     # -- parts -------------------------------------------------------------------------
     def _log(self, name: str) -> Path:
         return self.options.run_dir / "logs" / f"{name}.log"
 
-    def _start_memcached(self) -> None:
+    def memcached_argv(self, port: int) -> list[str]:
         binary = find_binary("memcached")
         if binary is None:
             raise StartError("memcached is not installed (make setup installs it)")
-        port = free_port()
         argv = [binary, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "64", "-c", "4096"]
         if os.geteuid() == 0:
             argv += ["-u", "nobody"]
-        proc = Proc("memcached", argv, log_path=self._log("memcached"))
+        return argv
+
+    def _start_memcached(self) -> None:
+        port = free_port()
+        index = len(self.memcached_addrs)
+        name = "memcached" if self.options.memcached_nodes == 1 else f"memcached-{index}"
+        proc = Proc(
+            name,
+            self.memcached_argv(port),
+            log_path=self._log(name),
+            stdout=self.options.logs_to_stdout,
+        )
         self.procs.append(proc)
         proc.wait_port(port)
-        self.memcached_addr = f"127.0.0.1:{port}"
+        self.memcached_addrs.append(f"127.0.0.1:{port}")
 
     def _start_simulator(self) -> None:
         port = free_port()
@@ -117,35 +220,32 @@ class Stack:
             argv + self.options.simulator_args,
             log_path=self._log("simulator"),
             cwd=ROOT,
+            stdout=self.options.logs_to_stdout,
         )
         self.procs.append(proc)
         self.sim_url = f"http://127.0.0.1:{port}"
         proc.wait_http(self.sim_url + "/healthz")
 
-    def gateway_env(self, app_port: int) -> dict[str, str]:
+    def gateway_env(self, app_port: int, instance: int = 0) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGATE_")}
         env.update(
-            LLMGATE_UPSTREAM_URL=self.options.upstream_url or f"{self.sim_url}/v1",
-            LLMGATE_BIND=f"127.0.0.1:{app_port}",
+            LLMGATE_BIND=self.options.app_bind or f"127.0.0.1:{app_port}",
             LLMGATE_WORKERS=str(self.options.workers),
         )
+        if self.sim_url:
+            env["LLMGATE_UPSTREAM_URL"] = f"{self.sim_url}/v1"
+        if self.options.upstream_url:
+            env["LLMGATE_UPSTREAM_URL"] = self.options.upstream_url
         if self.memcached_addr:
             env["LLMGATE_MEMCACHED"] = self.memcached_addr
         env.update(self.options.env)
+        if self.options.app_bind:
+            env["LLMGATE_BIND"] = self.options.app_bind
         env["PYTHONPATH"] = str(ROOT)
-        env["PROMETHEUS_MULTIPROC_DIR"] = str(self.options.run_dir / "metrics")
+        # Each instance has its own metrics (gunicorn wipes the directory when it starts).
+        metrics = "metrics" if self.options.instances == 1 else f"metrics-{instance}"
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(self.options.run_dir / metrics)
         return env
-
-    def _start_gunicorn(self) -> None:
-        opts = self.options
-        app_port = free_port() if opts.nginx or not opts.port else opts.port
-        env = self.gateway_env(app_port)
-        self.settings = Settings.from_env(env)
-        argv = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py")]
-        proc = Proc("gunicorn", argv, log_path=self._log("gunicorn"), env=env, cwd=ROOT)
-        self.procs.append(proc)
-        self.app_url = f"http://127.0.0.1:{app_port}"
-        proc.wait_http(self.app_url + "/healthz")
 
     def _start_nginx(self) -> None:
         opts = self.options
@@ -153,14 +253,23 @@ class Stack:
         port = opts.port or free_port()
         params = NginxParams.for_settings(
             self.settings,
-            listen=f"127.0.0.1:{port}",
-            app_servers=[self.app_url.removeprefix("http://")],
+            listen=f"{opts.host}:{port}",
+            app_servers=[u.removeprefix("http://") for u in self.app_urls],
             worker_processes=opts.nginx_worker_processes,
             worker_connections=opts.nginx_worker_connections,
             read_timeout_s=opts.nginx_read_timeout_s,
-            app_workers=opts.workers,
-            access_log="logs/access.log",
+            app_workers=opts.workers * opts.instances,
+            access_log="/dev/stdout" if opts.logs_to_stdout else "logs/access.log",
         )
-        self.procs.append(start_nginx(opts.run_dir / "nginx", params, log_path=self._log("nginx")))
+        self._nginx_params = params
+        nginx = start_nginx(
+            opts.run_dir / "nginx", params, log_path=self._log("nginx"), stdout=opts.logs_to_stdout
+        )
+        self.procs.append(nginx)
         self.url = f"http://127.0.0.1:{port}"
-        self.procs[-1].wait_http(self.url + "/healthz")
+        nginx.wait_http(self.url + "/healthz")
+
+
+def gunicorn_argv() -> list[str]:
+    """The command that runs one gateway instance: gunicorn with our config file."""
+    return [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py")]

@@ -1,0 +1,69 @@
+"""What the deploy tests read: the Dockerfile's instructions, the Makefile's recipes, the
+settings a name may refer to. Standard library and PyYAML only; no processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+from app.config import documented_settings
+from tests.conftest import ROOT
+
+DEPLOY = ROOT / "deploy"
+KUBERNETES = DEPLOY / "kubernetes"
+
+
+def dockerfile(path: Path = DEPLOY / "Dockerfile") -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order; continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        whole = (pending + line).strip()
+        pending = ""
+        word, _, rest = whole.partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
+def exec_form(arguments: str) -> list[str]:
+    """An instruction's JSON (exec) form, e.g. CMD ["python", "-m", "runner"]."""
+    value = json.loads(arguments)
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value), arguments
+    return value
+
+
+def env_pairs(arguments: str) -> dict[str, str]:
+    """ENV a=1 b="2 3" (the key=value form)."""
+    return dict(part.split("=", 1) for part in shlex.split(arguments))
+
+
+def make_recipe(target: str) -> list[list[str]]:
+    """The commands of a Makefile target, $(PY) expanded, each split like a shell would."""
+    text = (ROOT / "Makefile").read_text()
+    variables = dict(re.findall(r"^(\w+)\s*:?=\s*(.*)$", text, re.M))
+    match = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n?)+)", text, re.M)
+    assert match, f"no target {target} in the Makefile"
+    commands = []
+    for line in match.group(1).splitlines():
+        line = re.sub(r"\$\((\w+)\)", lambda m: variables.get(m.group(1), ""), line.strip())
+        commands.append(shlex.split(line.lstrip("@")))
+    return commands
+
+
+def documented_names() -> set[str]:
+    """Every LLMGATE_* variable the project defines: the gateway's settings (app/config.py)
+    and the process settings documented in docs/configuration.md (gunicorn, the runner)."""
+    names = {name for name, _, _ in documented_settings()}
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    names |= set(re.findall(r"^\| `(LLMGATE_\w+)` \|", text, re.M))
+    return names
