@@ -11,7 +11,7 @@ Layers, imports flow downwards only:
                    tiered}.py, metrics.py, health.py         clients
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
-                   admission.py, budget.py, jsonedit.py,
+                   admission.py, budget.py, jsonedit.py, streams.py,
                    status.py, upstreams.py, breaker.py, hedge.py,
                    cache/{policy,entry,shapes,chunks}.py
 

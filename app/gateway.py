@@ -31,12 +31,11 @@ from app.metrics import Metrics
 from app.policy import Deadline
 from app.relay import DisconnectWatcher, relay, upstream_producer
 from app.replay import reply_from_entry
+from app.streams import END_OF_STREAM
 from app.upstream import Upstream, UpstreamRequest
 
 # Routes whose body we parse and check; everything else under /v1 is forwarded as is.
 VALIDATED_ROUTES = frozenset({"chat", "completions", "embeddings", "responses"})
-# Routes whose streams end with `data: [DONE]`; one that does not is reported as broken.
-DONE_ROUTES = frozenset({"chat", "completions"})
 UPSTREAM_HEADER = "X-LLMGate-Upstream"
 
 
@@ -267,9 +266,9 @@ class Gateway:
         assert head is not None
         entry = entry_from_flight(flight, now=time.time())
         reply = None if entry is None else self._replay(call, body, entry, status, age=False)
-        if reply is None and head.body is None:
-            # A stream too large to keep whole cannot be turned into this caller's shape:
-            # it gets its own upstream call.
+        if reply is None and (head.body is None or (stream and 200 <= head.status < 300)):
+            # A stream too large to keep whole, or an answer with no conversion to this
+            # caller's shape (a Responses object to typed events): its own upstream call.
             own = self._flight(compute, keep_log=False, request_id=call.trace.request_id)
             return _with_status(self.answer(call, own.join(), stream), BYPASS)
         # Not convertible (an error answer, say): the flight's answer as it is.
@@ -371,7 +370,8 @@ class Gateway:
             yield from relay(
                 listener,
                 heartbeat=self.settings.heartbeat_s,
-                expect_done=call.route in DONE_ROUTES,
+                # A stream cut before its route's end is reported as broken (app/streams.py).
+                end=END_OF_STREAM.get(call.route),
             )
         finally:
             # Normal end, error, or the WSGI server closing us because the caller left.

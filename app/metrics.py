@@ -82,7 +82,7 @@ class Metrics:
         self.ttft = Histogram(
             "llmgate_ttft_seconds",
             "Time to first token as the caller sees it: request to the "
-            "first data event of a stream.",
+            "first data event of a stream (a Responses stream: its first output delta).",
             ["route"],
             buckets=LATENCY_BUCKETS,
             registry=reg,
@@ -101,6 +101,20 @@ class Metrics:
             "to last event (one event is about one token).",
             ["route"],
             buckets=RATE_BUCKETS,
+            registry=reg,
+        )
+        self.prompt_tokens = Counter(
+            "llmgate_prompt_tokens_total",
+            "Prompt (input) tokens the upstream reported for calls it answered for this "
+            "gateway (cache hits and coalesced followers add none).",
+            ["route"],
+            registry=reg,
+        )
+        self.prompt_cached_tokens = Counter(
+            "llmgate_prompt_cached_tokens_total",
+            "Of those, the prompt tokens the provider served from its own prompt cache "
+            "(usage.prompt_tokens_details / input_tokens_details.cached_tokens).",
+            ["route"],
             registry=reg,
         )
         self.upstream_errors = Counter(

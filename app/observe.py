@@ -2,8 +2,12 @@
 
 ``finish()`` decorates the reply's headers (still unsent) and, for a streamed body, wraps it
 so the figures are taken when the last byte has left: time to first token, tokens per
-second, the caller leaving. The log line never holds a credential; the request body only
-when LLMGATE_LOG_PROMPTS is on.
+second, the caller leaving. Time to first token is the first data event of a chat or
+completions stream and the first output delta of a Responses stream (its lifecycle events
+come before the model has produced anything). Usage, cached prompt tokens and the
+service tier the answer was billed in come from the answer itself: the usage chunk, the
+``response.completed`` event, or the body. The log line never holds a credential; the
+request body only when LLMGATE_LOG_PROMPTS is on.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from app import sse
+from app import jsonedit, sse, streams
 from app.cache.policy import STATUS_HEADER
 from app.calls import Call, Reply, Trace
 from app.config import Settings
@@ -22,6 +26,8 @@ from app.metrics import Metrics
 
 log = logging.getLogger("llmgate.access")
 _PING = sse.comment()
+# Outcomes whose answer came from this caller's own upstream call (billed to it).
+_UPSTREAM_OUTCOMES = frozenset({"miss", "bypass", "refresh"})
 
 
 def cache_outcome(reply: Reply) -> str:
@@ -65,12 +71,42 @@ class StreamFacts:
         self.last: float | None = None
         self.events = 0
         self.usage: dict[str, Any] | None = None
+        self.service_tier: str | None = None
+
+    def output(self) -> None:
+        """An event with generated output left: first token, last token, count."""
+        now = time.monotonic()
+        self.first = self.first or now
+        self.last = now
+        self.events += 1
+
+    def chunk(self, chunk: bytes) -> None:
+        """A chat or completions data event."""
+        self.output()
+        if b'"usage":{' in chunk:
+            self.usage = _usage_of(chunk[6:])
+        if self.service_tier is None and b'"service_tier"' in chunk:
+            data = streams.data_of(chunk)
+            self.service_tier = _tier(data.get("service_tier") if isinstance(data, dict) else None)
+
+    def typed(self, chunk: bytes) -> None:
+        """A Responses event: output deltas count; the terminal one carries usage and tier."""
+        if streams.is_output_delta(chunk):
+            self.output()
+        elif streams.event_type(chunk) in streams.TERMINAL_TYPES:
+            data = streams.data_of(chunk)
+            response = data.get("response") if isinstance(data, dict) else None
+            if isinstance(response, dict):
+                usage = response.get("usage")
+                self.usage = usage if isinstance(usage, dict) else None
+                self.service_tier = _tier(response.get("service_tier"))
 
 
 def _watched(
     call: Call, reply: Reply, body: Iterator[bytes], settings: Settings, metrics: Metrics | None
 ) -> Iterator[bytes]:
     facts = StreamFacts()
+    typed = call.route == "responses"
     if metrics is not None:
         metrics.active_streams.inc()
     try:
@@ -78,13 +114,10 @@ def _watched(
             if chunk == _PING:
                 if metrics is not None:
                     metrics.heartbeats.inc()
+            elif typed:
+                facts.typed(chunk)
             elif chunk.startswith(b"data: ") and not chunk.startswith(b"data: [DONE]"):
-                now = time.monotonic()
-                facts.first = facts.first or now
-                facts.last = now
-                facts.events += 1
-                if b'"usage":{' in chunk:
-                    facts.usage = _usage_of(chunk[6:])
+                facts.chunk(chunk)
             facts.sent += len(chunk)
             yield chunk
     except GeneratorExit:
@@ -102,6 +135,19 @@ def _usage_of(data: bytes) -> dict[str, Any] | None:
     except (ValueError, AttributeError):
         return None
     return usage if isinstance(usage, dict) else None
+
+
+def _tier(value: Any) -> str | None:
+    return value[:32] if isinstance(value, str) else None
+
+
+def _tier_in_body(body: bytes) -> str | None:
+    """The top-level `service_tier` of a JSON answer (never one nested in its content)."""
+    try:
+        raw = jsonedit.find_member(body, "service_tier")
+        return None if raw is None else _tier(json.loads(raw))
+    except ValueError:
+        return None
 
 
 def _usage_in_body(body: bytes) -> dict[str, Any] | None:
@@ -128,6 +174,9 @@ def _record(
     ttft = None if facts.first is None else facts.first - trace.started
     if facts.usage is None and isinstance(reply.body, bytes) and reply.status < 300:
         facts.usage = _usage_in_body(reply.body)
+        if call.route in ("chat", "completions", "responses"):
+            facts.service_tier = _tier_in_body(reply.body)
+    tokens_in, tokens_out, tokens_cached = streams.usage_details(facts.usage or {})
     if metrics is not None:
         route = call.route
         metrics.requests.labels(route, str(reply.status), outcome).inc()
@@ -142,7 +191,12 @@ def _record(
                 metrics.tokens_per_second.labels(route).observe((facts.events - 1) / span)
         if trace.client_closed:
             metrics.upstream_errors.labels("client_closed").inc()
-    usage = facts.usage or {}
+        if outcome in _UPSTREAM_OUTCOMES:
+            # Tokens the provider billed for this call; a replay or a follower billed none.
+            if isinstance(tokens_in, int):
+                metrics.prompt_tokens.labels(route).inc(tokens_in)
+            if isinstance(tokens_cached, int):
+                metrics.prompt_cached_tokens.labels(route).inc(tokens_cached)
     line: dict[str, Any] = {
         "ts": round(time.time(), 3),
         "request_id": trace.request_id,
@@ -156,8 +210,10 @@ def _record(
         "cache": outcome,
         "ttft_ms": None if ttft is None else round(ttft * 1000, 1),
         "duration_ms": round(duration * 1000, 1),
-        "tokens_in": usage.get("prompt_tokens", usage.get("input_tokens")),
-        "tokens_out": usage.get("completion_tokens", usage.get("output_tokens")),
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "tokens_cached": tokens_cached,
+        "service_tier": facts.service_tier,
         "attempts": trace.attempts,
         "upstream": trace.upstream,
         "bytes_out": facts.sent,

@@ -32,6 +32,7 @@ from app.errors import (
 )
 from app.flight import ClientGone, Finished, Flight, Head, Listener, Producer
 from app.policy import Deadline
+from app.streams import StreamEnd
 from app.upstream import Upstream, UpstreamRequest, UpstreamResponse
 from app.upstreams import UpstreamSpec
 
@@ -195,14 +196,15 @@ def relay(
     listener: Listener,
     *,
     heartbeat: float,
-    expect_done: bool,
+    end: StreamEnd | None,
     on_ping: Callable[[], None] = lambda: None,
 ) -> Iterator[bytes]:
     """A listener's body: events as they arrive, pings between them, one error event at worst.
 
     Used only after the 200 is decided, so the head may still be pending (we are already
-    sending pings while the upstream has not answered). A stream that ends without [DONE]
-    and without an error event gets an error event: a stream never ends silently.
+    sending pings while the upstream has not answered). A stream that ends without its
+    route's end (``end``: [DONE], or a Responses terminal event; app/streams.py) and without
+    an error event gets an error event: a stream never ends silently.
     """
     timeout = heartbeat if heartbeat > 0 else None
     while True:
@@ -225,7 +227,7 @@ def relay(
         else:
             yield head.body
         return
-    saw_done = saw_error = False
+    saw_end = saw_error = False
     while True:
         try:
             item = listener.next_item(timeout)
@@ -235,12 +237,13 @@ def relay(
             on_ping()
             yield sse.comment()
         elif isinstance(item, sse.Event):
-            saw_done = saw_done or item.is_done
+            saw_end = saw_end or (end is not None and end.ends(item))
             saw_error = saw_error or is_error_event(item)
             yield item.raw
         elif isinstance(item, Finished):
-            if expect_done and not (saw_done or saw_error):
-                yield error_event(UpstreamReset("Upstream ended the stream before [DONE]."))
+            if end is not None and not (saw_end or saw_error):
+                cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
+                yield error_event(cut)
             elif item.leftover:
                 yield item.leftover
             return

@@ -3,13 +3,17 @@
 A stream stored as events replays those events in order, byte for byte (only the usage chunk
 is added or dropped to match the caller's `stream_options.include_usage`); a non-stream caller
 gets the completion assembled from them. A stored non-stream completion reaches a stream
-caller as chunk events. Any conversion that fails returns None: the caller goes upstream.
+caller as chunk events. A Responses stream is replayed exactly as stored (its events have no
+usage chunk to adapt), and reaches a non-stream caller as the object of its
+``response.completed`` event; a stored Responses object is not turned into typed events.
+Any conversion that fails returns None: the caller goes upstream.
 """
 
 from __future__ import annotations
 
 import json
 
+from app import streams
 from app.cache import chunks, shapes
 from app.cache.entry import Entry
 from app.cache.policy import STATUS_HEADER
@@ -46,6 +50,8 @@ def reply_from_entry(
 def events_of(entry: Entry, route: str, include_usage: bool) -> list[bytes] | None:
     """The entry as stream events (raises ValueError when it cannot be converted)."""
     if entry.events is not None:
+        if route == "responses":
+            return list(entry.events)
         return shapes.replay_events(entry.events, include_usage=include_usage)
     assert entry.body is not None
     completion = json.loads(entry.body)
@@ -65,6 +71,8 @@ def body_of(entry: Entry, route: str) -> bytes | None:
         obj = shapes.assemble_chat(entry.events)
     elif route == "completions":
         obj = shapes.assemble_completion(entry.events)
+    elif route == "responses":
+        obj = streams.completed_response(entry.events)
     else:
         return None
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()

@@ -1,12 +1,14 @@
 """Playing a reply over a connection: when each byte goes out, and which fault interrupts it.
 
 A stream sends its headers at once, waits ``ttft_ms``, sends the role chunk and the first
-token together, then one content event every ``1/tps`` seconds on a fixed schedule (a late
-wake-up does not push every later token back), then the finish events. Faults act at
-"slots": slot i is the moment content event i would be sent, and slot n (n = token count) is
-the moment of the finish chunk. A stream is framed by a ``Framer``: chat and legacy chunks
-(responses.py) or the Responses API's typed events (responses_api.py), so every fault works
-the same on both. Both functions return whether the connection may serve another request.
+token together (a Responses stream sends its lifecycle events before that wait, as the API
+does: ``response.created`` at once, the first output delta after the model's TTFT), then one
+content event every ``1/tps`` seconds on a fixed schedule (a late wake-up does not push
+every later token back), then the finish events. Faults act at "slots": slot i is the
+moment content event i would be sent, and slot n (n = token count) is the moment of the
+finish chunk. A stream is framed by a ``Framer``: chat and legacy chunks (responses.py) or
+the Responses API's typed events (responses_api.py), so every fault works the same on both.
+Both functions return whether the connection may serve another request.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class Framer(Protocol):
 
     @property
     def pieces(self) -> tuple[str, ...]: ...
+
+    @property
+    def opening_first(self) -> bool: ...  # the opening goes out before the TTFT wait
 
     def opening(self) -> bytes | None: ...
 
@@ -70,9 +75,11 @@ def play_stream(
         body.start(200, [*headers, processing_ms(started)])
         if fault == "stall-before":
             peer.pause(behaviour.stall_ms / 1000)
-        peer.pause(behaviour.ttft_ms / 1000)
         opening = framer.opening()
-        if opening is not None:
+        if opening is not None and framer.opening_first:
+            body.write(opening)
+        peer.pause(behaviour.ttft_ms / 1000)
+        if opening is not None and not framer.opening_first:
             body.write(opening)
         ended = _content(peer, body, framer, behaviour, fault)
         if ended is None:

@@ -221,6 +221,10 @@ class ChunkFramer:
     def pieces(self) -> tuple[str, ...]:
         return self.completion.tokens
 
+    @property
+    def opening_first(self) -> bool:
+        return False  # the role chunk comes with the first token
+
     def piece(self, slot: int) -> bytes:
         return self.token(self.completion.tokens[slot])
 

@@ -160,6 +160,10 @@ class ResponseFramer:
     def pieces(self) -> tuple[str, ...]:
         return self.shape.output.pieces
 
+    @property
+    def opening_first(self) -> bool:
+        return True  # response.created goes out at once; output waits for the first token
+
     def _where(self) -> dict[str, Any]:
         where: dict[str, Any] = {"item_id": self.shape.output.item_id, "output_index": 0}
         if not self._is_call:

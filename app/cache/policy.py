@@ -1,10 +1,14 @@
 """What may be cached, for how long, and what the caller asked for. No I/O here.
 
 Modes (`LLMGATE_CACHE_MODE`): `off`; `deterministic` (the default: only answers that are meant
-to repeat — `temperature` 0, a `seed`, or embeddings); `all`. Per-request controls are the
-ones users already know: the standard `Cache-Control` request header (`no-cache`, `no-store`,
-`max-age=N`, `s-maxage=N`) and LiteLLM's body object `cache: {ttl, no-cache, no-store,
-s-maxage, namespace}`, which is removed before the body goes upstream.
+to repeat — `temperature` 0, a `seed`, or embeddings); `all`. A Responses API call is a
+candidate only when it keeps no state at the provider: `store: false` (the API's default is
+`true`: a stored response has an id the caller may fetch or continue from, and a replay would
+hand out the id of someone else's call), no `background` run and no `conversation`.
+Per-request controls are the ones users already know: the standard `Cache-Control` request
+header (`no-cache`, `no-store`, `max-age=N`, `s-maxage=N`) and LiteLLM's body object
+`cache: {ttl, no-cache, no-store, s-maxage, namespace}`, which is removed before the body
+goes upstream.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 from app.errors import BadRequest
 
 MODES = ("off", "deterministic", "all")
-CACHEABLE_ROUTES = frozenset({"chat", "completions", "embeddings"})
+CACHEABLE_ROUTES = frozenset({"chat", "completions", "embeddings", "responses"})
 # Memcached reads a TTL above 30 days as an absolute Unix time.
 MAX_TTL_S = 30 * 24 * 3600 - 1
 
@@ -44,9 +48,20 @@ class Directive:
 def is_cacheable(route: str, body: Mapping[str, Any], mode: str) -> bool:
     if mode == "off" or route not in CACHEABLE_ROUTES:
         return False
+    if route == "responses" and not is_stateless_response(body):
+        return False
     if mode == "all" or route == "embeddings":
         return True
     return body.get("temperature") == 0 or body.get("seed") is not None
+
+
+def is_stateless_response(body: Mapping[str, Any]) -> bool:
+    """A Responses call that leaves nothing behind at the provider (see the module doc)."""
+    return (
+        body.get("store") is False
+        and body.get("background") in (None, False)
+        and body.get("conversation") is None
+    )
 
 
 def _seconds(value: Any, what: str) -> int:

@@ -1,7 +1,8 @@
 """The answer cache: entries in and out of the tiered backends, and the cross-process lease.
 
 Only complete, successful answers are stored: a 2xx body, or a stream that ended with
-`[DONE]` and carried no error event — never an error, a 429, or a partial or aborted stream.
+`[DONE]` (a Responses stream: with `response.completed`) and carried no error event — never
+an error, a 429, a failed or incomplete response, or a partial or aborted stream.
 Every backend failure is a miss (the backends fail open); an unreadable entry is a miss.
 """
 
@@ -20,6 +21,7 @@ from app.flight import Finished, Flight
 from app.keys import lease_key
 from app.metrics import Metrics
 from app.relay import is_error_event
+from app.streams import completed_ok
 
 log = logging.getLogger("llmgate.cache")
 
@@ -50,7 +52,7 @@ def entry_from_flight(flight: Flight, *, now: float, ttl: int = 0) -> Entry | No
         if not isinstance(end, Finished) or end.leftover:
             return None
         events = flight.events
-        if not events or not events[-1].is_done or any(is_error_event(e) for e in events):
+        if not completed_ok(events) or any(is_error_event(e) for e in events):
             return None
         raw = tuple(e.raw for e in events if not e.is_comment)
         for event in raw:

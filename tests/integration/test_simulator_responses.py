@@ -172,10 +172,21 @@ def test_reset_and_stall_act_on_responses_streams(sim: SimProcess) -> None:
     )
     assert time.monotonic() - started >= 0.3
     assert _events(raw)[-1][0] == "response.completed"
+    assert sim.stats()["streams_completed"] == 1
+
+
+def test_lifecycle_events_come_before_the_ttft_wait(sim: SimProcess) -> None:
+    body = {"model": "m", "input": PROMPT, "stream": True, "max_output_tokens": 2}
     started = time.monotonic()
-    raw = _stream(sim, {"max_output_tokens": 2}, ttft_ms="250")
-    assert time.monotonic() - started >= 0.25
-    assert sim.stats()["streams_completed"] == 2
+    conn, resp = _post(sim, RESPONSES, body, ttft_ms="400")
+    first = resp.read1(65536)
+    early = time.monotonic() - started
+    rest = resp.read()
+    late = time.monotonic() - started
+    conn.close()
+    assert first.startswith(b"event: response.created") and b".delta" not in first
+    assert early < 0.3 and late >= 0.4  # generous: the wait is 400 ms
+    assert b"event: response.output_text.delta" in rest
 
 
 def test_service_tier_cached_tokens_and_obfuscation(sim: SimProcess) -> None:

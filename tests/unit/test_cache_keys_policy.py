@@ -77,7 +77,13 @@ def test_a_namespace_is_shared_across_credentials_but_not_across_routes_or_upstr
         ("chat", {"model": "m", "messages": []}, "all", True),
         ("embeddings", {"model": "m", "input": "x"}, "deterministic", True),
         ("chat", BODY, "off", False),
-        ("responses", BODY, "all", False),
+        ("responses", BODY, "all", False),  # store defaults to true
+        ("responses", {**BODY, "store": False}, "all", True),
+        ("responses", {**BODY, "store": False}, "deterministic", True),  # temperature 0
+        ("responses", {"model": "m", "input": "x", "store": False}, "deterministic", False),
+        ("responses", {**BODY, "store": True}, "all", False),
+        ("responses", {**BODY, "store": False, "background": True}, "all", False),
+        ("responses", {**BODY, "store": False, "conversation": "conv_1"}, "all", False),
         ("passthrough", BODY, "all", False),
     ],
 )

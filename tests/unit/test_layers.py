@@ -43,6 +43,7 @@ PURE = {
     "app.upstreams",
     "app.breaker",
     "app.jsonedit",
+    "app.streams",
     "app.hedge",
     "app.cache.policy",
     "app.cache.entry",

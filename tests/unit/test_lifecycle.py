@@ -5,7 +5,7 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from app import sse
+from app import sse, streams
 from app.config import Settings
 from app.errors import GatewayShutdown
 from app.factory import create_app
@@ -27,7 +27,7 @@ def test_a_stream_still_running_ends_with_a_shutdown_error_event() -> None:
     lifecycle = Lifecycle()
     flight = lifecycle.track(Flight(_endless))
     listener = flight.join()
-    out = relay(listener, heartbeat=5, expect_done=True)
+    out = relay(listener, heartbeat=5, end=streams.DONE)
     assert [next(out), next(out)] == [b"data: a\n\n", b"data: b\n\n"]
     lifecycle.stop_calls()
     rest = list(out)
