@@ -8,7 +8,8 @@ Layers, imports flow downwards only:
                    coalesce.py, replay.py, observe.py,
                    race.py, cache/store.py, lifecycle.py
     adapters       upstream.py, cache/{memory,memcached,     the only owners of sockets and
-                   tiered}.py, metrics.py, health.py         clients
+                   tiered,discovery}.py, metrics.py,         clients
+                   health.py
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py, budget.py, jsonedit.py, streams.py,

@@ -178,8 +178,15 @@ class Settings:
     memcached: str = _setting(
         "LLMGATE_MEMCACHED",
         "",
-        "Comma-separated host:port list of Memcached nodes (the shared L2 cache, consistent "
-        "hashing); empty: the in-process L1 cache only.",
+        "Comma-separated Memcached nodes (the shared L2 cache, consistent hashing): host:port, "
+        "or dns+name:port for every A/AAAA address of a name (a Kubernetes headless Service), "
+        "re-resolved every LLMGATE_MEMCACHED_DNS_REFRESH_S; empty: the in-process L1 cache only.",
+    )
+    memcached_dns_refresh_s: float = _setting(
+        "LLMGATE_MEMCACHED_DNS_REFRESH_S",
+        15.0,
+        "How often each worker re-resolves the dns+ names of LLMGATE_MEMCACHED; nodes that "
+        "appear join the hash ring, nodes that disappear leave it (no restart).",
     )
     memcached_timeout_s: float = _setting(
         "LLMGATE_MEMCACHED_TIMEOUT_S",
@@ -235,6 +242,14 @@ class Settings:
         True,
         "Whether stream requests wait behind another process's lease (off: streams that "
         "value first-token latency over cost go upstream at once).",
+    )
+
+    drain_file: str = _setting(
+        "LLMGATE_DRAIN_FILE",
+        "",
+        "While this file exists, /readyz answers 503 (draining): a Kubernetes preStop hook or a "
+        "deploy script creates it to take the instance out of its balancer before stopping it. "
+        "Empty: only SIGTERM turns the instance unready.",
     )
 
     log_prompts: bool = _setting(
@@ -298,6 +313,9 @@ class Settings:
                 "LLMGATE_RETRY_BUDGET_PERCENT must be between 0 and 100 and "
                 "LLMGATE_RETRY_BUDGET_MIN >= 0"
             )
+        if self.memcached_dns_refresh_s <= 0:
+            raise SettingsError("LLMGATE_MEMCACHED_DNS_REFRESH_S must be > 0")
+        _ = self.memcached_nodes, self.memcached_dns  # a malformed entry stops the start
         if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"
@@ -309,13 +327,30 @@ class Settings:
 
     @property
     def memcached_nodes(self) -> list[tuple[str, int]]:
-        nodes = []
+        """The host:port entries of LLMGATE_MEMCACHED (not the dns+ ones)."""
+        return [node for node, by_dns in self._memcached_entries() if not by_dns]
+
+    @property
+    def memcached_dns(self) -> list[tuple[str, int]]:
+        """The dns+name:port entries of LLMGATE_MEMCACHED, as (name, port)."""
+        return [node for node, by_dns in self._memcached_entries() if by_dns]
+
+    def _memcached_entries(self) -> list[tuple[tuple[str, int], bool]]:
+        entries = []
         for item in filter(None, (s.strip() for s in self.memcached.split(","))):
-            host, _, port = item.rpartition(":")
+            by_dns = item.startswith(DNS_PREFIX)
+            host, _, port = item.removeprefix(DNS_PREFIX).rpartition(":")
             if not host or not port.isdigit():
-                raise SettingsError(f"LLMGATE_MEMCACHED entry {item!r} is not host:port")
-            nodes.append((host.strip("[]"), int(port)))
-        return nodes
+                raise SettingsError(
+                    f"LLMGATE_MEMCACHED entry {item!r} is not host:port or dns+name:port"
+                )
+            entries.append(((host.strip("[]"), int(port)), by_dns))
+        return entries
+
+
+# LLMGATE_MEMCACHED's prefix for a name whose every address is a node (Thanos and Cortex
+# spell their DNS discovery the same way).
+DNS_PREFIX = "dns+"
 
 
 # gunicorn.conf.py's default worker_connections (LLMGATE_WORKER_CONNECTIONS); a test holds

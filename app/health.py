@@ -7,10 +7,12 @@ miss) but does not make the instance unready; no reachable upstream at all does.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from app.cache.discovery import resolve
 from app.config import Settings
 from app.upstreams import UpstreamSpec
 
@@ -47,7 +49,14 @@ def readiness(
     upstream_ok = any(t["ok"] for t in targets)
     checks: dict[str, Any] = {"upstream": {"ok": upstream_ok, "upstreams": targets}}
     nodes = []
-    for host, node_port in settings.memcached_nodes:
+    # A dns+ name (LLMGATE_MEMCACHED) is probed as what it resolves to now.
+    memcached = list(settings.memcached_nodes)
+    for name, name_port in settings.memcached_dns:
+        try:
+            memcached += [node for node in resolve(name, name_port) if node not in memcached]
+        except OSError as exc:
+            nodes.append({"node": f"dns+{name}:{name_port}", "ok": False, "error": str(exc)})
+    for host, node_port in memcached:
         error = _probe(host, node_port, b"version\r\n", b"VERSION")
         node = {"node": f"{host}:{node_port}", "ok": error is None}
         if error:
@@ -56,3 +65,8 @@ def readiness(
     if nodes:
         checks["memcached"] = {"ok": all(n["ok"] for n in nodes), "nodes": nodes}
     return upstream_ok, checks
+
+
+def drain_requested(path: str) -> bool:
+    """True while the operator's drain file (LLMGATE_DRAIN_FILE) exists."""
+    return bool(path) and os.path.exists(path)

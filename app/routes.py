@@ -21,7 +21,7 @@ from app import errors
 from app.admission import Held, Ticket
 from app.calls import Call, Reply, Trace
 from app.gateway import Gateway, error_reply
-from app.health import readiness
+from app.health import drain_requested, readiness
 from app.observe import finish
 from app.status import status_document
 
@@ -187,8 +187,9 @@ def healthz() -> Response:
 def readyz() -> Response:
     gateway = _gateway()
     ready, checks = readiness(gateway.settings, gateway.upstream.specs, gateway.upstream.states())
-    if gateway.lifecycle.draining:
-        # Stopping: balancers must send nothing new here, whatever the dependencies say.
+    if gateway.lifecycle.draining or drain_requested(gateway.settings.drain_file):
+        # Stopping (SIGTERM), or about to (the drain file of a preStop hook): balancers must
+        # send nothing new here, whatever the dependencies say.
         ready, checks["draining"] = False, True
     response = jsonify(ready=ready, checks=checks)
     response.status_code = 200 if ready else 503

@@ -7,6 +7,7 @@
     backends.py the Backend contract (bytes in, bytes out, every failure a miss)
     memory.py   L1: per-worker LRU bounded in bytes
     memcached.py L2: pymemcache HashClient over the Memcached pool (the only pymemcache user)
+    discovery.py the Memcached nodes of a DNS name, re-resolved (dns+name:port)
     tiered.py   L1 in front of L2
     store.py    entries in and out of the tiers, the cross-process lease
 
@@ -33,7 +34,7 @@ def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> An
     from app.cache.tiered import TieredCache
 
     l1 = MemoryBackend(settings.cache_l1_bytes, name="l1")
-    nodes = settings.memcached_nodes
+    nodes, names = settings.memcached_nodes, settings.memcached_dns
     l2 = (
         MemcachedBackend(
             nodes,
@@ -41,9 +42,17 @@ def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> An
             timeout=settings.memcached_timeout_s,
             max_value_bytes=settings.cache_max_entry_bytes,
             name="l2",
+            discovered=bool(names),
         )
-        if nodes
+        if nodes or names
         else None
     )
+    if l2 is not None and names:
+        from app.cache.discovery import NodeWatcher
+
+        # Lives as long as the worker: the ring follows the names' addresses.
+        l2.watcher = NodeWatcher(
+            nodes, names, l2.set_nodes, every_s=settings.memcached_dns_refresh_s
+        ).start()
     tiers = TieredCache(l1, l2, l1_ttl=settings.cache_l1_ttl_s)
     return AnswerCache(tiers, settings, shared=l2 is not None, metrics=metrics)

@@ -41,13 +41,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pymemcache.client.base import Client
 from pymemcache.client.hash import HashClient
 from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
 
 from app.cache.backends import check_value, clamp_ttl, validate_key
+
+if TYPE_CHECKING:
+    from app.cache.discovery import NodeWatcher
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +141,18 @@ class _GuardedClient(Client):
 class _HashClient(HashClient):
     client_class = _GuardedClient  # PooledClient builds its connections from this class
 
+    def drop_server(self, server: tuple[str, int]) -> None:
+        """Take a node out of the ring for good. HashClient's own ``remove_server`` only
+        marks it dead (it comes back after ``dead_timeout``) and raises KeyError for a node
+        that never failed (client/hash.py)."""
+        key = self._make_client_key(server)
+        self.hasher.remove_node(key)
+        self._failed_clients.pop(server, None)
+        self._dead_clients.pop(server, None)
+        client = self.clients.pop(key, None)
+        if client is not None:
+            client.close()
+
 
 class _Breaker:
     """Per node: after a failure, skip it for ``dead_timeout`` s, then let one caller probe."""
@@ -175,6 +190,10 @@ class _Breaker:
                 if self._retry_at.pop(node, None) is not None:
                     log.info("memcached node %s is back", node)
 
+    def forget(self, node: str) -> None:
+        with self._lock:
+            self._retry_at.pop(node, None)
+
     def dead(self) -> list[str]:
         with self._lock:
             now = self._clock()
@@ -193,8 +212,11 @@ class MemcachedBackend:
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
         part_bytes: int = DEFAULT_PART_BYTES,
         name: str = "l2",
+        discovered: bool = False,
     ) -> None:
-        if not nodes:
+        """``discovered``: the nodes come (also) from DNS (app/cache/discovery.py, through
+        ``set_nodes``), so the ring may start, or become, empty: every call is a miss then."""
+        if not nodes and not discovered:
             raise ValueError("MemcachedBackend needs at least one node")
         if not 0 < part_bytes < 1024 * 1024 - 1024:
             raise ValueError("part_bytes must stay under Memcached's 1 MiB item limit")
@@ -215,6 +237,7 @@ class MemcachedBackend:
             default_noreply=False,
         )
         self._breaker = _Breaker(dead_timeout, time.monotonic)
+        self.watcher: NodeWatcher | None = None  # the DNS lookups feeding set_nodes, if any
         self._slots = threading.BoundedSemaphore(pool_size)
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(
@@ -247,7 +270,22 @@ class MemcachedBackend:
         validate_key(key)
         self._call([key], lambda: self._client.delete(key, noreply=False), _FAILED, force=force)
 
+    def set_nodes(self, nodes: list[tuple[str, int]]) -> None:
+        """Make the ring exactly ``nodes``: new ones join, missing ones leave with their
+        connections closed. Consistent hashing moves only the keys of the nodes that changed."""
+        wanted = [(host, int(port)) for host, port in nodes]
+        for node in wanted:
+            if node not in self.nodes:
+                self._client.add_server(node)
+        for node in self.nodes:
+            if node not in wanted:
+                self._client.drop_server(node)
+                self._breaker.forget(_node_name(node))
+        self.nodes = wanted
+
     def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
         self._client.close()
 
     def stats(self) -> dict[str, int]:

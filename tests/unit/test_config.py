@@ -66,3 +66,14 @@ def test_every_setting_is_documented(doc: str) -> None:
     text = (ROOT / doc).read_text()
     missing = [env for env, _, _ in documented_settings() if f"`{env}`" not in text]
     assert not missing, f"{doc} does not document {missing}"
+
+
+def test_memcached_dns_entries_are_kept_apart_from_fixed_nodes() -> None:
+    s = Settings(memcached="10.0.0.1:11211, dns+memcached:11211,dns+mc.ns.svc:11311")
+    assert s.memcached_nodes == [("10.0.0.1", 11211)]
+    assert s.memcached_dns == [("memcached", 11211), ("mc.ns.svc", 11311)]
+    for bad in ("dns+memcached", "dns+:11211"):
+        with pytest.raises(SettingsError, match="dns\\+name:port"):
+            Settings.from_env({"LLMGATE_MEMCACHED": bad})
+    with pytest.raises(SettingsError, match="LLMGATE_MEMCACHED_DNS_REFRESH_S"):
+        Settings.from_env({"LLMGATE_MEMCACHED_DNS_REFRESH_S": "0"})
