@@ -47,6 +47,9 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
         Limits(settings.max_requests_per_worker, settings.max_streams_per_worker),
         metrics.observe_admission,
     )
+    # Werkzeug would answer `/v1//models` with an HTML 308 to `/v1/models` (routing redirects
+    # bypass the error handlers): no redirects, a doubled slash is refused (app/paths.py).
+    app.url_map.merge_slashes = False
     app.register_blueprint(api)
     app.register_blueprint(status_page)
     register_error_handlers(app)

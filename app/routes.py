@@ -23,6 +23,7 @@ from app.calls import Call, Reply, Trace
 from app.gateway import Gateway, error_reply
 from app.health import drain_requested, readiness
 from app.observe import finish
+from app.paths import forwarded_path
 from app.status import status_document
 
 log = logging.getLogger("llmgate")
@@ -93,7 +94,12 @@ def _forward(route: str) -> Response:
             raise errors.URITooLong(
                 f"Request URL is too long ({target} bytes; at most {MAX_TARGET_BYTES})."
             )
-        call = dataclasses.replace(call, body=_read_body(current_app.config["MAX_CONTENT_LENGTH"]))
+        # Confined to /v1 and encoded again (app/paths.py): the path goes upstream as data.
+        call = dataclasses.replace(
+            call,
+            path=forwarded_path(call.path),
+            body=_read_body(current_app.config["MAX_CONTENT_LENGTH"]),
+        )
         reply = gateway.handle(call)
     except errors.GatewayError as exc:
         reply = error_reply(exc)

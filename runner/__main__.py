@@ -115,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     except StartError as exc:
         print(f"llmgate: could not start: {exc}", file=sys.stderr)
         return 1
+    drain_file = os.environ.get("LLMGATE_DRAIN_FILE", "").strip()
+    if drain_file:
+        # Left by a previous run's preStop hook (an emptyDir outlives a container restart):
+        # it would keep this fresh instance unready.
+        Path(drain_file).unlink(missing_ok=True)
     stack = Stack(options)
     stopping = draining = reloading = False
 

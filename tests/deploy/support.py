@@ -67,3 +67,27 @@ def documented_names() -> set[str]:
     text = (ROOT / "docs" / "configuration.md").read_text()
     names |= set(re.findall(r"^\| `(LLMGATE_\w+)` \|", text, re.M))
     return names
+
+
+def manifests(folder: Path = KUBERNETES) -> list[tuple[Path, dict]]:
+    """Every YAML document under deploy/kubernetes/, with its file."""
+    import yaml
+
+    out = []
+    for path in sorted(folder.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc is not None:
+                out.append((path, doc))
+    return out
+
+
+def kind(name: str, metadata_name: str | None = None) -> dict:
+    """The one manifest of ``kind`` (and name), e.g. kind("Deployment")."""
+    found = [
+        doc
+        for _, doc in manifests()
+        if doc.get("kind") == name
+        and (metadata_name is None or doc["metadata"]["name"] == metadata_name)
+    ]
+    assert len(found) == 1, f"{name} {metadata_name or ''}: {len(found)} manifests"
+    return found[0]
