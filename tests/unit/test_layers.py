@@ -44,6 +44,7 @@ PURE = {
     "app.breaker",
     "app.jsonedit",
     "app.streams",
+    "app.paths",
     "app.hedge",
     "app.cache.policy",
     "app.cache.entry",
