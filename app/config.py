@@ -151,6 +151,12 @@ class Settings:
         "Deepest nesting of arrays/objects accepted in a JSON request body (400 invalid_json "
         "above it), checked before parsing; at most 512, below Python's recursion limit.",
     )
+    max_json_array_items: int = _setting(
+        "LLMGATE_MAX_JSON_ARRAY_ITEMS",
+        1_000_000,
+        "Most values in one JSON array of a request body (400 invalid_json above it). The "
+        "longest real arrays are prompts given as token ids, up to a model's context.",
+    )
     max_event_bytes: int = _setting(
         "LLMGATE_MAX_EVENT_BYTES",
         8 * 1024 * 1024,
@@ -303,6 +309,8 @@ class Settings:
             # Deeper, json.loads (and json.dumps of the cache key) would recurse past
             # Python's recursion limit: the RecursionError this setting exists to prevent.
             raise SettingsError("LLMGATE_MAX_JSON_DEPTH must be between 1 and 512")
+        if self.max_json_array_items < 1:
+            raise SettingsError("LLMGATE_MAX_JSON_ARRAY_ITEMS must be >= 1")
         if self.max_requests_per_worker < 0 or self.max_streams_per_worker < 0:
             raise SettingsError(
                 "LLMGATE_MAX_REQUESTS_PER_WORKER and LLMGATE_MAX_STREAMS_PER_WORKER must be "

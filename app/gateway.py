@@ -59,7 +59,11 @@ class Gateway:
         stream = False
         forward = call.body
         if call.route in VALIDATED_ROUTES:
-            body = schema.parse_body(call.body, max_depth=self.settings.max_json_depth)
+            body = schema.parse_body(
+                call.body,
+                max_depth=self.settings.max_json_depth,
+                max_array_items=self.settings.max_json_array_items,
+            )
             schema.validate(call.route, body)
             self.upstream.check_serves(_model(body))
             stream = schema.wants_stream(body)

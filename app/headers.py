@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from app.errors import BadRequest
+
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -56,6 +58,8 @@ _NOT_UPSTREAM = frozenset(
 )
 _NOT_UPSTREAM_PREFIXES = ("x-forwarded-", "x-llmgate-")
 
+_BREAKS_A_LINE = frozenset("\r\n\x00")
+
 _NOT_DOWNSTREAM = frozenset(
     {"content-length", "content-encoding", "set-cookie", "server", "date", "alt-svc"}
 )
@@ -81,6 +85,13 @@ def upstream_request_headers(
         lower = name.lower()
         if lower in drop or lower.startswith(_NOT_UPSTREAM_PREFIXES):
             continue
+        if _BREAKS_A_LINE.intersection(value):
+            # nginx and gunicorn refuse these on HTTP/1.1; whatever front end comes next,
+            # a value forwarded with them would start a header line of the caller's own.
+            raise BadRequest(
+                f"The value of header {name!r} has a CR, LF or NUL character.",
+                code="invalid_header_value",
+            )
         out[name] = value
     # gzip on an event stream holds events back in compressor buffers: ask for identity.
     out["Accept-Encoding"] = "identity" if stream else "gzip, deflate"

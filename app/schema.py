@@ -59,7 +59,22 @@ def json_depth_exceeds(raw: bytes, max_depth: int) -> bool:
     return False
 
 
-def parse_body(raw: bytes, *, max_depth: int = 64) -> dict[str, Any]:
+def longest_array_exceeds(doc: Any, max_items: int) -> bool:
+    """Whether any array in the parsed ``doc`` holds more than ``max_items`` values. Walks
+    with a stack, not recursion (the depth is bounded already, but need not be small)."""
+    pending = [doc]
+    while pending:
+        value = pending.pop()
+        children = value if isinstance(value, list) else value.values()
+        if isinstance(value, list) and len(value) > max_items:
+            return True
+        pending.extend(v for v in children if isinstance(v, (list, dict)))
+    return False
+
+
+def parse_body(
+    raw: bytes, *, max_depth: int = 64, max_array_items: int = 1_000_000
+) -> dict[str, Any]:
     """The request body as a JSON object, or BadRequest saying what is wrong with it."""
     if not raw.strip():
         raise BadRequest("The request body is empty; send a JSON object.", code="invalid_json")
@@ -77,10 +92,31 @@ def parse_body(raw: bytes, *, max_depth: int = 64) -> dict[str, Any]:
         ) from None
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.", code="invalid_json")
+    if longest_array_exceeds(body, max_array_items):
+        raise BadRequest(
+            f"The request body has a JSON array of more than {max_array_items} items.",
+            code="invalid_json",
+        )
     return body
 
 
+# Fields that name where a call goes (or which provider takes it) rather than what it asks.
+# No OpenAI endpoint takes them; LiteLLM-style proxies read them from the body and connect
+# wherever they point, so behind such an upstream a caller could steer the call to any host
+# (the cloud metadata address, Memcached). The upstream is the operator's choice only.
+STEERING_FIELDS = frozenset(
+    {"api_base", "base_url", "api_url", "api_host", "azure_endpoint", "custom_llm_provider"}
+)
+
+
 def validate(route: str, body: dict[str, Any]) -> None:
+    steering = sorted(STEERING_FIELDS.intersection(body))
+    if steering:
+        raise BadRequest(
+            f"The parameter '{steering[0]}' is not accepted: the gateway chooses the upstream.",
+            param=steering[0],
+            code="parameter_not_allowed",
+        )
     for name, kinds in _REQUIRED.get(route, ()):
         if name not in body or body[name] is None:
             raise BadRequest(

@@ -1,0 +1,59 @@
+"""The array-length limit and the fields that would steer the upstream (app/schema.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app import errors, schema
+from app.config import Settings, SettingsError
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_an_array_at_the_limit_passes_and_one_longer_fails() -> None:
+    at = json.dumps({"model": "m", "prompt": list(range(10))}).encode()
+    assert schema.parse_body(at, max_array_items=10)["prompt"] == list(range(10))
+    over = json.dumps({"model": "m", "prompt": list(range(11))}).encode()
+    with pytest.raises(errors.BadRequest, match="more than 10 items") as info:
+        schema.parse_body(over, max_array_items=10)
+    assert info.value.code == "invalid_json"
+
+
+def test_a_long_array_is_found_however_deep() -> None:
+    deep = {"a": [{"b": [[0] * 5, {"c": [1] * 6}]}]}
+    assert schema.longest_array_exceeds(deep, 5)
+    assert not schema.longest_array_exceeds(deep, 6)
+    assert not schema.longest_array_exceeds({"many": [[0] * 6] * 6}, 6)
+
+
+def test_the_default_limit_takes_a_million_token_prompt() -> None:
+    prompt = json.dumps({"model": "m", "prompt": [0] * 1_000_000}).encode()
+    assert len(schema.parse_body(prompt)["prompt"]) == 1_000_000
+    with pytest.raises(errors.BadRequest):
+        schema.parse_body(json.dumps({"model": "m", "prompt": [0] * 1_000_001}).encode())
+
+
+def test_the_limit_is_a_setting() -> None:
+    settings = Settings.from_env({"LLMGATE_MAX_JSON_ARRAY_ITEMS": "2048"})
+    assert settings.max_json_array_items == 2048
+    with pytest.raises(SettingsError, match="LLMGATE_MAX_JSON_ARRAY_ITEMS"):
+        Settings.from_env({"LLMGATE_MAX_JSON_ARRAY_ITEMS": "0"})
+
+
+@pytest.mark.parametrize("field", sorted(schema.STEERING_FIELDS))
+@pytest.mark.parametrize("route", ["chat", "completions", "embeddings", "responses"])
+def test_a_field_naming_the_upstream_is_refused_on_every_route(route: str, field: str) -> None:
+    body = {**CHAT, "prompt": "x", "input": "x", field: "http://169.254.169.254/latest/"}
+    with pytest.raises(errors.BadRequest) as info:
+        schema.validate(route, body)
+    assert (info.value.status, info.value.code, info.value.param) == (
+        400,
+        "parameter_not_allowed",
+        field,
+    )
+
+
+def test_ordinary_fields_pass() -> None:
+    schema.validate("chat", {**CHAT, "user": "u", "metadata": {"base_url": "kept: not top"}})
