@@ -42,14 +42,19 @@ backlog = 4096
 #   gunicorn's maximum, and nginx sends gunicorn the caller's request line unchanged
 #   (measured: both take a line of 8,190 bytes; nginx refuses 8,191 with its JSON 414).
 limit_request_line = 8190
-# - one header line: nginx takes 8k per line, but joins the caller's X-Forwarded-For lines
-#   into one, which can fill its whole header budget (4 x 8k buffers), so gunicorn allows
-#   more than that.
+# - one header line: nginx passes none longer than its 8k buffer (its X-Forwarded-For is
+#   its own, one address); gunicorn allows more, so nginx's JSON 431 comes first.
 limit_request_field_size = 4 * 8192 + 4096
 # - header count: nginx limits bytes, not headers, so this one is gunicorn's to enforce
 #   (gunicorn's default; clients send ~10-20); the worker class answers it as JSON 431.
 limit_request_fields = 100
 control_socket_disable = True
+# Forwarding headers (X-Forwarded-Proto and its kin) are believed only from nginx, which
+# writes its own (nginx/llmgate.conf.template): gunicorn's default, written out. Headers that
+# would set SCRIPT_NAME or PATH_INFO are believed from nobody: with gunicorn's default a
+# local caller's `SCRIPT_NAME: /v1` header moved the path the app routes on.
+forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+forwarder_headers = ""
 accesslog = os.environ.get("LLMGATE_ACCESS_LOG") or None
 # gunicorn's default format with the path (%(U)s) instead of the request line (%(r)s): the
 # query string stays out of the log, because some callers put their key in it (?api-key=).

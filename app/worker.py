@@ -14,10 +14,16 @@ nothing that opens sockets or must come after gevent's patching.
 
 On SIGTERM it also starts the gateway's drain (app/lifecycle.py): unready at once, and
 no stream cut silently when gunicorn's graceful timeout runs out.
+
+gunicorn logs a request it could not parse as it was received (``Invalid request from
+ip=...: Invalid HTTP request line: 'GET /v1/models?api-key=sk-... HTTP/1.1'``), and a request
+that failed in the app with its whole URI: either may carry a caller's key. A filter on
+gunicorn's error logger keeps what kind of error it was and drops what the caller sent.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import gevent
@@ -58,6 +64,24 @@ def error_answer(status: int, reason: str, mesg: str) -> bytes:
     return head.encode("latin-1") + body
 
 
+class WithoutRequestContent(logging.Filter):
+    """Redacts gunicorn's log lines that quote what a caller sent (see the module doc)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Invalid request from ip="):
+            # gunicorn's parser errors quote the offending bytes with %r: cut at the quote.
+            cut = min((i for i in (message.find("'"), message.find('"')) if i >= 0), default=-1)
+            if cut >= 0:
+                record.msg, record.args = message[:cut] + "(request content not logged)", ()
+        elif message.startswith("Error handling request ") and isinstance(record.args, tuple):
+            # ("Error handling request %s %s", method, uri): the path, never the query.
+            record.args = tuple(
+                a.partition("?")[0] if isinstance(a, str) else a for a in record.args
+            )
+        return True
+
+
 def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: str) -> None:
     """Drop-in for gunicorn.util.write_error (same signature, same non-blocking write)."""
     util.write_nonblock(sock, error_answer(status_int, reason, mesg))
@@ -77,4 +101,5 @@ class JSONErrorGeventWorker(GeventWorker):
         # In the forked worker only (the master never writes error pages); handle_error
         # looks the function up on gunicorn.util at each call.
         util.write_error = write_json_error
+        logging.getLogger("gunicorn.error").addFilter(WithoutRequestContent())
         super().init_process()

@@ -159,7 +159,7 @@ def test_nginx_refuses_first_where_it_can(gw) -> None:
         assert status in (414, 431)
         assert "x-request-id" in response_headers  # set only on nginx's error pages
     # Just under nginx's limits: a request line of 8,100 bytes, and four X-Forwarded-For
-    # lines that nginx joins into one of ~24 KB for gunicorn.
+    # lines of ~6 KB (nginx sends gunicorn its own instead).
     longest = send_raw(gw.url, request_head("GET", "/v1/models/" + "m" * 8070, []))
     assert longest[0] == 414, longest
     assert "x-llmgate-request-id" in longest[1]  # the gateway's answer: gunicorn let it in
