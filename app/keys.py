@@ -46,7 +46,10 @@ def tenant_of(headers: Iterable[tuple[str, str]], *, namespace: str | None = Non
 def canonical_body(body: Mapping[str, Any]) -> bytes:
     """The body as sorted, compact JSON without the fields that do not change the answer."""
     kept = {k: v for k, v in body.items() if k not in IGNORED_FIELDS}
-    return json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # json.loads turns an escaped lone surrogate ("\ud800") into a str UTF-8 cannot encode;
+    # surrogatepass gives it bytes no valid text has, so the key stays one-to-one.
+    return text.encode("utf-8", "surrogatepass")
 
 
 def cache_key(

@@ -65,9 +65,11 @@ def is_stateless_response(body: Mapping[str, Any]) -> bool:
 
 
 def _seconds(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    # JSON's 1e999 is infinity to Python and NaN is accepted too: int() of either raised.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
         raise BadRequest(f"Invalid cache control {what}: expected seconds >= 0.", param="cache")
-    return int(value)
+    # Nothing lives longer than Memcached's longest TTL; a larger number means the same.
+    return int(min(value, MAX_TTL_S))
 
 
 def parse_cache_control(header_values: Iterable[str]) -> Directive:
@@ -83,8 +85,10 @@ def parse_cache_control(header_values: Iterable[str]) -> Directive:
                 directive = replace(directive, lookup=False)
             elif name == "no-store":
                 directive = replace(directive, store=False)
-            elif name in ("max-age", "s-maxage") and arg.isdigit():
-                seconds = int(arg)
+            elif name in ("max-age", "s-maxage") and arg.isascii() and arg.isdigit():
+                # ASCII only: str.isdigit() takes '²', which int() refuses; and int() refuses
+                # more than 4,300 digits, long past Memcached's longest TTL anyway.
+                seconds = min(int(arg.lstrip("0")[:12] or "0"), MAX_TTL_S)
                 if name == "max-age":
                     # max-age=0: the caller wants nothing kept.
                     directive = replace(
