@@ -80,6 +80,17 @@ def on_starting(server):
             load(Path(config).read_text(), os.environ, path=config)
         except (OSError, ConfigError) as exc:
             sys.exit(f"llmgate: LLMGATE_CONFIG: {exc}")
+    # The gateway keys file likewise (app.keyring is pure too). Workers re-read it when it
+    # changes; a later bad edit is logged and ignored there, the keys in force stay.
+    keys_file = os.environ.get("LLMGATE_KEYS_FILE", "").strip()
+    if keys_file:
+        from app.keyring import KeysFileError
+        from app.keyring import load as load_keys
+
+        try:
+            load_keys(Path(keys_file).read_text(), path=keys_file)
+        except (OSError, KeysFileError) as exc:
+            sys.exit(f"llmgate: LLMGATE_KEYS_FILE: {exc}")
     # Shared by every worker, for the status page's uptime.
     os.environ["LLMGATE_STARTED_AT"] = str(time.time())
     # Samples of a previous run would be summed into this one's.

@@ -6,7 +6,8 @@ Layers, imports flow downwards only:
                    worker.py                                 gunicorn's own errors as JSON
     orchestration  gateway.py, relay.py, flight.py,          one call from request to response
                    coalesce.py, replay.py, observe.py,
-                   race.py, cache/store.py, lifecycle.py
+                   race.py, access.py, cache/store.py,
+                   lifecycle.py
     adapters       upstream.py, cache/{memory,memcached,     the only owners of sockets and
                    tiered,discovery}.py, metrics.py,         clients
                    health.py
@@ -14,6 +15,7 @@ Layers, imports flow downwards only:
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py, budget.py, jsonedit.py, streams.py,
                    status.py, upstreams.py, breaker.py, hedge.py, paths.py,
+                   keyring.py, limits.py,
                    cache/{policy,entry,shapes,chunks}.py
 
 Nothing here is created at import time: the app factory builds the urllib3 PoolManager,

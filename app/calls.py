@@ -5,8 +5,9 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.admission import Ticket
 
@@ -32,6 +33,15 @@ class Trace:
     upstream: str | None = None  # the configured name of the upstream that answered
     client_closed: bool = False
     upstream_request_id: str | None = None
+    # Gateway keys (app/access.py): the key's name; whether the stream's usage chunk is taken
+    # out (the caller did not ask for it) and the usage it held; the rate-limit headers of
+    # the answer; the settlement the end of the call runs once with the usage and whether
+    # the call was billed.
+    key: str | None = None
+    hide_usage: bool = False
+    usage: dict[str, Any] | None = None
+    limit_headers: list[tuple[str, str]] | None = None
+    settle: Callable[[dict[str, Any] | None, bool], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ undocumented. Per-request variations are made with ``dataclasses.replace``, neve
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,32 @@ class Settings:
         "",
         "TOML file declaring several upstreams (keys, models, aliases, weights, priorities; "
         "see deploy/llmgate.example.toml). Empty: the one upstream of LLMGATE_UPSTREAM_URL.",
+    )
+    keys_file: str = _setting(
+        "LLMGATE_KEYS_FILE",
+        "",
+        "TOML file of gateway keys (SHA-256 hashes, each with its models, upstreams, limits "
+        "and budgets; docs/security.md). Set: every call needs one of its keys and callers' "
+        "own credentials never go upstream. Re-read when it changes. Empty: keys are off.",
+    )
+    limits_fail: str = _setting(
+        "LLMGATE_LIMITS_FAIL",
+        "open",
+        "open | closed: what a gateway key's limits do when Memcached cannot be reached: let "
+        "calls pass uncounted (logged and counted), or refuse them with 503.",
+    )
+    operator_token: str = _setting(
+        "LLMGATE_OPERATOR_TOKEN",
+        "",
+        "Set: /metrics, /status, /status.json and /admin/* need 'Authorization: Bearer "
+        "<token>' (or Basic auth with it as the password, for a browser). Never logged.",
+    )
+    ops_allow: str = _setting(
+        "LLMGATE_OPS_ALLOW",
+        "127.0.0.1,::1",
+        "Comma-separated addresses or CIDR ranges nginx lets read /metrics, /status, "
+        "/status.json and /admin/* (others get 403); `all` for anyone (then set "
+        "LLMGATE_OPERATOR_TOKEN).",
     )
     pool_size: int = _setting(
         "LLMGATE_POOL_SIZE",
@@ -288,6 +315,8 @@ class Settings:
         for name in ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "deadline_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{_env(name)} must be > 0")
+        if self.limits_fail not in ("open", "closed"):
+            raise SettingsError("LLMGATE_LIMITS_FAIL must be open or closed")
         if self.cache_mode not in ("off", "deterministic", "all"):
             raise SettingsError("LLMGATE_CACHE_MODE must be off, deterministic or all")
         if self.cache_l1_bytes < 1024:
@@ -328,6 +357,15 @@ class Settings:
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"
             )
+
+    @property
+    def ops_allow_list(self) -> tuple[str, ...]:
+        """LLMGATE_OPS_ALLOW's entries (nginx checks their syntax when it starts)."""
+        items = tuple(a.strip() for a in self.ops_allow.split(",") if a.strip())
+        for item in items:
+            if not re.fullmatch(r"all|[0-9A-Fa-f:.]+(/[0-9]{1,3})?", item):
+                raise SettingsError(f"LLMGATE_OPS_ALLOW entry {item!r} is not an address or CIDR")
+        return items
 
     @property
     def allowed_namespaces(self) -> frozenset[str]:

@@ -75,6 +75,30 @@ class Unauthorized(GatewayError):
     code = "missing_api_key"
 
 
+class InvalidApiKey(Unauthorized):
+    """Gateway keys are on and the caller's key is missing, unknown, revoked or expired."""
+
+    code = "invalid_api_key"
+
+
+class OperatorTokenRequired(Unauthorized):
+    """An operational endpoint (/metrics, /status, /admin/*) without the operator token."""
+
+    code = "operator_token_required"
+
+
+class Forbidden(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
+
+
+class ModelNotAllowed(Forbidden):
+    """The caller's gateway key may not use this model (or no upstream it may use serves it)."""
+
+    code = "model_not_allowed"
+
+
 class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"
@@ -203,6 +227,36 @@ class Overloaded(GatewayError):
             },
         )
         self.kind = kind
+
+
+class RateLimited(GatewayError):
+    """A gateway key is over one of its limits (app/limits.py). ``kind`` is OpenAI's error
+    type for it: ``requests`` or ``tokens``; a budget (per day or month) is a quota."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+    retryable = True
+
+    def __init__(self, message: str, *, kind: str, retry_after_s: int, quota: bool = False):
+        retry_after_s = max(1, retry_after_s)
+        super().__init__(
+            message,
+            headers={
+                "retry-after": str(retry_after_s),
+                "retry-after-ms": str(retry_after_s * 1000),
+            },
+        )
+        self.type = kind
+        if quota:
+            # Hours away: the SDK must not sit in a retry loop (it caps retry-after at 60 s
+            # and would retry on its own backoff instead).
+            self.code, self.retryable = "insufficient_quota", False
+
+
+class LimitsUnavailable(ServiceUnavailable):
+    """The shared limit counters cannot be reached and limits fail closed (LLMGATE_LIMITS_FAIL)."""
+
+    code = "limits_unavailable"
 
 
 class GatewayShutdown(ServiceUnavailable):

@@ -15,13 +15,16 @@ from pathlib import Path
 from flask import Flask
 
 from app import upstreams
+from app.access import Access, KeySource
 from app.admission import Gate, Limits
 from app.breaker import BreakerPolicy
 from app.cache import build_answer_cache
 from app.config import Settings, SettingsError
 from app.gateway import Gateway
+from app.keyring import KeysFileError
+from app.limits import Counters, MemoryCounters
 from app.metrics import Metrics
-from app.routes import api, register_error_handlers
+from app.routes import api, register_error_handlers, register_operator_guard
 from app.statuspage import status_page
 from app.upstream import Upstream
 from app.upstreams import UpstreamSpec
@@ -41,6 +44,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
         Upstream(settings, specs, metrics=metrics, breaker_policy=breaker_policy(settings)),
         build_answer_cache(settings, metrics),
         metrics,
+        build_access(settings, metrics),
     )
     # This worker's admission limits (app/admission.py), taken by each API call's ticket.
     app.extensions["llmgate.admission"] = Gate(
@@ -53,8 +57,40 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     app.register_blueprint(api)
     app.register_blueprint(status_page)
     register_error_handlers(app)
+    register_operator_guard(app)
     _log_to_stderr()
     return app
+
+
+def build_access(settings: Settings, metrics: Metrics) -> Access | None:
+    """Gateway keys and their limits, when LLMGATE_KEYS_FILE is set: counted in Memcached
+    when there is one (shared by every worker and instance), else in this worker."""
+    if not settings.keys_file:
+        return None
+    from app.cache.memcached import MemcachedBackend
+
+    counters: Counters = (
+        MemcachedBackend(
+            settings.memcached_nodes,
+            connect_timeout=settings.memcached_connect_timeout_s,
+            timeout=settings.memcached_timeout_s,
+            name="limits",
+        )
+        if settings.memcached_nodes
+        else MemoryCounters()
+    )
+    try:
+        source = KeySource(settings.keys_file)
+    except (OSError, KeysFileError) as exc:
+        raise SettingsError(f"LLMGATE_KEYS_FILE: {exc}") from None
+    return Access(
+        source,
+        counters,
+        fail_open=settings.limits_fail == "open",
+        deadline_s=settings.deadline_s,
+        on_usage=lambda key, spent, usage: metrics.observe_key_usage(key.name, usage),
+        on_counter_error=metrics.limit_counter_errors.inc,
+    )
 
 
 def breaker_policy(settings: Settings) -> BreakerPolicy:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import gevent
 
 from app import jsonedit, keys, schema
+from app.access import Access, Grant, with_usage_requested, without_usage_chunk
 from app.cache import policy as cache_policy
 from app.cache.entry import Entry
 from app.cache.policy import BYPASS, COALESCED, STATUS_HEADER, Directive
@@ -23,9 +25,10 @@ from app.cache.store import AnswerCache, entry_from_flight
 from app.calls import CLIENT_CLOSED, SSE_HEADERS, Call, Reply
 from app.coalesce import Flights, lease_wait_producer
 from app.config import Settings
-from app.errors import GatewayError, wrap_upstream_body
+from app.errors import GatewayError, ModelNotAllowed, wrap_upstream_body
 from app.flight import ClientGone, Flight, Head, Listener, Producer
-from app.headers import downstream_headers, upstream_request_headers
+from app.headers import downstream_headers, upstream_request_headers, without_credentials
+from app.keyring import GatewayKey
 from app.lifecycle import Lifecycle
 from app.metrics import Metrics
 from app.policy import Deadline
@@ -34,6 +37,8 @@ from app.replay import reply_from_entry
 from app.streams import END_OF_STREAM
 from app.upstream import Upstream, UpstreamRequest
 
+# Routes whose streams end with a usage chunk when asked (stream_options.include_usage).
+USAGE_ROUTES = frozenset({"chat", "completions"})
 # Routes whose body we parse and check; everything else under /v1 is forwarded as is.
 VALIDATED_ROUTES = frozenset({"chat", "completions", "embeddings", "responses"})
 UPSTREAM_HEADER = "X-LLMGate-Upstream"
@@ -46,11 +51,13 @@ class Gateway:
         upstream: Upstream,
         answers: AnswerCache | None = None,
         metrics: Metrics | None = None,
+        access: Access | None = None,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.answers = answers
         self.metrics = metrics
+        self.access = access  # gateway keys and their limits; None: callers pass through
         self.flights = Flights()
         self.lifecycle = Lifecycle()
 
@@ -58,6 +65,10 @@ class Gateway:
         body: dict[str, Any] | None = None
         stream = False
         forward = call.body
+        # With gateway keys, who is calling comes first: a stranger learns nothing of the body.
+        caller = self.access.authenticate(call.headers) if self.access is not None else None
+        if caller is not None:
+            call.trace.key = caller.name
         if call.route in VALIDATED_ROUTES:
             body = schema.parse_body(
                 call.body,
@@ -72,18 +83,24 @@ class Gateway:
             if "cache" in body:
                 # Our control object, not the provider's: it never goes upstream.
                 forward = _without_cache(call.body, body)
+        grant = None
+        if caller is not None:
+            forward, grant = self._grant(call, caller, body, stream, forward)
         # Admission control (app/admission.py): a slot, and a stream slot for a stream, or a
         # 429 now; routes.py gives them back when the response body is closed.
         call.admission.admit(stream)
+        headers = upstream_request_headers(call.headers, stream=stream)
         req = UpstreamRequest(
             method=call.method,
             path=call.path.removeprefix("/v1"),
             query=call.query,
-            # The upstream's own key (or the operator's fallback) is added per upstream.
-            headers=upstream_request_headers(call.headers, stream=stream),
+            # The upstream's own key (or the operator's fallback) is added per upstream; with
+            # gateway keys the caller's credentials never leave (its key is ours, not theirs).
+            headers=headers if grant is None else without_credentials(headers),
             body=forward if forward or call.method not in ("GET", "HEAD") else None,
             stream=stream,
             model=_model(body),
+            upstreams=None if grant is None else grant.key.upstreams,
         )
         deadline = Deadline.start(self.settings.deadline_s)
         compute = upstream_producer(
@@ -94,7 +111,7 @@ class Gateway:
             max_event_bytes=self.settings.max_event_bytes,
             route=call.route,
         )
-        plan = self._plan(call, body)
+        plan = self._plan(call, body, None if grant is None else grant.key.tenant)
         if plan is None:
             # Nobody else will read this answer: no log beyond what the caller has yet to read.
             alone = self._flight(compute, keep_log=False, request_id=call.trace.request_id)
@@ -129,8 +146,33 @@ class Gateway:
         status = COALESCED if flight.source == "lease" else directive.status_on_miss
         return self._follow(call, body, flight, status, compute)
 
-    def _plan(self, call: Call, body: dict[str, Any] | None) -> tuple[str, Directive] | None:
-        """The cache key and the caller's directive, or None when this call is not cached."""
+    def _grant(
+        self, call: Call, key: GatewayKey, body: dict[str, Any] | None, stream: bool, forward: bytes
+    ) -> tuple[bytes, Grant]:
+        """Take the call's share of its key's limits (app/access.py); the body to forward."""
+        assert self.access is not None
+        model = _model(body)
+        if model is not None and not self.upstream.serves_for(model, key.upstreams):
+            raise ModelNotAllowed(
+                f"No upstream the key {key.name!r} may use serves the model {model!r}.",
+                param="model",
+            )
+        grant = self.access.admit(key, model, body, stream=stream)
+        access, trace = self.access, call.trace
+        trace.limit_headers = grant.headers
+        trace.settle = lambda usage, billed: access.settle(grant, usage, billed)
+        if stream and body is not None and call.route in USAGE_ROUTES:
+            # The key's tokens are counted from the stream's usage chunk: asked for here,
+            # and taken out again for a caller who did not ask (Gateway._stream).
+            forward = with_usage_requested(forward, body)
+            trace.hide_usage = not schema.wants_usage(body)
+        return forward, grant
+
+    def _plan(
+        self, call: Call, body: dict[str, Any] | None, tenant: str | None = None
+    ) -> tuple[str, Directive] | None:
+        """The cache key and the caller's directive, or None when this call is not cached.
+        ``tenant``: the gateway key's, when keys are on (else the caller's credentials)."""
         if body is None or self.answers is None:
             return None
         if not cache_policy.is_cacheable(call.route, body, self.settings.cache_mode):
@@ -140,7 +182,8 @@ class Gateway:
         )
         directive = cache_policy.apply_body_controls(directive, body.get("cache"))
         directive = cache_policy.check_namespace(directive, self.settings.allowed_namespaces)
-        tenant = keys.tenant_of(call.headers, namespace=directive.namespace)
+        if tenant is None or directive.namespace is not None:
+            tenant = keys.tenant_of(call.headers, namespace=directive.namespace)
         key = keys.cache_key(
             upstream=self.upstream.route_id(_model(body)),
             route=call.route,
@@ -371,12 +414,15 @@ class Gateway:
         self, call: Call, listener: Listener, watcher: DisconnectWatcher
     ) -> Iterator[bytes]:
         try:
-            yield from relay(
+            chunks = relay(
                 listener,
                 heartbeat=self.settings.heartbeat_s,
                 # A stream cut before its route's end is reported as broken (app/streams.py).
                 end=END_OF_STREAM.get(call.route),
             )
+            if call.trace.hide_usage:
+                chunks = without_usage_chunk(chunks, partial(setattr, call.trace, "usage"))
+            yield from chunks
         finally:
             # Normal end, error, or the WSGI server closing us because the caller left.
             watcher.stop()

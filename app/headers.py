@@ -98,6 +98,12 @@ def upstream_request_headers(
     return out
 
 
+def without_credentials(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` without the caller's identity (TENANT_HEADERS): with gateway keys the
+    caller's key is the gateway's, and only an upstream's configured key may go upstream."""
+    return {k: v for k, v in headers.items() if k.lower() not in TENANT_HEADERS}
+
+
 def with_upstream_key(
     headers: dict[str, str], key: str, *, auth: str = "bearer", fallback_only: bool = False
 ) -> dict[str, str]:

@@ -117,6 +117,21 @@ def with_value(raw: bytes, key: str, value: bytes) -> bytes:
     return _spliced(text, spans) if spans else raw
 
 
+def with_member(raw: bytes, key: str, value: bytes) -> bytes:
+    """``raw`` with member ``key`` set to the JSON text ``value``: replaced where it is
+    (``with_value``), else added after the last member, the rest untouched."""
+    text = _decode(raw)
+    found = members(text)
+    if any(m.key == key for m in found):
+        return with_value(raw, key, value)
+    member = json.dumps(key) + ":" + _decode(value)
+    if found:
+        at = found[-1].value_end
+        return _spliced(text, [(at, at, "," + member)])
+    at = text.index("{") + 1
+    return _spliced(text, [(at, at, member)])
+
+
 def _spliced(text: str, edits: list[tuple[int, int, str]]) -> bytes:
     """``text`` with each ``(start, end, new)`` span replaced; spans in order, disjoint."""
     out: list[str] = []

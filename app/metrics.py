@@ -146,6 +146,25 @@ class Metrics:
             ["upstream", "winner"],
             registry=reg,
         )
+        self.key_requests = Counter(
+            "llmgate_key_requests_total",
+            "Calls made with each gateway key (its name, never the key), by HTTP status.",
+            ["key", "status"],
+            registry=reg,
+        )
+        self.key_tokens = Counter(
+            "llmgate_key_tokens_total",
+            "Tokens the upstream billed for each gateway key's calls, from their usage: "
+            "prompt or completion (cache hits and coalesced followers add none).",
+            ["key", "kind"],
+            registry=reg,
+        )
+        self.limit_counter_errors = Counter(
+            "llmgate_limit_counter_errors_total",
+            "Limit checks that could not reach the shared counters (Memcached); the call "
+            "passed uncounted or was refused, as LLMGATE_LIMITS_FAIL says.",
+            registry=reg,
+        )
         self.retry_budget_exhausted = Counter(
             "llmgate_retry_budget_exhausted_total",
             "Retries and failovers not made because the worker's retry budget was spent "
@@ -234,6 +253,15 @@ class Metrics:
             self.cache_requests.labels(outcome)
         for state in ("in_use", "idle"):
             self.pool.labels(state)
+
+    def observe_key_usage(self, key: str, usage: dict[str, Any] | None) -> None:
+        """A billed call of gateway key ``key`` ended: its prompt and completion tokens."""
+        usage = usage or {}
+        for kind, names in (("prompt", ("prompt_tokens", "input_tokens")),
+                            ("completion", ("completion_tokens", "output_tokens"))):  # fmt: skip
+            count = next((usage[n] for n in names if isinstance(usage.get(n), int)), 0)
+            if count > 0:
+                self.key_tokens.labels(key, kind).inc(count)
 
     def observe_admission(self, kind: str, event: str, load: Load) -> None:
         """The observer of app/admission.py's gate: refusals counted, slots in use shown."""

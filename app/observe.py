@@ -47,6 +47,10 @@ def finish(call: Call, reply: Reply, settings: Settings, metrics: Metrics | None
     if "x-request-id" not in headers:
         reply.headers.append(("X-Request-ID", trace.request_id))
     reply.headers.append(("Server-Timing", _server_timing(trace)))
+    if trace.limit_headers is not None:
+        # A gateway key's limits, not the provider key's (which are the operator's business).
+        kept = [(k, v) for k, v in reply.headers if not k.lower().startswith("x-ratelimit-")]
+        reply.headers = kept + trace.limit_headers
     if isinstance(reply.body, bytes):
         _record(call, reply, settings, metrics, StreamFacts(sent=len(reply.body)))
         return reply
@@ -172,11 +176,16 @@ def _record(
     outcome = cache_outcome(reply)
     streamed = not isinstance(reply.body, bytes)
     ttft = None if facts.first is None else facts.first - trace.started
+    facts.usage = facts.usage or trace.usage  # a usage chunk taken out of the caller's stream
     if facts.usage is None and isinstance(reply.body, bytes) and reply.status < 300:
         facts.usage = _usage_in_body(reply.body)
         if call.route in ("chat", "completions", "responses"):
             facts.service_tier = _tier_in_body(reply.body)
     tokens_in, tokens_out, tokens_cached = streams.usage_details(facts.usage or {})
+    if trace.settle is not None:
+        # The key's tokens: what the provider billed; a replay or a follower billed none.
+        billed = reply.status < 400 and not outcome.startswith("hit") and outcome != "coalesced"
+        trace.settle(facts.usage, billed)
     if metrics is not None:
         route = call.route
         metrics.requests.labels(route, str(reply.status), outcome).inc()
@@ -191,6 +200,8 @@ def _record(
                 metrics.tokens_per_second.labels(route).observe((facts.events - 1) / span)
         if trace.client_closed:
             metrics.upstream_errors.labels("client_closed").inc()
+        if trace.key is not None:
+            metrics.key_requests.labels(trace.key, str(reply.status)).inc()
         if outcome in _UPSTREAM_OUTCOMES:
             # Tokens the provider billed for this call; a replay or a follower billed none.
             if isinstance(tokens_in, int):
@@ -218,6 +229,7 @@ def _record(
         "upstream": trace.upstream,
         "bytes_out": facts.sent,
         "client_closed": trace.client_closed,
+        "key": trace.key,
     }
     if settings.log_prompts:
         line["request_body"] = call.body.decode("utf-8", errors="replace")

@@ -6,6 +6,7 @@ anything unexpected (500, logged with its traceback, never sent to the caller).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import logging
 import os
@@ -22,6 +23,7 @@ from app.admission import Held, Ticket
 from app.calls import Call, Reply, Trace
 from app.gateway import Gateway, error_reply
 from app.health import drain_requested, readiness
+from app.keyring import same_secret
 from app.observe import finish
 from app.paths import forwarded_path
 from app.status import status_document
@@ -182,6 +184,52 @@ def status_json() -> Response:
     response = jsonify(document)
     response.headers["Cache-Control"] = "no-cache"
     return response
+
+
+@api.route("/admin/usage", methods=["GET"])
+def admin_usage() -> Response:
+    """Every gateway key's counts in the current windows, with its limits (operator only)."""
+    access = _gateway().access
+    if access is None:
+        raise errors.NotFound("Gateway keys are off (LLMGATE_KEYS_FILE is not set).")
+    response = jsonify(access.usage())
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+# What only the operator may read when LLMGATE_OPERATOR_TOKEN is set (nginx also limits
+# them to the addresses of LLMGATE_OPS_ALLOW).
+OPERATOR_PATHS = frozenset({"/metrics", "/status", "/status.json"})
+OPERATOR_PREFIX = "/admin/"
+
+
+def register_operator_guard(app: Flask) -> None:
+    @app.before_request
+    def operator_only() -> Response | None:
+        path = request.path
+        if path not in OPERATOR_PATHS and not path.startswith(OPERATOR_PREFIX):
+            return None
+        token = _gateway().settings.operator_token
+        if not token or _operator_token_given(token):
+            return None
+        error = errors.OperatorTokenRequired(
+            "This endpoint needs the operator token: 'Authorization: Bearer <token>'.",
+            # A browser (the status page) asks for it as Basic auth, the token as password.
+            headers={"WWW-Authenticate": 'Basic realm="llmgate operator", charset="UTF-8"'},
+        )
+        return to_response(error_reply(error))
+
+
+def _operator_token_given(token: str) -> bool:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            given = base64.b64decode(given.strip(), validate=True).decode().partition(":")[2]
+        except ValueError:
+            return False
+    elif scheme.lower() != "bearer":
+        return False
+    return same_secret(given.strip(), token)
 
 
 @api.route("/healthz", methods=["GET"])

@@ -66,6 +66,7 @@ class UpstreamRequest:
     body: bytes | None
     stream: bool
     model: str | None = None  # routes the call to the upstreams that serve it
+    upstreams: tuple[str, ...] | None = None  # the names it may use (a gateway key's); "*": any
 
 
 @dataclass
@@ -137,6 +138,12 @@ class Upstream:
     def route_id(self, model: str | None) -> str:
         return upstreams.route_id(self.specs, model)
 
+    def serves_for(self, model: str | None, allowed: tuple[str, ...]) -> bool:
+        """Whether an upstream among ``allowed`` (names, or "*") serves ``model``."""
+        return any(
+            spec.serves(model) and ("*" in allowed or spec.name in allowed) for spec in self.specs
+        )
+
     def check_serves(self, model: str | None) -> None:
         """ModelNotServed (404) when no configured upstream serves ``model``."""
         if not any(spec.serves(model) for spec in self.specs):
@@ -185,8 +192,11 @@ class Upstream:
         now = self._clock()
         for spec in self.specs:
             self._set_breaker(spec, self.breakers[spec.name].current(now))
+        specs = self.specs
+        if req.upstreams is not None and "*" not in req.upstreams:
+            specs = [spec for spec in specs if spec.name in req.upstreams]
         return upstreams.candidates(
-            self.specs, req.model, allowed=lambda n: self.breakers[n].allows(now), rand=self._rand
+            specs, req.model, allowed=lambda n: self.breakers[n].allows(now), rand=self._rand
         )
 
     def open(

@@ -38,6 +38,8 @@ class NginxParams:
     fail_timeout_s: int = 5
     # Servers marked `down` (a rolling restart takes them out before stopping them).
     down: tuple[str, ...] = ()
+    # Who may read /metrics, /status, /status.json and /admin/* (LLMGATE_OPS_ALLOW).
+    ops_allow: tuple[str, ...] = ("127.0.0.1", "::1")
 
     @classmethod
     def for_settings(
@@ -64,6 +66,7 @@ class NginxParams:
             read_timeout_s=read_timeout_s,
             send_timeout_s=settings.send_timeout_s,
             conn_limit=nginx_conn_limit(settings.max_requests_per_worker, app_workers),
+            ops_allow=settings.ops_allow_list,
             **kw,
         )
 
@@ -89,6 +92,7 @@ class NginxParams:
             "max_body_bytes": str(self.max_body_bytes),
             "read_timeout": f"{round(self.read_timeout_s * 1000)}ms",
             "send_timeout": f"{round(self.send_timeout_s * 1000)}ms",
+            "ops_allow": " ".join(f"allow {a};" for a in self.ops_allow) or "# none allowed",
             "limit_conn": f"limit_conn llmgate_admission {self.conn_limit};"
             if self.conn_limit
             else "# no limit_conn: LLMGATE_MAX_REQUESTS_PER_WORKER is 0 (no limit)",

@@ -62,6 +62,7 @@ T = TypeVar("T")
 FLAG_VALUE = 0x6C670100
 FLAG_MANIFEST = 0x6C670200
 FLAG_PART = 0x6C670300
+FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/limits.py)
 
 DEFAULT_PART_BYTES = 900 * 1024  # under Memcached's 1 MiB item limit, key and header included
 DEFAULT_MAX_VALUE_BYTES = 8 * 1024 * 1024
@@ -136,6 +137,12 @@ class _GuardedClient(Client):
 
     def delete_many(self, *args: Any, **kwargs: Any) -> Any:
         return self._guard(super().delete_many, *args, **kwargs)
+
+    def incr(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().incr, *args, **kwargs)
+
+    def decr(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().decr, *args, **kwargs)
 
 
 class _HashClient(HashClient):
@@ -297,6 +304,47 @@ class MemcachedBackend:
     def dead_nodes(self) -> list[str]:
         """Nodes being skipped right now (for health reporting)."""
         return self._breaker.dead()
+
+    # -- counters (app/limits.py) -----------------------------------------------------------
+    def incr(self, key: str, delta: int, ttl: int) -> int | None:
+        """Add ``delta`` to the counter ``key``, created at 0 to live ``ttl`` seconds when
+        absent. The new value, or None when its node cannot be reached (counted)."""
+        validate_key(key)
+
+        def op() -> int | None:
+            value = self._client.incr(key, delta, noreply=False)
+            if value is None:  # NOT_FOUND: create it; a racing creator's add just fails
+                self._client.add(
+                    key, b"0", expire=clamp_ttl(ttl), noreply=False, flags=FLAG_COUNTER
+                )
+                value = self._client.incr(key, delta, noreply=False)
+            return None if value is None else int(value)
+
+        return self._call([key], op, None)
+
+    def decr(self, key: str, delta: int) -> int | None:
+        """Take ``delta`` off the counter (Memcached stops at 0); None on failure."""
+        validate_key(key)
+
+        def op() -> int | None:
+            value = self._client.decr(key, delta, noreply=False)
+            return 0 if value is None else int(value)
+
+        return self._call([key], op, None)
+
+    def read(self, keys: list[str]) -> dict[str, int] | None:
+        """The counters that exist among ``keys``; None when a node cannot be reached."""
+        for key in keys:
+            validate_key(key)
+        found = self._call(keys, lambda: self._client.get_many(keys), _FAILED)
+        if found is _FAILED:
+            return None
+        counts = {}
+        for key, (flags, data) in found.items():
+            text = data.strip()  # decr may leave the item space-padded
+            if flags == FLAG_COUNTER and text.isdigit():
+                counts[key] = int(text)
+        return counts
 
     # -- storing ----------------------------------------------------------------------------
     def _store(self, key: str, value: bytes, ttl: int, *, only_if_absent: bool) -> bool:

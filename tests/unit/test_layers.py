@@ -46,6 +46,8 @@ PURE = {
     "app.streams",
     "app.paths",
     "app.hedge",
+    "app.keyring",
+    "app.limits",
     "app.cache.policy",
     "app.cache.entry",
     "app.cache.shapes",

@@ -1,0 +1,319 @@
+"""Gateway keys and their limits without a network: the key file, the windows, the gate.
+
+The gate runs against ``MemoryCounters`` (the same contract Memcached's counters keep, see
+tests/integration/test_gateway_keys.py for the real thing) and a pinned clock.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app import keyring, limits
+from app.access import (
+    Access,
+    KeySource,
+    is_usage_chunk,
+    with_usage_requested,
+    without_usage_chunk,
+)
+from app.errors import BadRequest, InvalidApiKey, LimitsUnavailable, ModelNotAllowed, RateLimited
+from app.jsonedit import with_member
+from app.keyring import GatewayKey, KeyRing, KeysFileError, hash_key, load, presented_key
+
+SECRET = "llmg-test-secret"
+T0 = 1_790_000_020.0  # 40 s into a minute of 2026-09-21 (UTC)
+
+
+def _key(**limits_) -> GatewayKey:
+    return GatewayKey(name="team", sha256=hash_key(SECRET), **limits_)
+
+
+def _bearer(secret: str = SECRET) -> list[tuple[str, str]]:
+    return [("Authorization", f"Bearer {secret}")]
+
+
+# -- the keys file ---------------------------------------------------------------------------
+def test_a_keys_file_loads_with_defaults_and_dates() -> None:
+    ring = load(
+        f"""
+[[keys]]
+name = "search"
+sha256 = "{hash_key(SECRET)}"
+models = ["gpt-4o-mini"]
+requests_per_minute = 60
+expires = 2027-01-01
+
+[[keys]]
+name = "batch"
+sha256 = "{"0" * 64}"
+revoked = true
+"""
+    )
+    search, batch = ring.keys
+    assert search.models == ("gpt-4o-mini",) and search.upstreams == ("*",)
+    assert search.requests_per_minute == 60 and search.tokens_per_minute == 0
+    assert search.expires == 1798761600.0  # 2027-01-01T00:00:00Z
+    assert batch.revoked and batch.tenant == "key:batch"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('[[keys]]\nname = "a"\n', "keys[0].sha256 is missing"),
+        ('[[keys]]\nname = "a"\nsha256 = "abc"\n', "64 lowercase hex"),
+        (f'[[keys]]\nname = "A"\nsha256 = "{"a" * 64}"\n', "keys[0].name must"),
+        (f'[[keys]]\nname = "a"\nsha256 = "{"a" * 64}"\nrpm = 5\n', "rpm is not a known"),
+        (f'[[keys]]\nname = "a"\nsha256 = "{"a" * 64}"\nmax_n = -1\n', "max_n must be >= 0"),
+        (f'[[keys]]\nname = "a"\nsha256 = "{"a" * 64}"\nrevoked = "no"\n', "wrong type"),
+        (f'[[keys]]\nname = "a"\nsha256 = "{"a" * 64}"\nmodels = []\n', "models must"),
+        (
+            f'[[keys]]\nname = "a"\nsha256 = "{"a" * 64}"\n'
+            f'[[keys]]\nname = "a"\nsha256 = "{"b" * 64}"\n',
+            "keys[1].name is used twice",
+        ),
+        ("key = 1\n", "unknown section"),
+    ],
+)
+def test_a_wrong_keys_file_names_the_key_and_field(text: str, words: str) -> None:
+    with pytest.raises(KeysFileError, match=r"^keys\.toml: ") as caught:
+        load(text, path="keys.toml")
+    assert words in str(caught.value)
+
+
+def test_the_cli_prints_a_key_once_and_a_table_holding_only_its_hash(capsys) -> None:
+    assert keyring.main(["new", "team-a"]) == 0
+    out, err = capsys.readouterr()
+    key = err.rsplit(": ", 1)[1].strip()
+    assert key.startswith("llmg-") and len(key) == 48 and key not in out
+    (made,) = load(out).keys
+    assert (made.name, made.sha256) == ("team-a", hash_key(key))
+    assert keyring.main(["new", "Bad Name"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("headers", "found"),
+    [
+        ([("Authorization", "Bearer  k1 ")], "k1"),
+        ([("api-key", "k2")], "k2"),
+        ([("X-API-Key", "k3")], "k3"),
+        ([("Authorization", "Basic eDp5"), ("api-key", "k4")], "k4"),
+        ([("Authorization", "Bearer ")], None),
+        ([], None),
+    ],
+)
+def test_the_key_a_caller_presents(headers, found) -> None:
+    assert presented_key(headers) == found
+
+
+def test_unknown_revoked_and_expired_keys_are_one_401() -> None:
+    ring = KeyRing([_key(), GatewayKey("old", hash_key("old"), expires=T0),
+                    GatewayKey("gone", hash_key("gone"), revoked=True)])  # fmt: skip
+    assert ring.authenticate(_bearer(), T0).name == "team"
+    for secret in ("nope", "old", "gone"):
+        with pytest.raises(InvalidApiKey) as caught:
+            ring.authenticate(_bearer(secret), T0)
+        assert caught.value.status == 401 and caught.value.code == "invalid_api_key"
+        assert "not valid" in caught.value.message
+    with pytest.raises(InvalidApiKey, match="needs an API key"):
+        ring.authenticate([], T0)
+
+
+def test_models_and_caps() -> None:
+    key = _key(models=("gpt-4o-mini",), max_tokens=100, max_n=2)
+    key.check_request("gpt-4o-mini", {"max_tokens": 100, "n": 2})
+    with pytest.raises(ModelNotAllowed) as caught:
+        key.check_request("gpt-4o", {})
+    assert (caught.value.status, caught.value.code) == (403, "model_not_allowed")
+    too_much = [({"max_tokens": 101}, "max_tokens"), ({"n": 3}, "n"),
+                ({"max_output_tokens": 500}, "max_output_tokens")]  # fmt: skip
+    for body, param in too_much:
+        with pytest.raises(BadRequest) as bad:
+            key.check_request("gpt-4o-mini", body)
+        assert bad.value.param == param
+
+
+def test_the_reservation_is_the_calls_own_bound_times_n_else_the_cap() -> None:
+    assert _key().reservation({"max_tokens": 50, "n": 3}) == 150
+    assert _key().reservation({"max_completion_tokens": 70}) == 70
+    assert _key(max_tokens=200).reservation({"messages": []}) == 200
+    assert _key().reservation({"max_tokens": True}) == 0  # a bool is not a count
+    assert _key().reservation(None) == 0
+
+
+# -- windows ---------------------------------------------------------------------------------
+def test_windows_and_reset_texts() -> None:
+    now = T0 + 0.5
+    m = limits.minute("requests", now)
+    assert (m.end - m.start, m.start % 60, m.reset_s(now)) == (60, 0, 19.5)
+    assert m.key("team") == f"llmgate:rl:v1:team:requests:{m.start}"
+    d, mo = limits.day(now), limits.month(now)
+    assert d.start % 86400 == 0 and d.end - d.start == 86400
+    assert mo.start == 1788220800 and mo.end == 1790812800  # 2026-09-01 .. 2026-10-01 UTC
+    assert limits.month(1796083200.0).end == 1798761600  # December rolls into January
+    assert [limits.reset_text(s) for s in (0.02, 1, 59.5, 360, 3725)] == [
+        "20ms", "1s", "1m0s", "6m0s", "1h2m5s"]  # fmt: skip
+
+
+def test_memory_counters_expire_and_stop_at_zero() -> None:
+    now = [0.0]
+    counters = limits.MemoryCounters(clock=lambda: now[0])
+    assert counters.incr("k", 2, ttl=10) == 2 and counters.incr("k", 3, ttl=10) == 5
+    assert counters.decr("k", 9) == 0
+    now[0] = 11.0
+    assert counters.read(["k"]) == {} and counters.incr("k", 1, ttl=10) == 1
+
+
+# -- the gate --------------------------------------------------------------------------------
+class FixedSource(KeySource):
+    def __init__(self, *keys: GatewayKey) -> None:
+        self.ring = KeyRing(keys)
+
+    def current(self) -> KeyRing:
+        return self.ring
+
+
+class DownCounters:
+    def incr(self, key, delta, ttl):
+        return None
+
+    def decr(self, key, delta):
+        return None
+
+    def read(self, keys):
+        return None
+
+
+def _gate(key: GatewayKey, counters=None, clock=lambda: T0, **kw) -> Access:
+    return Access(FixedSource(key), counters or limits.MemoryCounters(), clock=clock, **kw)
+
+
+def test_requests_per_minute_admit_exactly_the_limit_and_count_down() -> None:
+    gate = _gate(_key(requests_per_minute=5))
+    key = gate.authenticate(_bearer())
+    remaining = []
+    for _ in range(5):
+        grant = gate.admit(key, "m", {}, stream=False)
+        remaining.append(dict(grant.headers)["x-ratelimit-remaining-requests"])
+    assert remaining == ["4", "3", "2", "1", "0"]
+    assert dict(grant.headers)["x-ratelimit-reset-requests"] == "20s"
+    with pytest.raises(RateLimited) as caught:
+        gate.admit(key, "m", {}, stream=False)
+    error = caught.value
+    assert (error.status, error.type, error.code) == (429, "requests", "rate_limit_exceeded")
+    assert error.headers["retry-after"] == "20" and error.retryable
+
+
+def test_tokens_are_reserved_then_settled_from_usage() -> None:
+    counters = limits.MemoryCounters()
+    gate = _gate(_key(tokens_per_minute=1000, tokens_per_day=1000), counters)
+    key = gate.authenticate(_bearer())
+    first = gate.admit(key, "m", {"max_tokens": 600}, stream=False)
+    assert dict(first.headers)["x-ratelimit-remaining-tokens"] == "400"
+    with pytest.raises(RateLimited) as caught:  # 600 + 600 would cross 1000
+        gate.admit(key, "m", {"max_tokens": 600}, stream=False)
+    assert caught.value.type == "tokens"
+    gate.settle(first, {"prompt_tokens": 10, "completion_tokens": 90, "total_tokens": 100}, True)
+    gate.settle(first, {"total_tokens": 999}, True)  # once only
+    windows = [limits.minute("tokens", T0), limits.day(T0)]
+    assert counters.read([w.key("team") for w in windows]) == {w.key("team"): 100 for w in windows}
+    second = gate.admit(key, "m", {"max_tokens": 600}, stream=False)  # 100 + 600 fits
+    gate.settle(second, None, False)  # a cache hit: nothing billed, the reservation freed
+    assert counters.read([windows[0].key("team")]) == {windows[0].key("team"): 100}
+
+
+def test_a_budget_is_a_quota_the_sdk_must_not_retry() -> None:
+    gate = _gate(_key(tokens_per_day=100))
+    key = gate.authenticate(_bearer())
+    grant = gate.admit(key, "m", {}, stream=False)  # no bound: nothing reserved
+    gate.settle(grant, {"total_tokens": 100}, True)
+    with pytest.raises(RateLimited) as caught:  # the budget is spent: refused
+        gate.admit(key, "m", {}, stream=False)
+    error = caught.value
+    assert (error.code, error.retryable, error.type) == ("insufficient_quota", False, "tokens")
+    assert int(error.headers["retry-after"]) > 3600  # the next UTC day
+
+
+def test_a_refused_call_gives_back_what_it_took() -> None:
+    counters = limits.MemoryCounters()
+    gate = _gate(_key(requests_per_minute=10, max_streams=5, tokens_per_minute=100), counters)
+    key = gate.authenticate(_bearer())
+    with pytest.raises(RateLimited):
+        gate.admit(key, "m", {"max_tokens": 500}, stream=True)
+    taken = [limits.minute("requests", T0), limits.streams(600), limits.minute("tokens", T0)]
+    assert set(counters.read([w.key("team") for w in taken]).values()) == {0}
+
+
+def test_concurrent_streams_are_counted_until_settled() -> None:
+    gate = _gate(_key(max_streams=2))
+    key = gate.authenticate(_bearer())
+    grants = [gate.admit(key, "m", {}, stream=True) for _ in range(2)]
+    gate.admit(key, "m", {}, stream=False)  # not a stream: not counted
+    with pytest.raises(RateLimited, match="2 streams open"):
+        gate.admit(key, "m", {}, stream=True)
+    gate.settle(grants[0], None, False)
+    gate.admit(key, "m", {}, stream=True)
+
+
+def test_counters_down_fail_open_or_closed() -> None:
+    errors = []
+    gate = _gate(
+        _key(requests_per_minute=1), DownCounters(), on_counter_error=lambda: errors.append(1)
+    )
+    key = gate.authenticate(_bearer())
+    for _ in range(3):
+        assert gate.admit(key, "m", {}, stream=False).headers == []  # uncounted, no headers
+    assert len(errors) == 3
+    closed = _gate(_key(requests_per_minute=1), DownCounters(), fail_open=False)
+    with pytest.raises(LimitsUnavailable) as caught:
+        closed.admit(key, "m", {}, stream=False)
+    assert caught.value.status == 503
+
+
+def test_the_keys_file_is_re_read_when_it_changes(tmp_path) -> None:
+    path = tmp_path / "keys.toml"
+    table = f'[[keys]]\nname = "team"\nsha256 = "{hash_key(SECRET)}"\n'
+    path.write_text(table)
+    now = [0.0]
+    source = KeySource(str(path), clock=lambda: now[0])
+    assert source.current().authenticate(_bearer(), T0).name == "team"
+    path.write_text(table + "revoked = true\n")
+    assert source.current().authenticate(_bearer(), T0)  # checked at most every 0.25 s
+    now[0] = 0.3
+    with pytest.raises(InvalidApiKey):
+        source.current().authenticate(_bearer(), T0)
+    path.write_text("this is not toml")
+    now[0] = 0.6
+    with pytest.raises(InvalidApiKey):  # a bad edit is ignored: the keys in force stay
+        source.current().authenticate(_bearer(), T0)
+    assert source.reload_errors == 1
+
+
+# -- the usage chunk -------------------------------------------------------------------------
+USAGE = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}\n\n'  # noqa: E501
+CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":null}\n\n'
+
+
+def test_the_usage_chunk_is_taken_out_and_kept_for_the_count() -> None:
+    seen = []
+    out = list(without_usage_chunk(iter([CHUNK, USAGE, b"data: [DONE]\n\n"]), seen.append))
+    assert out == [CHUNK, b"data: [DONE]\n\n"]
+    assert seen == [{"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}]
+    assert is_usage_chunk(CHUNK) is None and is_usage_chunk(b": ping\n\n") is None
+
+
+def test_usage_is_requested_editing_only_stream_options() -> None:
+    raw = b'{ "model" : "m",\n  "stream": true }'
+    asked = with_usage_requested(raw, json.loads(raw))
+    assert asked == b'{ "model" : "m",\n  "stream": true,"stream_options":{"include_usage":true} }'
+    raw = b'{"stream_options": {"include_obfuscation": false}, "model": "m"}'
+    asked = with_usage_requested(raw, json.loads(raw))
+    assert json.loads(asked)["stream_options"] == {
+        "include_obfuscation": False,
+        "include_usage": True,
+    }
+    assert asked.endswith(b', "model": "m"}')
+    raw = b'{"stream_options":{"include_usage":true}}'
+    assert with_usage_requested(raw, json.loads(raw)) is raw
+    assert with_member(b"{}", "a", b"1") == b'{"a":1}'
