@@ -1,0 +1,69 @@
+"""The limit counters' contract (app/limits.py ``Counters``), kept by both implementations:
+Memcached's (real memcached on loopback) and the per-worker stand-in. Memcached's own
+contents are read with a plain client of the test's, not through the code under test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pymemcache.client.base import Client
+
+from app.cache.memcached import MemcachedBackend
+from app.limits import MemoryCounters
+from runner.procs import free_port
+from tests.integration.test_cache_backends import start_memcached
+
+
+@pytest.fixture(scope="module")
+def mc(tmp_path_factory) -> Iterator[int]:
+    proc, port = start_memcached(Path(tmp_path_factory.mktemp("counters")))
+    yield port
+    proc.stop()
+
+
+@pytest.fixture(params=["memcached", "memory"])
+def counters(request, mc):
+    if request.param == "memory":
+        yield MemoryCounters()
+        return
+    backend = MemcachedBackend([("127.0.0.1", mc)], timeout=1.0, name="limits")
+    yield backend
+    backend.close()
+
+
+def test_incr_creates_counts_and_decr_stops_at_zero(counters, request) -> None:
+    key = f"llmgate:rl:v1:t:{request.node.callspec.id}:requests:0"
+    assert counters.read([key]) == {}
+    assert counters.incr(key, 1, ttl=60) == 1
+    assert counters.incr(key, 5, ttl=60) == 6
+    assert counters.incr(key, 0, ttl=60) == 6  # a read that counts nothing
+    assert counters.decr(key, 2) == 4
+    assert counters.decr(key, 10) == 0
+    assert counters.incr(key, 7, ttl=60) == 7
+    assert counters.read([key, key + "x"]) == {key: 7}
+
+
+def test_memcached_holds_the_count_as_a_plain_decimal_with_its_ttl(mc) -> None:
+    counters = MemcachedBackend([("127.0.0.1", mc)], timeout=1.0, name="limits")
+    key = "llmgate:rl:v1:t:raw:requests:0"
+    counters.incr(key, 12, ttl=120)
+    counters.decr(key, 3)  # 12 -> 9: memcached may pad the shorter number with a space
+    raw = Client(("127.0.0.1", mc))
+    assert raw.get(key).strip() == b"9"
+    assert counters.read([key]) == {key: 9}
+    other = MemcachedBackend([("127.0.0.1", mc)], timeout=1.0, name="limits")
+    assert other.incr(key, 1, ttl=120) == 10  # another process's client: the same counter
+    for client in (raw, counters, other):
+        client.close()
+
+
+def test_an_unreachable_node_is_none_never_an_exception() -> None:
+    down = MemcachedBackend([("127.0.0.1", free_port())], timeout=0.2, connect_timeout=0.2)
+    key = "llmgate:rl:v1:t:down:requests:0"
+    assert down.incr(key, 1, ttl=60) is None
+    assert down.decr(key, 1) is None
+    assert down.read([key]) is None
+    down.close()
