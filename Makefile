@@ -1,13 +1,19 @@
 # llmgate: `make run` and `make test` set this machine up themselves (scripts/setup.sh).
 PY := .venv/bin/python
 
-.PHONY: setup setup-test run test test-unit test-integration lint format typecheck check bench nginx-conf mutate clean
+.PHONY: setup setup-test run run-cluster test test-unit test-integration lint format typecheck check bench nginx-conf mutate clean
 
 setup:
 	@scripts/setup.sh
 
 run: setup
 	$(PY) -m runner
+
+# Several gateway instances (each its own gunicorn) behind one nginx upstream block, sharing
+# two Memcached nodes, all on loopback: what a scaled-out deployment does (docs/scaling.md).
+INSTANCES ?= 3
+run-cluster: setup
+	$(PY) -m runner --instances $(INSTANCES) --memcached-nodes 2
 
 setup-test:
 	@scripts/setup.sh test
