@@ -18,6 +18,7 @@ import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.keyring import hash_key
+from runner.procs import free_port
 from tests.integration.sse_reader import chat
 
 UPSTREAM_KEY = "sk-upstream-operator"
@@ -268,3 +269,25 @@ def test_key_metrics_carry_names_never_secrets(keyed) -> None:
     assert total("llmgate_key_requests_total", key="rpm60", status="200") == 60
     assert total("llmgate_key_tokens_total", key="budget", kind="completion") > 0
     assert not any(secret in text for secret, _ in KEYS.values() for text in texts)
+
+
+@pytest.mark.parametrize("mode", ["open", "closed"])
+def test_limits_without_memcached_fail_open_or_closed(make_stack, keys_file, mode) -> None:
+    env = {
+        "LLMGATE_KEYS_FILE": str(keys_file),
+        "LLMGATE_MEMCACHED": f"127.0.0.1:{free_port()}",  # nobody listens there
+        "LLMGATE_LIMITS_FAIL": mode,
+        "LLMGATE_CACHE_MODE": "off",
+    }
+    gw = make_stack(env=env, workers=1, memcached=False)
+    body = chat(max_tokens=2, temperature=0.9)
+    statuses = [_post(gw.url, body, "rpm60").status for _ in range(3)]
+    if mode == "open":
+        assert statuses == [200, 200, 200]  # uncounted, and said so
+        assert "limit counters unreachable; limits fail open" in gw.log("gunicorn")
+        assert gw.metric("llmgate_limit_counter_errors_total") >= 3
+    else:
+        assert statuses == [503, 503, 503]
+        resp = _post(gw.url, body, "rpm60")
+        assert _error(resp)["code"] == "limits_unavailable"
+    assert _post(gw.url, body, "team-a").status == 200  # a key without limits needs no counter
