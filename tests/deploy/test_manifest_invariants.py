@@ -19,7 +19,7 @@ import socket
 import pytest
 import yaml
 
-from app import upstreams
+from app import keyring, upstreams
 from app.config import Settings
 from app.lifecycle import MARGIN_S
 from runner.__main__ import GRACEFUL_TIMEOUT_S
@@ -161,6 +161,24 @@ def test_the_upstreams_file_loads_with_the_secrets_keys() -> None:
     assert pod_env()["LLMGATE_CONFIG"] == "/etc/llmgate/llmgate.toml"
     mounts = {m["name"]: m["mountPath"] for m in _container()["volumeMounts"]}
     assert mounts["upstreams"] == "/etc/llmgate"
+
+
+def test_gateway_keys_and_the_operator_token_reach_the_pod_and_the_scraper() -> None:
+    env = pod_env()
+    # The keys file is the mounted Secret's, and it loads (empty as shipped: nobody gets in).
+    mounts = {m["name"]: m["mountPath"] for m in _container()["volumeMounts"]}
+    volumes = {v["name"]: v for v in kind("Deployment")["spec"]["template"]["spec"]["volumes"]}
+    secret_name = volumes["gateway-keys"]["secret"]["secretName"]
+    assert env["LLMGATE_KEYS_FILE"] == mounts["gateway-keys"] + "/keys.toml"
+    ring = keyring.load(kind("Secret", secret_name)["stringData"]["keys.toml"])
+    assert ring.keys == ()
+    # The ServiceMonitor sends the token the pods read, and nginx lets the scraper in.
+    (endpoint,) = kind("ServiceMonitor")["spec"]["endpoints"]
+    credentials = endpoint["authorization"]["credentials"]
+    secret = kind("Secret", credentials["name"])["stringData"]
+    assert secret[credentials["key"]] == env["LLMGATE_OPERATOR_TOKEN"]
+    allowed = Settings.from_env(env).ops_allow_list
+    assert "10.0.0.0/8" in allowed and "127.0.0.1" in allowed
 
 
 def test_selectors_find_their_pods() -> None:

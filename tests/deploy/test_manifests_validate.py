@@ -73,6 +73,24 @@ SERVICE_MONITOR = {
                             "interval": _DURATION,
                             "scrapeTimeout": _DURATION,
                             "honorLabels": {"type": "boolean"},
+                            "authorization": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "required": ["credentials"],
+                                "properties": {
+                                    "type": {"type": "string"},
+                                    "credentials": {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "required": ["name", "key"],
+                                        "properties": {
+                                            "name": {"type": "string"},
+                                            "key": {"type": "string"},
+                                            "optional": {"type": "boolean"},
+                                        },
+                                    },
+                                },
+                            },
                         },
                     },
                 },

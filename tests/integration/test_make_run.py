@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import urllib3
 
 from runner.procs import free_port
@@ -40,15 +41,32 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_run_serves_then_stops_every_child_on_ctrl_c(runs_dir) -> None:
+def _curl_stream(url: str, body: dict) -> list[tuple[float, bytes]]:
+    """``curl -N``'s output lines with the moment each arrived, as a user would watch them."""
+    curl = require_binary("curl")
+    argv = [curl, "-N", "-s", "-H", "Content-Type: application/json", "-d", json.dumps(body), url]
+    lines = []
+    with subprocess.Popen(argv, stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append((time.monotonic(), line))
+    return lines
+
+
+# `make run` and `make run-cluster` (the same runner with more instances and Memcached nodes).
+RUNS = {"run": [], "run-cluster": ["--instances", "2", "--memcached-nodes", "2"]}
+
+
+@pytest.mark.parametrize("make_target", list(RUNS))
+def test_run_serves_then_stops_every_child_on_ctrl_c(runs_dir, make_target) -> None:
     require_binary("nginx")
     require_binary("memcached")
     port = free_port()
-    run_dir = str(runs_dir / "make-run")
+    run_dir = str(runs_dir / make_target)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGATE_")}
     env.update(LLMGATE_PORT=str(port), LLMGATE_RUN_DIR=run_dir, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner"],
+        [sys.executable, "-m", "runner", *RUNS[make_target]],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -80,6 +98,16 @@ def test_run_serves_then_stops_every_child_on_ctrl_c(runs_dir) -> None:
             headers={"Content-Type": "application/json"},
         )
         assert resp.status == 200 and resp.data.endswith(b"data: [DONE]\n\n")
+        # Token by token through nginx, as `curl -N` shows it: 20 tokens at the simulator's
+        # 100 tokens/s arrive over ~0.2 s, not in one piece at the end.
+        lines = _curl_stream(
+            f"http://127.0.0.1:{port}/v1/chat/completions", {**body, "max_tokens": 20}
+        )
+        tokens = [
+            at for at, line in lines if b'"content":"' in line and b'"content":""' not in line
+        ]
+        assert len(tokens) == 20 and [line for _, line in lines][-2:] == [b"data: [DONE]\n", b"\n"]
+        assert tokens[-1] - tokens[0] >= 0.1, "the tokens arrived together"
         ready = http.request("GET", f"http://127.0.0.1:{port}/readyz").json()
         assert ready["ready"] and ready["checks"]["memcached"]["ok"]
         children = _descendants(proc.pid)
