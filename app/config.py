@@ -76,10 +76,11 @@ class Settings:
     )
     pool_size: int = _setting(
         "LLMGATE_POOL_SIZE",
-        100,
-        "Keep-alive upstream connections kept per worker (urllib3 maxsize). Size it to the "
-        "worker's concurrent calls; bursts above it open extra connections that are closed "
-        "after use.",
+        2000,
+        "Idle keep-alive upstream connections a worker keeps per upstream (urllib3 maxsize). "
+        "Unset: LLMGATE_MAX_STREAMS_PER_WORKER (else 4/5 of LLMGATE_WORKER_CONNECTIONS), so a "
+        "worker can keep a connection for every stream it may hold and steady load opens "
+        "none; calls above it open extra connections that are closed after use.",
     )
     connect_timeout_s: float = _setting(
         "LLMGATE_CONNECT_TIMEOUT_S", 5.0, "Seconds to open a TCP (+TLS) connection upstream."
@@ -301,6 +302,10 @@ class Settings:
                 continue
             values[f.name] = _parse(f, raw.strip())
         values = {**admission_defaults(environ), **values}
+        # A pool that never discards: a connection for every stream the worker may hold.
+        values.setdefault(
+            "pool_size", values["max_streams_per_worker"] or values["max_requests_per_worker"] or 100
+        )
         settings = cls(**values)
         settings.validate()
         return settings

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
+import urllib3
 
 from tests.integration.sse_reader import chat
+from tests.support.scripted_server import wait_for
 
 
 def test_1000_sequential_requests_reuse_one_connection_per_worker(gw) -> None:
@@ -103,3 +108,41 @@ def test_retried_429s_keep_their_connection(gw) -> None:
     stats = gw.sim_stats()
     assert stats["requests"] == 30  # two 429s and a success each
     assert stats["connections_accepted"] == 0  # every retry reused its connection
+
+
+@pytest.fixture(scope="module")
+def one_worker(make_stack):
+    """One gunicorn worker: every stream lands on the same pool, whose size is the question."""
+    return make_stack(workers=1, env={"LLMGATE_CACHE_MODE": "off"})
+
+
+def _round_of_streams(gw, http, callers: int) -> list[int]:
+    def one(_: int) -> int:
+        resp = http.request("POST", gw.url + "/v1/chat/completions",
+                            body=json.dumps(chat(True, max_tokens=3)).encode(),
+                            headers={"Content-Type": "application/json",
+                                     "x-sim-ttft-ms": "300"})  # fmt: skip
+        return resp.status if resp.data.endswith(b"data: [DONE]\n\n") else -resp.status
+
+    # Each round starts once the last one's connections are back in the pool (a caller has
+    # its [DONE] a moment before the worker reads the response's end and releases it).
+    assert wait_for(
+        lambda: gw.metric("llmgate_upstream_pool_connections", state="in_use", default=0) == 0
+    )
+    with ThreadPoolExecutor(callers) as pool:
+        return list(pool.map(one, range(callers)))
+
+
+def test_steady_load_of_200_streams_opens_no_new_connections(one_worker) -> None:
+    gw, callers = one_worker, 200
+    http = urllib3.PoolManager(maxsize=callers, retries=False)
+    assert set(_round_of_streams(gw, http, callers)) == {200}  # the pool fills up once
+    gw.sim_reset()  # zeroes the simulator's accept count; the pooled connections stay open
+    for _ in range(5):
+        assert set(_round_of_streams(gw, http, callers)) == {200}
+    stats = gw.sim_stats()
+    assert stats["requests"] == 5 * callers
+    # 1,000 streams, 200 at a time (the 300 ms TTFT keeps them overlapping), each on a
+    # connection the worker kept from the first round: not one new one, by the simulator's
+    # own count. A pool smaller than the worker's concurrency opens and throws away the rest.
+    assert stats["connections_accepted"] == 0, stats

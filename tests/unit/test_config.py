@@ -77,3 +77,12 @@ def test_memcached_dns_entries_are_kept_apart_from_fixed_nodes() -> None:
             Settings.from_env({"LLMGATE_MEMCACHED": bad})
     with pytest.raises(SettingsError, match="LLMGATE_MEMCACHED_DNS_REFRESH_S"):
         Settings.from_env({"LLMGATE_MEMCACHED_DNS_REFRESH_S": "0"})
+
+
+def test_the_pool_keeps_a_connection_for_every_stream_a_worker_may_hold() -> None:
+    assert Settings.from_env({}).pool_size == Settings.from_env({}).max_streams_per_worker
+    assert Settings.from_env({"LLMGATE_WORKER_CONNECTIONS": "1000"}).pool_size == 400
+    assert Settings.from_env({"LLMGATE_MAX_STREAMS_PER_WORKER": "300"}).pool_size == 300
+    assert Settings.from_env({"LLMGATE_POOL_SIZE": "7"}).pool_size == 7
+    no_limits = {"LLMGATE_MAX_STREAMS_PER_WORKER": "0", "LLMGATE_MAX_REQUESTS_PER_WORKER": "0"}
+    assert Settings.from_env(no_limits).pool_size == 100
