@@ -10,14 +10,15 @@ Layers, imports flow downwards only:
                    lifecycle.py
     adapters       upstream.py, cache/{memory,memcached,     the only owners of sockets and
                    tiered,discovery}.py, metrics.py,         clients
-                   health.py
+                   health.py, otel.py
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py, budget.py, jsonedit.py, streams.py,
                    status.py, upstreams.py, breaker.py, hedge.py, paths.py,
-                   keyring.py, limits.py,
+                   keyring.py, limits.py, tracing.py,
                    cache/{policy,entry,shapes,chunks}.py
 
 Nothing here is created at import time: the app factory builds the urllib3 PoolManager,
-the cache client and the metrics registry inside the gunicorn worker, after gevent patched.
+the cache client, the metrics registry and the tracer (when tracing is on) inside the
+gunicorn worker, after gevent patched.
 """

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.admission import Ticket
+from app.tracing import Span
 
 SSE_HEADERS = (
     ("Content-Type", "text/event-stream; charset=utf-8"),
@@ -42,6 +43,8 @@ class Trace:
     usage: dict[str, Any] | None = None
     limit_headers: list[tuple[str, str]] | None = None
     settle: Callable[[dict[str, Any] | None, bool], None] | None = None
+    # The request's span when tracing is on (app/tracing.py), ended by app/observe.py.
+    span: Span | None = None
 
 
 @dataclass(frozen=True)

@@ -293,6 +293,20 @@ class Settings:
         "data your users did not agree to have in logs.",
     )
 
+    otel_endpoint: str = _setting(
+        "LLMGATE_OTEL_ENDPOINT",
+        "",
+        "OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:4318/v1/traces): one span per "
+        "request with the GenAI attributes, child spans for the cache lookup, each upstream "
+        "attempt and the stream; W3C traceparent taken from the caller and sent upstream "
+        "(docs/observability.md). Empty: tracing is off and OpenTelemetry is never imported.",
+    )
+    otel_service_name: str = _setting(
+        "LLMGATE_OTEL_SERVICE_NAME",
+        "llmgate",
+        "The service.name of the gateway's spans.",
+    )
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         values: dict[str, Any] = {}
@@ -358,6 +372,12 @@ class Settings:
         if self.memcached_dns_refresh_s <= 0:
             raise SettingsError("LLMGATE_MEMCACHED_DNS_REFRESH_S must be > 0")
         _ = self.memcached_nodes, self.memcached_dns  # a malformed entry stops the start
+        if self.otel_endpoint:
+            parts = urlsplit(self.otel_endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise SettingsError(
+                    f"LLMGATE_OTEL_ENDPOINT must be an http(s) URL, got {self.otel_endpoint!r}"
+                )
         if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"

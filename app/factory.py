@@ -26,6 +26,7 @@ from app.limits import Counters, MemoryCounters
 from app.metrics import Metrics
 from app.routes import api, register_error_handlers, register_operator_guard
 from app.statuspage import status_page
+from app.tracing import Tracer
 from app.upstream import Upstream
 from app.upstreams import UpstreamSpec
 
@@ -45,6 +46,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
         build_answer_cache(settings, metrics),
         metrics,
         build_access(settings, metrics),
+        build_tracer(settings),
     )
     # This worker's admission limits (app/admission.py), taken by each API call's ticket.
     app.extensions["llmgate.admission"] = Gate(
@@ -91,6 +93,16 @@ def build_access(settings: Settings, metrics: Metrics) -> Access | None:
         on_usage=lambda key, spent, usage: metrics.observe_key_usage(key.name, usage),
         on_counter_error=metrics.limit_counter_errors.inc,
     )
+
+
+def build_tracer(settings: Settings) -> Tracer | None:
+    """Traces over OTLP/HTTP when LLMGATE_OTEL_ENDPOINT is set; otherwise None, and
+    OpenTelemetry is never imported (app/tracing.py)."""
+    if not settings.otel_endpoint:
+        return None
+    from app.otel import build_tracer as otel_tracer
+
+    return otel_tracer(settings)
 
 
 def breaker_policy(settings: Settings) -> BreakerPolicy:

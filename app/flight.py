@@ -26,6 +26,7 @@ import gevent.event
 
 from app import sse
 from app.errors import ClientTooSlow, GatewayError, UpstreamProtocolError
+from app.tracing import Span
 
 log = logging.getLogger("llmgate.relay")
 
@@ -102,6 +103,7 @@ class Flight:
         self.stream = False
         self.source = "upstream"
         self.lease_held = False
+        self.span: Span | None = None  # the leader's request span (tracing on): followers link
         self._changed = gevent.event.Event()
         self._on_done = on_done
         self._greenlet = gevent.spawn(self._run, producer)

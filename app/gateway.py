@@ -16,7 +16,7 @@ from typing import Any
 
 import gevent
 
-from app import jsonedit, keys, schema
+from app import jsonedit, keys, schema, tracing
 from app.access import Access, Grant, with_usage_requested, without_usage_chunk
 from app.cache import policy as cache_policy
 from app.cache.entry import Entry
@@ -35,6 +35,7 @@ from app.policy import Deadline
 from app.relay import DisconnectWatcher, relay, upstream_producer
 from app.replay import reply_from_entry
 from app.streams import END_OF_STREAM
+from app.tracing import Tracer
 from app.upstream import Upstream, UpstreamRequest
 
 # Routes whose streams end with a usage chunk when asked (stream_options.include_usage).
@@ -52,12 +53,14 @@ class Gateway:
         answers: AnswerCache | None = None,
         metrics: Metrics | None = None,
         access: Access | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
         self.answers = answers
         self.metrics = metrics
         self.access = access  # gateway keys and their limits; None: callers pass through
+        self.tracer = tracer  # None: tracing is off (LLMGATE_OTEL_ENDPOINT unset)
         self.flights = Flights()
         self.lifecycle = Lifecycle()
 
@@ -65,6 +68,8 @@ class Gateway:
         body: dict[str, Any] | None = None
         stream = False
         forward = call.body
+        if self.tracer is not None:
+            self._start_span(call)
         # With gateway keys, who is calling comes first: a stranger learns nothing of the body.
         caller = self.access.authenticate(call.headers) if self.access is not None else None
         if caller is not None:
@@ -80,6 +85,11 @@ class Gateway:
             stream = schema.wants_stream(body)
             call.trace.model = str(body["model"])[:100] if "model" in body else None
             call.trace.stream = stream
+            if call.trace.span is not None:
+                call.trace.span.rename(
+                    tracing.request_name(call.route, call.method, call.path, _model(body))
+                )
+                call.trace.span.set(tracing.body_attributes(body, stream))
             if "cache" in body:
                 # Our control object, not the provider's: it never goes upstream.
                 forward = _without_cache(call.body, body)
@@ -101,6 +111,8 @@ class Gateway:
             stream=stream,
             model=_model(body),
             upstreams=None if grant is None else grant.key.upstreams,
+            route=call.route,
+            span=call.trace.span,
         )
         deadline = Deadline.start(self.settings.deadline_s)
         compute = upstream_producer(
@@ -122,6 +134,8 @@ class Gateway:
             looked = time.monotonic()
             found = self.answers.lookup(key, directive)
             call.trace.cache_s += time.monotonic() - looked
+            if call.trace.span is not None:
+                tracing.cache_lookup(call.trace.span, looked, found[1] if found else None)
             if found is not None:
                 entry, level = found
                 reply = self._replay(call, body, entry, f"HIT; level={level}")
@@ -131,6 +145,8 @@ class Gateway:
                     return reply
         flight = self.flights.get(key)
         if flight is not None:
+            if call.trace.span is not None and flight.span is not None:
+                tracing.follow(call.trace.span, flight.span)
             return self._follow(call, body, flight, COALESCED, compute)
         flight = self._start_flight(
             key,
@@ -143,8 +159,22 @@ class Gateway:
             include_usage=schema.wants_usage(body),
         )
         assert flight is not None  # only a background refresh gives up
+        flight.span = call.trace.span  # followers link to it
         status = COALESCED if flight.source == "lease" else directive.status_on_miss
         return self._follow(call, body, flight, status, compute)
+
+    def _start_span(self, call: Call) -> None:
+        """The request's span (app/tracing.py), from when the call arrived; observe.py ends
+        it when the last byte has left."""
+        assert self.tracer is not None
+        call.trace.span = self.tracer.request(
+            tracing.request_name(call.route, call.method, call.path),
+            call.headers,
+            start=call.trace.started,
+            attributes=tracing.request_attributes(
+                call.route, call.method, call.path, call.trace.request_id
+            ),
+        )
 
     def _grant(
         self, call: Call, key: GatewayKey, body: dict[str, Any] | None, stream: bool, forward: bytes
@@ -349,6 +379,8 @@ class Gateway:
         if head is not None:
             call.trace.attempts = head.attempts
             call.trace.upstream = head.upstream or None
+            if call.trace.span is not None:
+                tracing.answered_by(call.trace.span, self.upstream.specs, head.upstream)
         if flight.head_at is not None and flight.source == "upstream":
             call.trace.upstream_ttfb_s = flight.head_at - flight.started
         if head is None:

@@ -7,7 +7,8 @@ completions stream and the first output delta of a Responses stream (its lifecyc
 come before the model has produced anything). Usage, cached prompt tokens and the
 service tier the answer was billed in come from the answer itself: the usage chunk, the
 ``response.completed`` event, or the body. The log line never holds a credential; the
-request body only when LLMGATE_LOG_PROMPTS is on.
+request body only when LLMGATE_LOG_PROMPTS is on. With tracing on, the request's span
+(app/tracing.py) ends here too, with the answer's GenAI attributes and the stream's span.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from app import jsonedit, sse, streams
+from app import jsonedit, sse, streams, tracing
 from app.cache.policy import STATUS_HEADER
 from app.calls import Call, Reply, Trace
 from app.config import Settings
 from app.metrics import Metrics
+from app.tracing import Span
 
 log = logging.getLogger("llmgate.access")
 _PING = sse.comment()
@@ -76,17 +78,21 @@ class StreamFacts:
         self.events = 0
         self.usage: dict[str, Any] | None = None
         self.service_tier: str | None = None
+        self.begun = time.monotonic()  # when the body started to be sent
+        self.first_chunk = b""  # the first output event (its model is the answer's)
+        self.model: str | None = None  # the answer's model, where the stream says it anyway
 
-    def output(self) -> None:
+    def output(self, chunk: bytes = b"") -> None:
         """An event with generated output left: first token, last token, count."""
         now = time.monotonic()
-        self.first = self.first or now
+        if self.first is None:
+            self.first, self.first_chunk = now, chunk
         self.last = now
         self.events += 1
 
     def chunk(self, chunk: bytes) -> None:
         """A chat or completions data event."""
-        self.output()
+        self.output(chunk)
         if b'"usage":{' in chunk:
             self.usage = _usage_of(chunk[6:])
         if self.service_tier is None and b'"service_tier"' in chunk:
@@ -104,6 +110,8 @@ class StreamFacts:
                 usage = response.get("usage")
                 self.usage = usage if isinstance(usage, dict) else None
                 self.service_tier = _tier(response.get("service_tier"))
+                model = response.get("model")
+                self.model = model if isinstance(model, str) else None
 
 
 def _watched(
@@ -181,7 +189,8 @@ def _record(
         facts.usage = _usage_in_body(reply.body)
         if call.route in ("chat", "completions", "responses"):
             facts.service_tier = _tier_in_body(reply.body)
-    tokens_in, tokens_out, tokens_cached = streams.usage_details(facts.usage or {})
+    usage = streams.usage_details(facts.usage or {})
+    tokens_in, tokens_out, tokens_cached = usage
     if trace.settle is not None:
         # The key's tokens: what the provider billed; a replay or a follower billed none.
         billed = reply.status < 400 and not outcome.startswith("hit") and outcome != "coalesced"
@@ -234,3 +243,58 @@ def _record(
     if settings.log_prompts:
         line["request_body"] = call.body.decode("utf-8", errors="replace")
     log.info(json.dumps(line, separators=(",", ":")))
+    if trace.span is not None:
+        _end_span(trace.span, call, reply, facts, outcome, ttft, usage)
+
+
+def _end_span(
+    span: Span,
+    call: Call,
+    reply: Reply,
+    facts: StreamFacts,
+    outcome: str,
+    ttft: float | None,
+    usage: tuple[Any, Any, Any],
+) -> None:
+    """The request's span gets the answer's attributes and, for a stream, a child span from
+    its first byte to its last with the first token as an event; then it ends."""
+    span.set(
+        tracing.answer_attributes(
+            status=reply.status,
+            outcome=outcome,
+            usage=usage,
+            response_model=_response_model(reply, facts),
+            service_tier=facts.service_tier,
+            ttft_s=ttft,
+            attempts=call.trace.attempts,
+            client_closed=call.trace.client_closed,
+        )
+    )
+    if not isinstance(reply.body, bytes):
+        stream = span.child(
+            "stream",
+            start=facts.begun,
+            attributes={"llmgate.stream.output_events": facts.events, "llmgate.bytes": facts.sent},
+        )
+        if facts.first is not None and ttft is not None:
+            attributes = {"gen_ai.response.time_to_first_chunk": round(ttft, 6)}
+            stream.event("first_token", attributes, at=facts.first)
+        stream.end(error="client_closed" if call.trace.client_closed else None)
+    span.end(error=tracing.status_error(reply.status))
+
+
+def _response_model(reply: Reply, facts: StreamFacts) -> str | None:
+    """The model that answered, as the answer names it (tracing only: it parses a little)."""
+    if facts.model is not None:
+        return facts.model
+    data: Any = None
+    if facts.first_chunk:
+        data = streams.data_of(facts.first_chunk)
+    elif isinstance(reply.body, bytes) and reply.status < 300:
+        try:
+            raw = jsonedit.find_member(reply.body, "model")
+            data = {"model": json.loads(raw)} if raw is not None else None
+        except ValueError:
+            return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None

@@ -136,6 +136,9 @@ def upstream_producer(
                 _observe_ttfb(flight, route)
                 return
             _publish(flight, head, started.events)
+            if resp.span is not None and flight.head_at is not None:
+                # The upstream's own time to first event, beside the caller's (observe.py).
+                resp.span.event("first_event", at=flight.head_at)
             if started.too_large is not None:
                 raise _too_large(started.too_large)
             while not started.ended and (chunk := upstream.read_chunk(resp, deadline)):

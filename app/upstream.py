@@ -35,7 +35,7 @@ from urllib3.exceptions import (
     SSLError,
 )
 
-from app import jsonedit, upstreams
+from app import jsonedit, tracing, upstreams
 from app.breaker import Breaker, BreakerPolicy
 from app.budget import RetryBudget, caller_retry_count, gateway_retries
 from app.config import Settings
@@ -52,6 +52,7 @@ from app.headers import with_upstream_key
 from app.hedge import TtftWindow
 from app.metrics import Metrics
 from app.policy import RETRYABLE_STATUSES, Deadline, RetryPolicy
+from app.tracing import Span
 from app.upstreams import UpstreamSpec
 
 _READ_SIZE = 64 * 1024
@@ -67,6 +68,10 @@ class UpstreamRequest:
     stream: bool
     model: str | None = None  # routes the call to the upstreams that serve it
     upstreams: tuple[str, ...] | None = None  # the names it may use (a gateway key's); "*": any
+    route: str = "passthrough"  # app/routes.py's name for the call: chat, embeddings, ...
+    # Tracing on: the caller's request span, each attempt's child of it; an attempt is sent
+    # with its own span in place (its traceparent goes upstream). None: tracing is off.
+    span: Span | None = None
 
 
 @dataclass
@@ -77,6 +82,7 @@ class UpstreamResponse:
     attempts: int
     upstream: str = ""  # the name of the upstream that answered
     released: bool = False  # counted back as free in the pool's in-use figure
+    span: Span | None = None  # the attempt's span, ended when the exchange is done
 
     @property
     def status(self) -> int:
@@ -177,6 +183,8 @@ class Upstream:
         if not resp.released:
             resp.released = True
             self._pool_changed(-1)
+            if resp.span is not None:
+                resp.span.end(error=_status_error(resp.status))
 
     def policy(self, req: UpstreamRequest | None = None) -> RetryPolicy:
         """LLMGATE_RETRIES and the backoff settings; for a caller that is itself retrying
@@ -233,10 +241,14 @@ class Upstream:
                 tried.append(spec)
                 raw: urllib3.BaseHTTPResponse | None = None
                 error: GatewayError | None = None
+                span = _attempt_span(req, spec, policy.attempt)
                 try:
-                    raw = self._attempt_counted(spec, req, deadline)
+                    raw = self._attempt_counted(spec, _under(req, span), deadline)
                 except GatewayError as exc:
                     error = exc
+                finally:
+                    if span is not None:
+                        _attempt_answered(span, raw, error)
                 step = self._next_step(spec, order, tried, policy, req, deadline, error, raw)
                 if step is not None and not ticket.retry():
                     # The budget is spent: no retry, no failover. Only a gateway that
@@ -250,9 +262,11 @@ class Upstream:
                         raise error
                     assert raw is not None
                     self._pool_changed(+1)
-                    return UpstreamResponse(raw, policy.attempt, upstream=spec.name)
+                    return UpstreamResponse(raw, policy.attempt, upstream=spec.name, span=span)
                 if raw is not None:
                     _discard(raw)
+                    if span is not None:
+                        span.end(error=_status_error(raw.status))
                 spec, delay = step
                 if delay is None:
                     self._fail_over()
@@ -269,9 +283,19 @@ class Upstream:
             if not ticket.retry():
                 self._budget_exhausted()
                 return None
-            raw = self._attempt_counted(spec, req, deadline)
+            span = _attempt_span(req, spec, 1, hedge=True)
+            raw: urllib3.BaseHTTPResponse | None = None
+            error: GatewayError | None = None
+            try:
+                raw = self._attempt_counted(spec, _under(req, span), deadline)
+            except GatewayError as exc:
+                error = exc
+                raise
+            finally:
+                if span is not None:
+                    _attempt_answered(span, raw, error)
             self._pool_changed(+1)
-            return UpstreamResponse(raw, 1, upstream=spec.name)
+            return UpstreamResponse(raw, 1, upstream=spec.name, span=span)
 
     def hedge_delay(self, spec: UpstreamSpec) -> float | None:
         """Seconds a stream sent to ``spec`` waits for its first event before a backup is
@@ -392,6 +416,8 @@ class Upstream:
     ) -> urllib3.BaseHTTPResponse:
         s = self.settings
         url, headers, body = _prepare(spec, req)
+        if req.span is not None:
+            headers = req.span.inject(headers)
         pool = (
             self.pool.connection_from_url(url, pool_kwargs={"maxsize": spec.max_connections})
             if spec.max_connections
@@ -451,6 +477,40 @@ class Upstream:
 
 
 _STATE_CODES = {"closed": 0, "half_open": 1, "open": 2}
+
+
+def _attempt_span(
+    req: UpstreamRequest, spec: UpstreamSpec, attempt: int, *, hedge: bool = False
+) -> Span | None:
+    """An attempt's CLIENT span, a child of the request's; None when tracing is off."""
+    if req.span is None:
+        return None
+    return req.span.child(
+        tracing.attempt_name(req.route, req.method, req.model),
+        kind=tracing.CLIENT,
+        attributes=tracing.attempt_attributes(spec, req.method, req.model, attempt, hedge),
+    )
+
+
+def _under(req: UpstreamRequest, span: Span | None) -> UpstreamRequest:
+    """``req`` as one attempt sends it: under the attempt's own span."""
+    return req if span is None else dataclasses.replace(req, span=span)
+
+
+def _attempt_answered(
+    span: Span, raw: urllib3.BaseHTTPResponse | None, error: GatewayError | None
+) -> None:
+    """An attempt with an answer keeps its span open until the exchange is done (done_with
+    ends it); one that failed, or was cancelled (a lost hedge, a caller gone), ends here."""
+    if raw is not None:
+        span.set({"http.response.status_code": raw.status})
+    else:
+        span.end(error="cancelled" if error is None else tracing.error_type(error))
+
+
+def _status_error(status: int) -> str | None:
+    """A client span's error.type by status: any 4xx or 5xx (the HTTP conventions)."""
+    return str(status) if status >= 400 else None
 
 
 def _untried(order: list[UpstreamSpec], tried: list[UpstreamSpec]) -> list[UpstreamSpec]:

@@ -48,6 +48,7 @@ PURE = {
     "app.hedge",
     "app.keyring",
     "app.limits",
+    "app.tracing",
     "app.cache.policy",
     "app.cache.entry",
     "app.cache.shapes",
@@ -58,6 +59,7 @@ OWNERS = {
     "pymemcache": {"app.cache.memcached"},
     "prometheus_client": {"app.metrics"},
     "flask": {"app.routes", "app.factory", "app.statuspage"},
+    "opentelemetry": {"app.otel"},
 }
 
 

@@ -1,0 +1,135 @@
+"""OpenTelemetry traces over OTLP/HTTP: the only module that imports OpenTelemetry.
+
+The app factory builds an ``OtelTracer`` inside each worker, after gevent patched it, and
+only when LLMGATE_OTEL_ENDPOINT is set (without it nothing imports this module). It keeps a
+TracerProvider of its own, not the process-wide one: nothing else in the worker traces
+through it by accident, and the tests can build several.
+
+Ended spans go to a ``BatchSpanProcessor``: ending one only puts it on a bounded queue; the
+processor's thread sends batches to the endpoint with the OTLP/HTTP exporter (protobuf over
+``requests``). Under gevent's patch that thread is a greenlet and its sockets are
+cooperative, so an export never blocks a worker; a full queue drops spans (the SDK's
+choice: tracing never holds a request back). The standard ``OTEL_BSP_*`` (batching),
+``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` / ``_TIMEOUT`` / ``_CERTIFICATE`` (the collector) and
+``OTEL_TRACES_SAMPLER`` (default: parent-based, always on) variables apply.
+
+W3C Trace Context (https://www.w3.org/TR/trace-context/): a request's span is a child of
+the caller's ``traceparent`` when it is valid, and each upstream attempt sends its own
+span as the parent, with the caller's ``tracestate``. A caller that did not sample its trace
+(flags 00) gets no spans recorded, and its trace id still travels upstream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from app.config import Settings
+from app.tracing import CLIENT, INTERNAL, SERVER, Attributes, Span
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_FIELDS = frozenset({"traceparent", "tracestate"})
+_KINDS = {SERVER: SpanKind.SERVER, CLIENT: SpanKind.CLIENT, INTERNAL: SpanKind.INTERNAL}
+
+
+def build_tracer(settings: Settings, exporter: SpanExporter | None = None) -> OtelTracer:
+    """The worker's tracer, exporting to LLMGATE_OTEL_ENDPOINT (or to ``exporter``)."""
+    return OtelTracer(
+        exporter or OTLPSpanExporter(endpoint=settings.otel_endpoint),
+        service_name=settings.otel_service_name,
+    )
+
+
+class OtelTracer:
+    def __init__(self, exporter: SpanExporter, *, service_name: str) -> None:
+        self._provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        self._provider.add_span_processor(BatchSpanProcessor(exporter))
+        self._tracer = self._provider.get_tracer("llmgate")
+
+    def request(
+        self, name: str, headers: Iterable[tuple[str, str]], *, start: float, attributes: Attributes
+    ) -> Span:
+        carrier = {k.lower(): v for k, v in headers if k.lower() in _FIELDS}
+        parent = _PROPAGATOR.extract(carrier) if carrier else None
+        span = self._tracer.start_span(
+            name,
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=_clean(attributes),
+            start_time=_ns(start),
+        )
+        return OtelSpan(self._tracer, span)
+
+    def shutdown(self) -> None:
+        """Export what is queued and stop the processor's thread."""
+        self._provider.shutdown()
+
+
+class OtelSpan:
+    __slots__ = ("_span", "_tracer")
+
+    def __init__(self, tracer: trace.Tracer, span: trace.Span) -> None:
+        self._tracer = tracer
+        self._span = span
+
+    @property
+    def trace_id(self) -> str:
+        return trace.format_trace_id(self._span.get_span_context().trace_id)
+
+    def set(self, attributes: Attributes) -> None:
+        self._span.set_attributes(_clean(attributes))
+
+    def rename(self, name: str) -> None:
+        self._span.update_name(name)
+
+    def child(
+        self,
+        name: str,
+        *,
+        kind: str = INTERNAL,
+        attributes: Attributes | None = None,
+        start: float | None = None,
+    ) -> Span:
+        span = self._tracer.start_span(
+            name,
+            context=trace.set_span_in_context(self._span),
+            kind=_KINDS[kind],
+            attributes=_clean(attributes or {}),
+            start_time=None if start is None else _ns(start),
+        )
+        return OtelSpan(self._tracer, span)
+
+    def event(self, name: str, attributes: Attributes | None = None, *, at: float) -> None:
+        self._span.add_event(name, _clean(attributes or {}), timestamp=_ns(at))
+
+    def link(self, other: Span, attributes: Attributes | None = None) -> None:
+        assert isinstance(other, OtelSpan)
+        self._span.add_link(other._span.get_span_context(), _clean(attributes or {}))
+
+    def inject(self, headers: dict[str, str]) -> dict[str, str]:
+        out = {k: v for k, v in headers.items() if k.lower() not in _FIELDS}
+        _PROPAGATOR.inject(out, context=trace.set_span_in_context(self._span))
+        return out
+
+    def end(self, *, error: str | None = None, at: float | None = None) -> None:
+        if error is not None:
+            self._span.set_attribute("error.type", error)
+            self._span.set_status(Status(StatusCode.ERROR))
+        self._span.end(end_time=None if at is None else _ns(at))
+
+
+def _clean(attributes: Attributes) -> dict[str, str | bool | int | float]:
+    return {k: v for k, v in attributes.items() if v is not None}
+
+
+def _ns(monotonic: float) -> int:
+    """A ``time.monotonic()`` instant as the Unix time in nanoseconds spans are dated in."""
+    return time.time_ns() - int((time.monotonic() - monotonic) * 1e9)

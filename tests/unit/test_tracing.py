@@ -1,0 +1,210 @@
+"""Tracing: off, OpenTelemetry is never imported; on, every upstream attempt is its own span
+sent under its own traceparent (a recording span, no sockets); what goes into a span."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+from app import tracing
+from app.config import Settings
+from app.errors import UpstreamUnreachable
+from app.metrics import Metrics
+from app.policy import Deadline
+from app.upstream import Upstream, UpstreamRequest
+from app.upstreams import UpstreamSpec
+from tests.conftest import ROOT
+
+# -- off: nothing imported -----------------------------------------------------------------
+
+_USE_THE_GATEWAY = """
+import sys
+from app.factory import create_app
+app = create_app()
+client = app.test_client()
+for stream in (False, True):
+    body = {"model": "m", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    resp = client.post("/v1/chat/completions", json=body)
+    resp.get_data()
+    assert resp.status_code in (200, 502), resp.status_code
+client.get("/v1/models").get_data()
+print(sorted({m.split(".")[0] for m in sys.modules} & {"opentelemetry", "google"}))
+"""
+
+
+def _run(**env: str) -> str:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("LLMGATE_", "OTEL_"))}
+    environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    environ.update(
+        PYTHONPATH=str(ROOT),
+        LLMGATE_UPSTREAM_URL="http://127.0.0.1:9/v1",  # refused at once: a 502
+        LLMGATE_RETRIES="0",
+        **env,
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _USE_THE_GATEWAY],
+        env=environ,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_without_an_endpoint_the_gateway_never_imports_opentelemetry() -> None:
+    assert _run() == "[]"
+    # The same calls with tracing on do import it: the check above can see an import.
+    assert (
+        _run(
+            LLMGATE_OTEL_ENDPOINT="http://127.0.0.1:9/v1/traces",
+            OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="0.5",
+            OTEL_BSP_EXPORT_TIMEOUT="500",
+        )
+        == "['google', 'opentelemetry']"
+    )
+
+
+# -- on: each attempt its own span ---------------------------------------------------------
+
+
+class Recorded:
+    """A span that keeps what it was told (the Span protocol of app/tracing.py)."""
+
+    trace_id = "0" * 32
+
+    def __init__(self, name: str, kind: str = tracing.SERVER, attributes: Any = None) -> None:
+        self.name, self.kind = name, kind
+        self.attributes = {k: v for k, v in (attributes or {}).items() if v is not None}
+        self.children: list[Recorded] = []
+        self.ended = False
+        self.error: str | None = None
+
+    def set(self, attributes: Any) -> None:
+        self.attributes.update({k: v for k, v in attributes.items() if v is not None})
+
+    def rename(self, name: str) -> None:
+        self.name = name
+
+    def child(self, name: str, *, kind: str = tracing.INTERNAL, attributes: Any = None,
+              start: float | None = None) -> Recorded:  # fmt: skip
+        span = Recorded(name, kind, attributes)
+        self.children.append(span)
+        return span
+
+    def event(self, name: str, attributes: Any = None, *, at: float) -> None:
+        pass
+
+    def link(self, other: Any, attributes: Any = None) -> None:
+        pass
+
+    def inject(self, headers: dict[str, str]) -> dict[str, str]:
+        return {**headers, "traceparent": f"00-{self.trace_id}-{id(self):016x}-01"}
+
+    def end(self, *, error: str | None = None, at: float | None = None) -> None:
+        assert not self.ended, f"{self.name} ended twice"
+        self.ended, self.error = True, error
+
+
+class Raw:
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.headers = {"retry-after-ms": "1"}
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def release_conn(self) -> None:
+        pass
+
+
+class Scripted(Upstream):
+    """Attempts answer from ``answers`` in turn: a status, or an error to raise."""
+
+    def __init__(self, specs: list[UpstreamSpec], answers: list[Any]) -> None:
+        super().__init__(Settings(), specs=specs, metrics=Metrics(multiproc_dir=""),
+                         sleep=lambda s: None, rand=lambda: 0.0)  # fmt: skip
+        self.answers = answers
+        self.sent_under: list[Any] = []
+
+    def _attempt_counted(self, spec, req, deadline):  # type: ignore[no-untyped-def]
+        self.sent_under.append(req.span)
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return Raw(answer)
+
+
+def test_every_retry_and_failover_is_an_attempt_span_of_its_own() -> None:
+    specs = [UpstreamSpec("a", "http://a.test:8001/v1"), UpstreamSpec("b", "https://b.test/v1")]
+    upstream = Scripted(specs, [UpstreamUnreachable("no"), 503, 200])
+    request = Recorded("chat m")
+    req = UpstreamRequest("POST", "/chat/completions", "", {}, b"{}", stream=True, model="m",
+                          route="chat", span=request)  # fmt: skip
+    resp = upstream.open(req, Deadline.start(60))
+    attempts = request.children
+    assert [s.name for s in attempts] == ["chat m"] * 3
+    assert {s.kind for s in attempts} == {tracing.CLIENT}
+    # Each attempt was sent under its own span: its traceparent is the attempt's.
+    assert upstream.sent_under == attempts
+    assert [(s.attributes["llmgate.upstream"], s.attributes["llmgate.attempt"]) for s in attempts
+            ] == [("a", 1), ("b", 2), ("b", 3)]  # fmt: skip
+    assert [s.attributes["server.address"] for s in attempts] == ["a.test", "b.test", "b.test"]
+    assert [s.attributes["server.port"] for s in attempts] == [8001, 443, 443]
+    # The failed ones ended with their error; the answering one lasts as long as its body.
+    assert [(s.ended, s.error) for s in attempts[:2]] == [
+        (True, "upstream_unreachable"),
+        (True, "503"),
+    ]
+    assert attempts[2].ended is False
+    assert attempts[2].attributes["http.response.status_code"] == 200
+    upstream.done_with(resp)
+    assert (attempts[2].ended, attempts[2].error) == (True, None)
+    upstream.done_with(resp)  # counted once, ended once
+
+
+def test_tracing_off_sends_the_request_as_it_is() -> None:
+    upstream = Scripted([UpstreamSpec("a", "http://a.test/v1")], [200])
+    req = UpstreamRequest("POST", "/chat/completions", "", {}, b"{}", stream=False)
+    resp = upstream.open(req, Deadline.start(60))
+    assert upstream.sent_under == [None] and resp.span is None
+
+
+# -- what goes into a span -----------------------------------------------------------------
+
+
+def test_names_follow_the_genai_and_http_conventions() -> None:
+    assert tracing.request_name("chat", "POST", "/v1/chat/completions", "gpt-4o") == "chat gpt-4o"
+    assert tracing.request_name("completions", "POST", "/v1/completions", "m") == (
+        "text_completion m"
+    )
+    assert tracing.request_name("embeddings", "POST", "/v1/embeddings") == "embeddings"
+    assert tracing.request_name("passthrough", "GET", "/v1/models") == "GET /v1/models"
+    # A forwarded path can hold ids: never a span name.
+    assert tracing.request_name("passthrough", "GET", "/v1/files/file-abc") == "GET /v1/*"
+    assert (
+        tracing.request_attributes("responses", "POST", "/v1/responses", "r1")["openai.api.type"]
+        == "responses"
+    )
+
+
+def test_a_body_gives_its_model_and_numbers_never_its_content() -> None:
+    body = {
+        "model": "m",
+        "max_completion_tokens": 7,
+        "temperature": 0,
+        "seed": True,  # not a number
+        "messages": [{"role": "user", "content": "secret prompt"}],
+        "user": "someone@example.com",
+    }
+    attributes = tracing.body_attributes(body, stream=False)
+    assert attributes == {
+        "gen_ai.request.model": "m",
+        "gen_ai.request.stream": False,
+        "gen_ai.request.max_tokens": 7,
+        "gen_ai.request.temperature": 0,
+    }
