@@ -317,9 +317,8 @@ class Settings:
             values[f.name] = _parse(f, raw.strip())
         values = {**admission_defaults(environ), **values}
         # A pool that never discards: a connection for every stream the worker may hold.
-        values.setdefault(
-            "pool_size", values["max_streams_per_worker"] or values["max_requests_per_worker"] or 100
-        )
+        streams, requests = values["max_streams_per_worker"], values["max_requests_per_worker"]
+        values.setdefault("pool_size", streams or requests or 100)
         settings = cls(**values)
         settings.validate()
         return settings
