@@ -207,11 +207,16 @@ class Access:
 
     def settle(self, grant: Grant, usage: dict[str, Any] | None, billed: bool) -> None:
         """The call is over: count its real tokens (none when nothing was billed, a cache hit
-        say) in place of the reservation, and free its stream slot. Runs once."""
+        say) in place of the reservation, and free its stream slot. Runs once. A billed call
+        whose usage never came (the caller left mid-stream, before the usage chunk) keeps its
+        reservation: leaving early must not make a call free."""
         if grant.settled:
             return
         grant.settled = True
-        spent = _total_tokens(usage) if billed else 0
+        if not billed:
+            spent = 0
+        else:
+            spent = _total_tokens(usage) if usage else grant.reserved
         delta = spent - grant.reserved
         for window in grant.token_windows:
             if delta > 0:

@@ -223,6 +223,15 @@ def test_tokens_are_reserved_then_settled_from_usage() -> None:
     assert counters.read([windows[0].key("team")]) == {windows[0].key("team"): 100}
 
 
+def test_a_billed_call_without_usage_keeps_its_reservation() -> None:
+    counters = limits.MemoryCounters()
+    gate = _gate(_key(tokens_per_day=10_000), counters)
+    key = gate.authenticate(_bearer())
+    grant = gate.admit(key, "m", {"max_tokens": 700}, stream=True)
+    gate.settle(grant, None, True)  # the caller left before the usage chunk
+    assert counters.read([limits.day(T0).key("team")]) == {limits.day(T0).key("team"): 700}
+
+
 def test_a_budget_is_a_quota_the_sdk_must_not_retry() -> None:
     gate = _gate(_key(tokens_per_day=100))
     key = gate.authenticate(_bearer())
