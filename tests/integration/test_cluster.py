@@ -115,7 +115,15 @@ def test_an_instance_killed_mid_burst_fails_only_its_in_flight_calls(cluster) ->
     for thread in threads:
         thread.start()
     assert wait_for(lambda: gw.sim_stats()["streams_started"] == 30, 15), gw.sim_stats()
-    in_flight = [instance_metric(u, "llmgate_active_streams") for u in gw.stack.app_urls]
+    # The simulator counts a stream when it starts sending; an instance counts it active a
+    # moment later, once its first event is on the way to the caller: wait for all 30.
+    in_flight: list[float] = []
+
+    def all_active() -> bool:
+        in_flight[:] = [instance_metric(u, "llmgate_active_streams") for u in gw.stack.app_urls]
+        return sum(in_flight) == 30
+
+    assert wait_for(all_active, 15), in_flight
     assert all(in_flight), f"streams not spread over the instances: {in_flight}"
     victim = 0
     gw.stack.stop_instance(victim, sig=signal.SIGKILL)  # its whole process group

@@ -121,7 +121,7 @@ def _round_of_streams(gw, http, callers: int) -> list[int]:
         resp = http.request("POST", gw.url + "/v1/chat/completions",
                             body=json.dumps(chat(True, max_tokens=3)).encode(),
                             headers={"Content-Type": "application/json",
-                                     "x-sim-ttft-ms": "300"})  # fmt: skip
+                                     "x-sim-ttft-ms": "1000"})  # fmt: skip
         return resp.status if resp.data.endswith(b"data: [DONE]\n\n") else -resp.status
 
     # Each round starts once the last one's connections are back in the pool (a caller has
@@ -142,7 +142,8 @@ def test_steady_load_of_200_streams_opens_no_new_connections(one_worker) -> None
         assert set(_round_of_streams(gw, http, callers)) == {200}
     stats = gw.sim_stats()
     assert stats["requests"] == 5 * callers
-    # 1,000 streams, 200 at a time (the 300 ms TTFT keeps them overlapping), each on a
+    # 1,000 streams, 200 at a time (a 1 s TTFT keeps all 200 of a round overlapping, on a
+    # busy machine too, so the first round fills the pool to 200), each on a
     # connection the worker kept from the first round: not one new one, by the simulator's
     # own count. A pool smaller than the worker's concurrency opens and throws away the rest.
     assert stats["connections_accepted"] == 0, stats
