@@ -3,12 +3,18 @@
 Rows: the simulator direct (a realistic answer: 300 ms to the first token, 100 tokens/s),
 the gateway passing the call through (BYPASS), a gateway hit served by the worker's L1, and
 one served by Memcached (L2, with the L1 disabled). Ratios are against direct.
+
+``main`` prints the older table (`python -m bench cache`, urllib3 threads); ``run`` is the
+report's section (bench/report.py): the same paths at 64 concurrent callers on the raw-socket
+generator (bench/loadgen.py), with the gateway's CPU per hit, against issue 11's target for
+hits through nginx.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -16,7 +22,10 @@ from pathlib import Path
 
 import urllib3
 
+from bench import loadgen, proctree
+from bench.loadgen import pct
 from bench.relay import percentile, run_many
+from bench.report import Check, Config, Section
 from runner.stack import Stack, StackOptions
 
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
@@ -76,3 +85,138 @@ def main(requests: int = 400, concurrency: int = 16) -> None:
             f"{name:<20} {p50 * 1e3:8.2f} {percentile(samples, 0.99) * 1e3:8.2f} "
             f"{p50 / base:13.4f} {rps or float('nan'):8.0f}"
         )
+
+
+def cache_header(host: str, port: int, request: bytes) -> str:
+    """X-LLMGate-Cache of one answer to ``request`` (raw bytes, as the generator sends it)."""
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(request)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = sock.recv(65536)
+            if not data:
+                break
+            head += data
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"x-llmgate-cache":
+            return value.strip().decode()
+    return ""
+
+
+def _measure(
+    cfg: Config, name: str, stack: Stack, url: str, request: bytes, callers: int, count: int
+) -> list:
+    host, port = url.removeprefix("http://").split(":")
+    pids = [
+        p for name_ in ("nginx", "gunicorn") for p in proctree.tree(stack.proc(name_).popen.pid)
+    ]
+    loadgen.run(host, int(port), request, callers, min(count, callers * 4))  # warm, fill
+    outcome = cache_header(host, int(port), request)
+    if not outcome.startswith("HIT"):
+        raise RuntimeError(f"{name}: the gateway answered X-LLMGate-Cache {outcome!r}, not a hit")
+    cfg.progress(f"cache: {name}, {callers} callers")
+    cpu0 = proctree.cpu_s(pids)
+    r = loadgen.run(host, int(port), request, callers, count)
+    cpu = (proctree.cpu_s(pids) - cpu0) / max(1, len(r.total)) * 1000
+    return [
+        name,
+        callers,
+        len(r.total),
+        len(r.errors),
+        pct(r.total, 0.5),
+        pct(r.total, 0.99),
+        r.rps,
+        cpu,
+        r.load * 100,
+    ]
+
+
+def run(cfg: Config) -> Section:
+    """Hits through nginx at 64 callers: L1 (the default), a streamed L1 hit, L2 only."""
+    callers = 8 if cfg.smoke else 64
+    hits = 40 if cfg.smoke else 12000
+    run_dir = Path(tempfile.mkdtemp(prefix="llmgate-bench-cache-"))
+    common = {
+        "model": "sim-model",
+        "max_tokens": 50,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": f"bench {uuid.uuid4().hex}"}],
+    }
+    auth = {"Authorization": "Bearer sk-bench"}
+    plain = loadgen.request_bytes("/v1/chat/completions", common, auth)
+    stream = loadgen.request_bytes("/v1/chat/completions", {**common, "stream": True}, auth)
+    bypass = {**common, "temperature": 0.9}
+    rows = []
+    try:
+        cfg.progress("cache: starting memcached, simulator, gunicorn, nginx")
+        with Stack(StackOptions(run_dir=run_dir / "a", simulator_args=SIM)) as stack:
+            direct = loadgen.request_bytes("/v1/chat/completions", bypass, auth)
+            cfg.progress(f"cache: direct to the simulator, {callers} callers")
+            host, port = stack.sim_url.removeprefix("http://").split(":")
+            r = loadgen.run(host, int(port), direct, callers, callers * 2)
+            rows.append(
+                [
+                    "direct (no cache)",
+                    callers,
+                    len(r.total),
+                    len(r.errors),
+                    pct(r.total, 0.5),
+                    pct(r.total, 0.99),
+                    r.rps,
+                    None,
+                    r.load * 100,
+                ]
+            )
+            rows.append(_measure(cfg, "HIT l1", stack, stack.url, plain, callers, hits))
+            rows.append(_measure(cfg, "HIT l1, stream", stack, stack.url, stream, callers, hits))
+        # The L1 refuses values above 1/8 of its size: at 1 KiB every answer goes to L2.
+        l2_only = {"LLMGATE_CACHE_L1_BYTES": "1024"}
+        options = StackOptions(run_dir=run_dir / "b", simulator_args=SIM, env=l2_only)
+        cfg.progress("cache: starting a gateway with the L1 off (hits from Memcached)")
+        with Stack(options) as stack:
+            rows.append(_measure(cfg, "HIT l2 (memcached)", stack, stack.url, plain, callers, hits))
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    base = rows[0][6]
+    for row in rows:
+        row.insert(7, row[6] / base if base else None)
+    hit = rows[1]
+    return Section(
+        key="cache",
+        title=f"Cache hits through nginx, {callers} callers",
+        columns=[
+            "path",
+            "callers",
+            "answers",
+            "errors",
+            "p50 ms",
+            "p99 ms",
+            "req/s",
+            "req/s x direct",
+            "gateway CPU ms/answer",
+            "generator % core",
+        ],
+        rows=rows,
+        data={
+            "rows": rows,
+            "settings": {
+                "simulator": SIM,
+                "answer_tokens": 50,
+                "hits_per_row": hits,
+                "callers": callers,
+            },
+        },
+        checks=[
+            Check(
+                f"cache hits through nginx, {callers} callers: req/s", ">=", 4000, hit[6], "req/s"
+            ),
+            Check(f"cache hits through nginx, {callers} callers: p50", "<=", 15, hit[4], "ms"),
+        ],
+        notes=[
+            "direct: the same call answered by the simulator (300 ms to the first token, "
+            "50 tokens at 100 tokens/s), no cache. A hit is a 50-token answer stored by a "
+            "first call (temperature 0, LLMGATE_CACHE_MODE=deterministic, the default).",
+            "gateway CPU: nginx and gunicorn (masters and workers); Memcached is not counted.",
+        ],
+    )

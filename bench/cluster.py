@@ -8,7 +8,6 @@ autoscaling signal); memory per instance holding those streams.
 
 from __future__ import annotations
 
-import os
 import socket
 import tempfile
 import threading
@@ -19,11 +18,12 @@ from pathlib import Path
 
 import urllib3
 
+from bench import proctree
+from bench.proctree import cpu_s, tree
 from runner.stack import Stack, StackOptions
 from tests.support.calls import ManyStreams, call, chat_body, raw_chat_request
 
 http = urllib3.PoolManager(maxsize=128, retries=False)
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def mc_stats(addr: str) -> dict[str, int]:
@@ -40,26 +40,8 @@ def mc_stats(addr: str) -> dict[str, int]:
     }
 
 
-def tree(pid: int) -> list[int]:
-    kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [pid] + [p for k in kids for p in tree(int(k))]
-
-
-def cpu_s(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / TICK
-
-
 def rss_mib(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1])
-    return total / 1024
+    return proctree.rss_kb(pids) / 1024
 
 
 def gateway_pids(stack: Stack) -> list[list[int]]:

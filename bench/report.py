@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Report order. overhead/cache_hits: the relay's cost against direct and nginx-only;
+# Report order. overhead, memory, cache: the relay's cost against direct and nginx-only,
+# memory per open stream, cache hits;
 # capacity/http2: open streams through `make run`'s shape and HTTP/2 at nginx;
 # seed: the seed table over TLS and a WAN round trip.
-MODULES = ("overhead", "cache_hits", "capacity", "http2", "seed")
+MODULES = ("overhead", "memory", "cache", "capacity", "http2", "seed")
 
 Cell = str | int | float | None
 
@@ -91,3 +92,122 @@ class Section:
     plots: list[Plot] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     fmt: str = ".2f"
+
+
+# -- writing the report ---------------------------------------------------------------------
+@dataclass
+class Part:
+    """What one module of ``MODULES`` gave: its sections, or why there are none."""
+
+    module: str
+    sections: list[Section] = field(default_factory=list)
+    absent: bool = False  # no such module (yet)
+    error: str = ""  # it raised: the traceback's last lines
+    seconds: float = 0.0
+
+
+def cell(value: Cell, fmt: str) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return format(value, fmt)
+    return str(value)
+
+
+def table(columns: list[str], rows: list[list[Cell]], fmt: str = ".2f") -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(v, fmt) for v in row) + " |" for row in rows]
+    return lines
+
+
+def verdicts(checks: list[Check]) -> list[str]:
+    """The targets table: each target, the measured value, met or not, the ratio."""
+    rows: list[list[Cell]] = []
+    for c in checks:
+        op = "≤" if c.op == "<=" else "≥"
+        ratio = "—" if math.isnan(c.ratio) else f"{c.ratio:.2f}"
+        rows.append(
+            [
+                c.what,
+                f"{op} {c.target:g} {c.unit}".strip(),
+                f"{c.measured:.2f} {c.unit}".strip(),
+                "met" if c.met else "**not met**",
+                ratio,
+            ]
+        )
+    return table(["target (issue 11)", "target", "measured", "verdict", "measured / target"], rows)
+
+
+def problems(parts: list[Part]) -> list[str]:
+    """What makes a report unusable: a module that failed, a section without rows, a number
+    that is not finite. Absent modules are not a problem."""
+    found = []
+    for part in parts:
+        if part.error:
+            found.append(f"{part.module}: raised {part.error.splitlines()[-1]}")
+        if not part.absent and not part.error and not part.sections:
+            found.append(f"{part.module}: no section")
+        for s in part.sections:
+            if not s.rows:
+                found.append(f"{s.key}: no rows")
+            for row in s.rows:
+                if len(row) != len(s.columns):
+                    found.append(f"{s.key}: a row of {len(row)} cells under {len(s.columns)}")
+                bad = [v for v in row if isinstance(v, float) and not math.isfinite(v)]
+                if bad:
+                    found.append(f"{s.key}: non-finite value in row {row[:3]}")
+            for c in s.checks:
+                if not math.isfinite(c.measured):
+                    found.append(f"{s.key}: check {c.what!r} measured {c.measured}")
+    return found
+
+
+def markdown(parts: list[Part], meta: dict[str, Any]) -> str:
+    """report.md: where and how it ran, the targets met or not, then each section."""
+    out = [f"# llmgate benchmark report, {meta['started']}", ""]
+    out += [f"Command: `{meta['command']}` ({meta['seconds']:.0f} s). {meta['noise']}", ""]
+    out += ["## Machine, versions, settings", ""]
+    for group in ("machine", "versions", "settings"):
+        out.append(f"- **{group}**: " + ", ".join(f"{k} {v}" for k, v in meta[group].items()))
+    checks = [c for p in parts for s in p.sections for c in s.checks]
+    if checks:
+        out += ["", "## Targets", "", *verdicts(checks)]
+    for part in parts:
+        if part.absent:
+            out += ["", f"## {part.module}", "", f"Not measured: no bench/{part.module}.py yet."]
+        elif part.error:
+            out += ["", f"## {part.module}", "", "Failed:", "", "```", part.error, "```"]
+        for s in part.sections:
+            out += ["", f"## {s.title}", "", f"({part.module}: {part.seconds:.0f} s)", ""]
+            out += table(s.columns, s.rows, s.fmt)
+            if s.notes:
+                out += ["", *(f"- {note}" for note in s.notes)]
+            for plot in s.plots:
+                out += ["", f"![{plot.caption}]({plot.file})", f"*{plot.caption}*"]
+    return "\n".join(out) + "\n"
+
+
+def as_json(parts: list[Part], meta: dict[str, Any]) -> dict[str, Any]:
+    sections = {}
+    for part in parts:
+        for s in part.sections:
+            sections[s.key] = {
+                "title": s.title,
+                "columns": s.columns,
+                "rows": s.rows,
+                "data": s.data,
+                "checks": [
+                    {
+                        "what": c.what,
+                        "op": c.op,
+                        "target": c.target,
+                        "measured": c.measured,
+                        "unit": c.unit,
+                        "met": c.met,
+                    }
+                    for c in s.checks
+                ],
+                "plots": [p.file for p in s.plots],
+            }
+    status = {p.module: "absent" if p.absent else "error" if p.error else "ok" for p in parts}
+    return {"meta": meta, "modules": status, "sections": sections}

@@ -14,7 +14,6 @@ Numbers, not asserts: run on a quiet machine.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import urllib3
 
+from bench import proctree
 from bench.relay import run_many
 from runner.stack import Stack, StackOptions
 from tests.support.otlp import OtlpReceiver
@@ -36,17 +36,7 @@ STREAM = {**PLAIN, "stream": True, "max_tokens": 50}
 
 def tree_cpu_s(pid: int) -> float:
     """User + system CPU seconds of ``pid`` and its children (gunicorn's workers)."""
-    total = 0.0
-    pids = [pid]
-    with contextlib.suppress(OSError):
-        pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    for p in pids:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / 100  # utime, stime in clock ticks
-    return total
+    return proctree.cpu_s(proctree.tree(pid))
 
 
 class Target:

@@ -1,0 +1,167 @@
+"""Memory against open streams: the resident memory of the gateway's processes per held stream.
+
+`make run`'s shape (2 gevent workers behind one nginx, cache off) holds slow streams (the
+simulator sends one token every 5 s) opened in steps by one selector thread
+(tests/support/calls.py ``ManyStreams``), each read to its first event and then left open.
+At each step: the VmRSS of gunicorn's workers and of nginx (master and workers), against
+the same after a warm-up with no stream open. Per stream: (RSS now - idle RSS) / streams
+open; the slope between the first and the last step is the marginal cost, without what
+the first streams paid once (greenlet pools, buffers that stay allocated).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench import loadgen, plots, proctree
+from bench.report import Check, Config, Plot, Section
+from runner.stack import Stack, StackOptions
+from tests.support.calls import ManyStreams, chat_body, raw_chat_request
+
+SLOW = {"x-sim-tps": "0.2", "x-sim-ttft-ms": "0"}
+
+
+def steps(smoke: bool) -> list[int]:
+    return [10, 20] if smoke else [250, 500, 1000, 1500]
+
+
+def run(cfg: Config) -> Section:
+    run_dir = Path(tempfile.mkdtemp(prefix="llmgate-bench-memory-"))
+    options = StackOptions(
+        run_dir=run_dir, memcached=False, workers=2, env={"LLMGATE_CACHE_MODE": "off"}
+    )
+    held: list[ManyStreams] = []
+    stack = Stack(options)
+    try:
+        cfg.progress("memory: starting simulator, gunicorn (2 workers), nginx")
+        stack.start()
+        host, port = stack.url.removeprefix("http://").split(":")
+        gunicorn = stack.proc("gunicorn").popen.pid
+        nginx = stack.proc("nginx").popen.pid
+        # Warm-up: imports, pools and the first greenlets exist before the idle reading.
+        body = {"model": "sim-model", "messages": [{"role": "user", "content": "warm"}]}
+        warm = loadgen.request_bytes(
+            "/v1/chat/completions",
+            {**body, "max_tokens": 5, "stream": True},
+            {"x-sim-ttft-ms": "0", "x-sim-tps": "1000"},
+        )
+        loadgen.run(host, int(port), warm, 20, 40 if cfg.smoke else 200)
+        time.sleep(1)
+
+        def reading() -> tuple[int, int]:
+            return proctree.rss_kb(proctree.children(gunicorn)), proctree.rss_kb(
+                proctree.tree(nginx)
+            )
+
+        idle_workers, idle_nginx = reading()
+        points = []
+        run_id = uuid.uuid4().hex[:6]
+        opened = 0
+        for target in steps(cfg.smoke):
+            cfg.progress(f"memory: opening streams up to {target}")
+            more = ManyStreams(host, int(port))
+            requests = [
+                raw_chat_request(
+                    host, chat_body(f"{run_id} {i}", 1000, stream=True, temperature=None), SLOW
+                )
+                for i in range(opened, target)
+            ]
+            more.open(requests, timeout=120)
+            held.append(more)
+            opened = target
+            time.sleep(1)
+            workers, nginx_kb = reading()
+            streaming = sum(m.streaming for m in held)
+            failed = sum(len(m.failures) for m in held)
+            points.append((target, streaming, failed, workers, nginx_kb))
+        return section(cfg, options, idle_workers, idle_nginx, points)
+    finally:
+        for streams in held:
+            streams.close_all()
+        stack.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def section(
+    cfg: Config,
+    options: StackOptions,
+    idle_workers: int,
+    idle_nginx: int,
+    points: list[tuple[int, int, int, int, int]],
+) -> Section:
+    rows = []
+    for target, streaming, failed, workers, nginx_kb in points:
+        n = max(1, streaming)
+        rows.append(
+            [
+                target,
+                streaming,
+                failed,
+                workers / 1024,
+                (workers - idle_workers) / n,
+                nginx_kb / 1024,
+                (nginx_kb - idle_nginx) / n,
+            ]
+        )
+    first, last = points[0], points[-1]
+    span = max(1, last[1] - first[1])
+    slope_workers = (last[3] - first[3]) / span
+    slope_nginx = (last[4] - first[4]) / span
+    per_stream = rows[-1][4]
+    fig, ax = plots.figure(7, 4)
+    xs = [0.0] + [float(p[1]) for p in points]
+    ax.plot(
+        xs, [idle_workers / 1024] + [p[3] / 1024 for p in points], "-o", label="gunicorn workers"
+    )
+    ax.plot(xs, [idle_nginx / 1024] + [p[4] / 1024 for p in points], "-o", label="nginx")
+    ax.set_xlabel("open streams")
+    ax.set_ylabel("RSS, MiB")
+    ax.set_title("Resident memory against open streams", fontsize=10)
+    ax.legend(fontsize=8)
+    plot = plots.save(fig, cfg.out_dir / "memory.png")
+    return Section(
+        key="memory",
+        title="Memory against open streams",
+        columns=[
+            "streams asked",
+            "streaming",
+            "failed",
+            "workers RSS MiB",
+            "workers KB/stream",
+            "nginx RSS MiB",
+            "nginx KB/stream",
+        ],
+        rows=rows,
+        data={
+            "idle_rss_kb": {"gunicorn_workers": idle_workers, "nginx": idle_nginx},
+            "points": [
+                dict(
+                    zip(("asked", "streaming", "failed", "workers_kb", "nginx_kb"), p, strict=True)
+                )
+                for p in points
+            ],
+            "marginal_kb_per_stream": {"gunicorn_workers": slope_workers, "nginx": slope_nginx},
+            "settings": {
+                "gunicorn_workers": options.workers,
+                "nginx_worker_connections": options.nginx_worker_connections,
+                "simulator": SLOW,
+            },
+        },
+        checks=[
+            Check(f"worker memory per open stream ({last[1]} streams)", "<=", 40, per_stream, "KB")
+        ],
+        plots=[Plot(plot, "Resident memory of gunicorn's workers and nginx against open streams")],
+        notes=[
+            f"Idle (after a warm-up, no stream open): workers {idle_workers / 1024:.1f} MiB, "
+            f"nginx {idle_nginx / 1024:.1f} MiB. KB/stream: (RSS - idle) / streams open.",
+            f"Marginal, between {first[1]} and {last[1]} streams: workers "
+            f"{slope_workers:.1f} KB, nginx {slope_nginx:.1f} KB per stream.",
+            "RSS counts shared pages in each process; gunicorn's master is left out (it "
+            "holds no stream).",
+        ],
+        fmt=".1f",
+    )

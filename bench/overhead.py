@@ -1,0 +1,188 @@
+"""The relay's overhead: the gateway against the simulator direct and against nginx alone.
+
+Three paths to one simulator, measured back to back for each load so drift on a shared
+machine hits them alike:
+
+    direct      caller → simulator
+    nginx-only  caller → nginx → simulator             (the same nginx template, no app)
+    gateway     caller → nginx → gunicorn → simulator  (`make run`'s shape, cache off)
+
+Two kinds of call, as in issue 11's table: a stream (200 ms to the first token, then 50
+tokens at 100 tokens/s, each its own SSE event) and a non-stream answer after 50 ms, each at
+1, 50 and 200 concurrent callers (bench/loadgen.py: one keep-alive connection per caller,
+the next request as soon as the last answer ended). Per path and load: TTFT and total
+latency percentiles, req/s, the CPU of the path's process tree per request (/proc: nginx
+and gunicorn masters and workers; the simulator and the generator are not counted), the
+upstream connections the simulator accepted per 1,000 requests, and the generator's own
+CPU. "Added" latency is the path's percentile minus the direct path's at the same load.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import shutil
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import loadgen, proctree
+from bench.loadgen import pct
+from bench.overhead_table import PATHS, section
+from bench.relay import start_nginx_only
+from bench.report import Config, Section
+from runner.procs import Proc
+from runner.stack import Stack, StackOptions
+
+PATH = "/v1/chat/completions"
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str  # "stream" | "non-stream"
+    stream: bool
+    headers: dict[str, str]  # the simulator's per-request controls (simulator/behaviour.py)
+    max_tokens: int
+    counts: dict[int, int]  # callers -> requests measured
+
+    def request(self) -> bytes:
+        body = {
+            "model": "sim-model",
+            "messages": [{"role": "user", "content": "bench overhead"}],
+            "max_tokens": self.max_tokens,
+            "stream": self.stream,
+        }
+        return loadgen.request_bytes(PATH, body, self.headers)
+
+
+def kinds(smoke: bool) -> list[Kind]:
+    if smoke:  # the same paths, short answers, a handful of calls
+        return [
+            Kind("stream", True, {"x-sim-ttft-ms": "20", "x-sim-tps": "1000"}, 10, {1: 3, 8: 24}),
+            Kind("non-stream", False, {"x-sim-ttft-ms": "5"}, 16, {1: 5, 8: 40}),
+        ]
+    return [
+        Kind(
+            "stream",
+            True,
+            {"x-sim-ttft-ms": "200", "x-sim-tps": "100"},
+            50,
+            {1: 25, 50: 400, 200: 1400},
+        ),
+        Kind("non-stream", False, {"x-sim-ttft-ms": "50"}, 16, {1: 100, 50: 2000, 200: 6000}),
+    ]
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "n": len(samples),
+        "mean": statistics.fmean(samples) * 1000 if samples else math.nan,
+        **{f"p{round(q * 100)}": pct(samples, q) for q in (0.5, 0.9, 0.99)},
+        "max": max(samples) * 1000 if samples else math.nan,
+    }
+
+
+def sim_accepted(sim_url: str) -> int:
+    """The simulator's count of accepted connections (its control paths, this query's own,
+    are not counted: simulator/server.py)."""
+    host, port = sim_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        conn.request("GET", "/sim/stats")
+        return int(json.loads(conn.getresponse().read())["connections_accepted"])
+    finally:
+        conn.close()
+
+
+@dataclass
+class Measured:
+    path: str
+    kind: str
+    callers: int
+    result: loadgen.Result
+    cpu_ms: float | None  # per request, the path's process tree
+    upstream_per_1000: float | None
+
+    def row_data(self) -> dict:
+        r = self.result
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "callers": self.callers,
+            "requests": len(r.total),
+            "errors": len(r.errors),
+            "first_errors": r.errors[:3],
+            "ttft_ms": summary(r.ttft),
+            "total_ms": summary(r.total),
+            "rps": r.rps,
+            "cpu_ms_per_request": self.cpu_ms,
+            "upstream_connections_per_1000": self.upstream_per_1000,
+            "loadgen_core_share": r.load,
+        }
+
+
+def measure(
+    cfg: Config, kind: Kind, callers: int, path: str, url: str, pids: list[int], sim_url: str
+) -> Measured:
+    host, port = url.removeprefix("http://").split(":")
+    request = kind.request()
+    loadgen.run(host, int(port), request, callers, max(2, callers * (1 if cfg.smoke else 2)))
+    cfg.progress(f"overhead: {kind.name}, {callers} callers, {path}")
+    count = kind.counts[callers]
+    cpu0, accepted0 = proctree.cpu_s(pids), sim_accepted(sim_url)
+    result = loadgen.run(host, int(port), request, callers, count)
+    cpu = proctree.cpu_s(pids) - cpu0
+    opened = sim_accepted(sim_url) - accepted0
+    done = max(1, len(result.total))
+    return Measured(
+        path,
+        kind.name,
+        callers,
+        result,
+        cpu / done * 1000 if pids else None,
+        opened / done * 1000 if path != "direct" else None,
+    )
+
+
+def run(cfg: Config) -> Section:
+    run_dir = Path(tempfile.mkdtemp(prefix="llmgate-bench-overhead-"))
+    options = StackOptions(
+        run_dir=run_dir, memcached=False, workers=2, env={"LLMGATE_CACHE_MODE": "off"}
+    )
+    stack = Stack(options)
+    nginx_only: Proc | None = None
+    try:
+        cfg.progress("overhead: starting simulator, gunicorn (2 workers), nginx, nginx-only")
+        stack.start()
+        nginx_only, nginx_url = start_nginx_only(stack.sim_url, run_dir)
+        urls = {"direct": stack.sim_url, "nginx-only": nginx_url, "gateway": stack.url}
+        gateway_roots = [stack.proc("nginx").popen.pid, stack.proc("gunicorn").popen.pid]
+        roots = {"direct": [], "nginx-only": [nginx_only.popen.pid], "gateway": gateway_roots}
+        out: list[Measured] = []
+        for kind in kinds(cfg.smoke):
+            for callers in kind.counts:
+                for path in PATHS:
+                    pids = [p for root in roots[path] for p in proctree.tree(root)]
+                    out.append(measure(cfg, kind, callers, path, urls[path], pids, stack.sim_url))
+        settings = {
+            "gunicorn_workers": options.workers,
+            "nginx_worker_processes": options.nginx_worker_processes,
+            "nginx_worker_connections": options.nginx_worker_connections,
+            "LLMGATE_CACHE_MODE": "off",
+            "kinds": {
+                k.name: {
+                    "headers": k.headers,
+                    "max_tokens": k.max_tokens,
+                    "requests_per_callers": k.counts,
+                }
+                for k in kinds(cfg.smoke)
+            },
+        }
+        return section(cfg, out, settings)
+    finally:
+        if nginx_only is not None:
+            nginx_only.stop()
+        stack.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
