@@ -93,6 +93,14 @@ class Decoder:
     def feed(self, chunk: bytes) -> list[Event]:
         if not chunk:
             return []
+        if (
+            not self._buf
+            and self._bom_checked
+            and not self._skip_lf
+            and chunk.endswith(b"\n\n")
+            and b"\r" not in chunk
+        ):
+            return self._feed_whole(chunk)
         self._buf += chunk
         if not self._bom_checked:
             if len(self._buf) < len(_BOM) and _BOM.startswith(self._buf):
@@ -129,6 +137,24 @@ class Decoder:
         self._compact()
         if self.max_event_bytes is not None and len(self._buf) > self.max_event_bytes:
             raise EventTooLarge(self.max_event_bytes, events)
+        return events
+
+    def _feed_whole(self, chunk: bytes) -> list[Event]:
+        """The usual chunk: whole events with LF line ends and nothing buffered before it.
+        The same events as the general path, without buffering or searching twice."""
+        events: list[Event] = []
+        start = pos = 0
+        while pos < len(chunk):
+            eol = chunk.index(b"\n", pos)  # there is one: the chunk ends with a blank line
+            if eol == pos:
+                event = self._event(chunk[start : eol + 1])
+                if self.max_event_bytes is not None and len(event.raw) > self.max_event_bytes:
+                    raise EventTooLarge(self.max_event_bytes, events)
+                events.append(event)
+                start = eol + 1
+            else:
+                self._take_line(chunk[pos:eol].decode("utf-8", errors="replace"))
+            pos = eol + 1
         return events
 
     def close(self) -> bytes:
@@ -183,7 +209,12 @@ class Decoder:
                 self._fields["retry"] = int(value)
 
     def _dispatch(self) -> Event:
-        raw = bytes(self._buf[self._event_start : self._scan])
+        event = self._event(bytes(self._buf[self._event_start : self._scan]))
+        self._event_start = self._scan
+        return event
+
+    def _event(self, raw: bytes) -> Event:
+        """The event the fields taken so far make, with its ``raw`` bytes; fields reset."""
         event = Event(
             raw=raw,
             data="\n".join(self._data) if self._data else None,
@@ -192,7 +223,6 @@ class Decoder:
             retry=self._fields.get("retry"),
             comments=tuple(self._comments),
         )
-        self._event_start = self._scan
         self._fields, self._data, self._comments = {}, [], []
         return event
 

@@ -83,6 +83,7 @@ class UpstreamResponse:
     upstream: str = ""  # the name of the upstream that answered
     released: bool = False  # counted back as free in the pool's in-use figure
     span: Span | None = None  # the attempt's span, ended when the exchange is done
+    idle_timer: gevent.Timeout | None = None  # re-armed for each read (Upstream.read_chunk)
 
     @property
     def status(self) -> int:
@@ -96,6 +97,8 @@ class UpstreamResponse:
         """Drop the connection: never drain a generation nobody will read."""
         self.raw.close()
         self.raw.release_conn()
+        if self.idle_timer is not None:
+            self.idle_timer.close()
 
 
 class Upstream:
@@ -453,15 +456,35 @@ class Upstream:
     def read_chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:
         """What has arrived of the body (b"" at its end), within the idle and total budgets.
         On any failure the response is closed: a half-read connection is never reused."""
+        idle = self.settings.idle_timeout_s
+        if deadline.remaining() <= idle:  # the deadline comes first: the general way
+            try:
+                with self._phase("idle", idle, deadline):
+                    return resp.raw.read1(_READ_SIZE)
+            except GatewayError:
+                resp.close()
+                raise
+            except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
+                resp.close()
+                raise UpstreamReset(f"Upstream broke off the response: {_reason(exc)}.") from None
+        # The idle timer of this response, armed for each read: one timer per exchange, not
+        # one per event (this runs for every read of every stream).
+        timer = resp.idle_timer
+        if timer is None:
+            timer = resp.idle_timer = gevent.Timeout(idle)
+        timer.start()
         try:
-            with self._phase("idle", self.settings.idle_timeout_s, deadline):
-                return resp.raw.read1(_READ_SIZE)
-        except GatewayError:
+            return resp.raw.read1(_READ_SIZE)
+        except gevent.Timeout as exc:
+            if exc is not timer:
+                raise
             resp.close()
-            raise
+            raise UpstreamTimeout("idle", idle) from None
         except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
             resp.close()
             raise UpstreamReset(f"Upstream broke off the response: {_reason(exc)}.") from None
+        finally:
+            timer.cancel()
 
     def read_all(self, resp: UpstreamResponse, deadline: Deadline, limit: int) -> bytes:
         parts: list[bytes] = []
