@@ -25,6 +25,7 @@ import math
 import shutil
 import statistics
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,8 +124,23 @@ class Measured:
         }
 
 
+def idle_rates(roots: dict[str, list[int]], seconds: float) -> dict[str, float]:
+    """CPU seconds per second each path's process tree uses with no call in flight."""
+    pids = {path: [p for root in r for p in proctree.tree(root)] for path, r in roots.items()}
+    before = {path: proctree.cpu_s(p) for path, p in pids.items()}
+    time.sleep(seconds)
+    return {path: (proctree.cpu_s(p) - before[path]) / seconds for path, p in pids.items()}
+
+
 def measure(
-    cfg: Config, kind: Kind, callers: int, path: str, url: str, pids: list[int], sim_url: str
+    cfg: Config,
+    kind: Kind,
+    callers: int,
+    path: str,
+    url: str,
+    pids: list[int],
+    sim_url: str,
+    idle_rate: float,
 ) -> Measured:
     host, port = url.removeprefix("http://").split(":")
     request = kind.request()
@@ -133,7 +149,8 @@ def measure(
     count = kind.counts[callers]
     cpu0, accepted0 = proctree.cpu_s(pids), sim_accepted(sim_url)
     result = loadgen.run(host, int(port), request, callers, count)
-    cpu = proctree.cpu_s(pids) - cpu0
+    # What the tree burns with no call (timers, heartbeats of its own) is not per request.
+    cpu = proctree.cpu_s(pids) - cpu0 - idle_rate * result.wall
     opened = sim_accepted(sim_url) - accepted0
     done = max(1, len(result.total))
     return Measured(
@@ -160,17 +177,23 @@ def run(cfg: Config) -> Section:
         urls = {"direct": stack.sim_url, "nginx-only": nginx_url, "gateway": stack.url}
         gateway_roots = [stack.proc("nginx").popen.pid, stack.proc("gunicorn").popen.pid]
         roots = {"direct": [], "nginx-only": [nginx_only.popen.pid], "gateway": gateway_roots}
+        idle = idle_rates(roots, 1.0 if cfg.smoke else 5.0)
         out: list[Measured] = []
         for kind in kinds(cfg.smoke):
             for callers in kind.counts:
                 for path in PATHS:
                     pids = [p for root in roots[path] for p in proctree.tree(root)]
-                    out.append(measure(cfg, kind, callers, path, urls[path], pids, stack.sim_url))
+                    out.append(
+                        measure(
+                            cfg, kind, callers, path, urls[path], pids, stack.sim_url, idle[path]
+                        )
+                    )
         settings = {
             "gunicorn_workers": options.workers,
             "nginx_worker_processes": options.nginx_worker_processes,
             "nginx_worker_connections": options.nginx_worker_connections,
             "LLMGATE_CACHE_MODE": "off",
+            "idle_cpu_share": idle,
             "kinds": {
                 k.name: {
                     "headers": k.headers,

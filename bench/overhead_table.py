@@ -25,6 +25,7 @@ def _cell(value: float | None) -> float | None:
 
 
 def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
+    idle = settings["idle_cpu_share"]
     by = {(m.kind, m.callers, m.path): m for m in out}
     rows = []
     for m in out:
@@ -86,8 +87,10 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
             "(TTFT for streams; total = the whole answer). `+p50 vs nginx-only`: TTFT p50 for "
             "streams, total p50 otherwise, minus nginx-only's.",
             "CPU ms/req: utime + stime of the path's process tree (nginx master and workers; "
-            "for the gateway also gunicorn's master and workers) over the run, per answered "
-            "request. The simulator and the load generator are not counted.",
+            "for the gateway also gunicorn's master and workers) over the run, less what the "
+            "tree uses with no call in flight (idle: "
+            + ", ".join(f"{p} {v:.1%} of a core" for p, v in idle.items() if p != "direct")
+            + "), per answered request. The simulator and the load generator are not counted.",
             "new upstream conns /1000: TCP connections the simulator accepted during the "
             "measured run (after a warm-up at the same load), per 1,000 requests.",
             "generator % core: the load generator's own CPU over the run's wall time; it is "
@@ -215,12 +218,12 @@ def draw(cfg: Config, out: list[Measured], by: dict[tuple[str, int, str], Measur
         if m.cpu_ms is not None:
             labels.append(f"{m.kind}\n{m.callers} {m.path}")
             values.append(m.cpu_ms)
-            colors.append("tab:orange" if m.path == "gateway" else "tab:blue")
+            colors.append(plots.color(m.path))
     ax.bar(range(len(values)), values, color=colors)
     ax.set_xticks(range(len(values)), labels, fontsize=6)
     ax.set_ylabel("CPU ms per request")
     ax.set_title(
-        "CPU per request of the path's processes (blue nginx-only, orange gateway)", fontsize=10
+        "CPU per request of the path's processes (green nginx-only, orange gateway)", fontsize=10
     )
     cpu = plots.save(fig, cfg.out_dir / "overhead-cpu.png")
     return [
