@@ -22,7 +22,7 @@ worker_class = "app.worker.JSONErrorGeventWorker"
 # streams beyond it hanging. Descriptors are raised to match in on_starting.
 # The admission limits (LLMGATE_MAX_REQUESTS/STREAMS_PER_WORKER) default to 4/5 and 2/5 of
 # it (app/config.py, admission_defaults), so the app refuses before gunicorn stops accepting.
-worker_connections = int(os.environ.get("LLMGATE_WORKER_CONNECTIONS", "5000"))
+worker_connections = int(os.environ.get("LLMGATE_WORKER_CONNECTIONS", "15000"))
 wsgi_app = "app.factory:create_app()"
 preload_app = False
 # gevent workers answer gunicorn's liveness checks from the hub, so this is not a request

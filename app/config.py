@@ -76,7 +76,7 @@ class Settings:
     )
     pool_size: int = _setting(
         "LLMGATE_POOL_SIZE",
-        2000,
+        6000,
         "Idle keep-alive upstream connections a worker keeps per upstream (urllib3 maxsize). "
         "Unset: LLMGATE_MAX_STREAMS_PER_WORKER (else 4/5 of LLMGATE_WORKER_CONNECTIONS), so a "
         "worker can keep a connection for every stream it may hold and steady load opens "
@@ -193,10 +193,10 @@ class Settings:
     )
     max_requests_per_worker: int = _setting(
         "LLMGATE_MAX_REQUESTS_PER_WORKER",
-        4000,
+        12000,
         "Most API requests one worker serves at once (0: no limit); beyond it the answer is "
         "an immediate 429 gateway_overloaded, never a queue. Unset: 4/5 of "
-        "LLMGATE_WORKER_CONNECTIONS (gunicorn's worker_connections, 5000 -> 4000). Keep it "
+        "LLMGATE_WORKER_CONNECTIONS (gunicorn's worker_connections, 15000 -> 12000). Keep it "
         "below that: past worker_connections gunicorn stops accepting and callers wait unseen "
         "in its backlog; the rest is room for nginx's idle keep-alive connections and for "
         "health, metrics and status, which are never refused. nginx's limit_conn is rendered "
@@ -204,9 +204,9 @@ class Settings:
     )
     max_streams_per_worker: int = _setting(
         "LLMGATE_MAX_STREAMS_PER_WORKER",
-        2000,
+        6000,
         "Most streams (`stream: true`) one worker relays at once (0: no limit); a stream also "
-        "takes a request slot. Unset: 2/5 of LLMGATE_WORKER_CONNECTIONS (5000 -> 2000), half "
+        "takes a request slot. Unset: 2/5 of LLMGATE_WORKER_CONNECTIONS (15000 -> 6000), half "
         "the request slots, so long streams never take every slot from short calls.",
     )
     memcached: str = _setting(
@@ -424,18 +424,29 @@ DNS_PREFIX = "dns+"
 
 
 # gunicorn.conf.py's default worker_connections (LLMGATE_WORKER_CONNECTIONS); a test holds
-# the two equal. The admission limits' defaults are shares of it.
-WORKER_CONNECTIONS = 5000
+# the two equal. The admission limits' defaults are shares of it, and nginx is sized from
+# those (runner/sizing.py): 2 workers of 15,000 connections admit 12,000 streams, so
+# `make run` holds 10,000 with room for the kernel spreading accepts unevenly over the
+# workers (measured 5,100 / 4,900 at 10,000: docs/operations.md, "Capacity").
+WORKER_CONNECTIONS = 15000
 
 
-def admission_defaults(environ: Mapping[str, str]) -> dict[str, int]:
-    """The admission limits sized from LLMGATE_WORKER_CONNECTIONS: 4/5 of the worker's
-    connections for requests, 2/5 for streams (Settings' defaults are these for 5000)."""
+def worker_connections(environ: Mapping[str, str]) -> int:
+    """LLMGATE_WORKER_CONNECTIONS, the one setting the stack's capacity follows."""
     raw = (environ.get("LLMGATE_WORKER_CONNECTIONS") or "").strip()
     try:
         connections = int(raw) if raw else WORKER_CONNECTIONS
     except ValueError:
         raise SettingsError(f"LLMGATE_WORKER_CONNECTIONS={raw!r} is not a valid int") from None
+    if connections < 1:
+        raise SettingsError("LLMGATE_WORKER_CONNECTIONS must be >= 1")
+    return connections
+
+
+def admission_defaults(environ: Mapping[str, str]) -> dict[str, int]:
+    """The admission limits sized from LLMGATE_WORKER_CONNECTIONS: 4/5 of the worker's
+    connections for requests, 2/5 for streams (Settings' defaults are these for 15000)."""
+    connections = worker_connections(environ)
     return {
         "max_requests_per_worker": max(1, connections * 4 // 5),
         "max_streams_per_worker": max(1, connections * 2 // 5),

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from app.upstreams import ConfigError
+from runner import limits
 from runner.procs import StartError, find_binary
 from runner.stack import ROOT, Stack, StackOptions
 
@@ -90,6 +91,8 @@ def banner(stack: Stack, options: StackOptions) -> str:
         lines.append(f"  instances: {', '.join(stack.app_urls)} (metrics: each one's /metrics)")
         lines.append(f"  scrape:    {write_scrape_targets(stack)}")
     lines.append(f"  memcached: {memcached or 'none (in-process only)'}")
+    if stack.sizing is not None:
+        lines.append(f"  capacity:  {capacity(stack)}")
     logs = "stdout" if options.logs_to_stdout else options.run_dir / "logs"
     lines.append(f"  logs:      {logs}")
     return (
@@ -106,6 +109,26 @@ Try it:
 Ctrl-C stops everything.
 """
     )
+
+
+def capacity(stack: Stack) -> str:
+    sizing = stack.sizing
+    assert sizing is not None
+    return (
+        f"{sizing.stream_capacity} streams at once (LLMGATE_WORKER_CONNECTIONS="
+        f"{sizing.worker_connections} x {sizing.app_workers} workers; nginx: "
+        f"{sizing.nginx_workers} workers x {sizing.nginx_connections} connections)"
+    )
+
+
+def check_limits(stack: Stack) -> None:
+    """Our soft descriptor limit up to the hard one (the children inherit it), then a
+    warning for each kernel limit too low for the stack's size (runner/limits.py)."""
+    limits.raise_nofile()
+    for line in limits.warnings(
+        limits.read_kernel(), stack.size(), instances=stack.options.instances
+    ):
+        print(f"llmgate: warning: {line}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGHUP, reload)
     try:
+        check_limits(stack)
         stack.start()
     except StartError as exc:
         print(f"llmgate: could not start: {exc}", file=sys.stderr)

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.config import Settings
+from app.config import Settings, worker_connections
+from runner.sizing import FD_SPARE, Sizing, nginx_conn_limit, size_for
+
+__all__ = ["NginxParams", "nginx_conn_limit", "render_nginx", "start_nginx", "write_nginx_conf"]
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "nginx" / "llmgate.conf.template"
 _FIELD = re.compile(r"\{\{ (\w+) \}\}")
@@ -29,6 +32,8 @@ class NginxParams:
     send_timeout_s: float = 60.0
     worker_processes: int | str = "auto"
     worker_connections: int = 16384
+    # worker_rlimit_nofile; 0: worker_connections + FD_SPARE, capped at our hard limit.
+    rlimit_nofile: int = 0
     access_log: str = "off"
     # limit_conn over API requests in progress (0: none); for_settings derives it.
     conn_limit: int = 0
@@ -50,8 +55,11 @@ class NginxParams:
         app_servers: list[str],
         read_timeout_s: float | None = None,
         app_workers: int = 2,
+        sizing: Sizing | None = None,
         **kw: Any,
     ) -> NginxParams:
+        """``sizing`` (runner/sizing.py) sets nginx's workers, connections, descriptors and
+        limit_conn from the gateway's capacity; without it, ``kw`` or the defaults do."""
         # nginx must never cut what the gateway still allows: its read timeout sits above
         # the gateway's total deadline (and so above the idle and first-byte timeouts).
         if read_timeout_s is None:
@@ -59,24 +67,37 @@ class NginxParams:
                 max(settings.deadline_s, settings.idle_timeout_s, settings.first_byte_timeout_s)
                 + 30
             )
+        sized: dict[str, Any] = {
+            "conn_limit": nginx_conn_limit(settings.max_requests_per_worker, app_workers)
+        }
+        if sizing is not None:
+            sized = {
+                "conn_limit": sizing.conn_limit,
+                "worker_processes": sizing.nginx_workers,
+                "worker_connections": sizing.nginx_connections,
+                "rlimit_nofile": sizing.nginx_nofile,
+            }
         return cls(
             listen=listen,
             app_servers=tuple(app_servers),
             max_body_bytes=settings.max_body_bytes,
             read_timeout_s=read_timeout_s,
             send_timeout_s=settings.send_timeout_s,
-            conn_limit=nginx_conn_limit(settings.max_requests_per_worker, app_workers),
             ops_allow=settings.ops_allow_list,
-            **kw,
+            **{**sized, **kw},
         )
 
     def with_down(self, down: tuple[str, ...]) -> NginxParams:
         return dataclasses.replace(self, down=down)
 
     def values(self) -> dict[str, str]:
-        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = 2 * self.worker_connections + 64
-        rlimit = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        rlimit = self.rlimit_nofile
+        if not rlimit:
+            # One descriptor per connection (caller's or gunicorn's alike) and a few of
+            # nginx's own; above the hard limit nginx fails with EPERM.
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            want = self.worker_connections + FD_SPARE
+            rlimit = want if hard == resource.RLIM_INFINITY else min(want, hard)
         return {
             # As root the workers drop to nobody; as anyone else the directive is moot.
             "user_line": "user nobody nogroup;" if os.geteuid() == 0 else "",
@@ -101,18 +122,6 @@ class NginxParams:
     def _server_line(self, address: str) -> str:
         checks = f"max_fails={self.max_fails} fail_timeout={self.fail_timeout_s}s"
         return f"server {address} {checks}{' down' if address in self.down else ''};"
-
-
-def nginx_conn_limit(requests_per_worker: int, app_workers: int) -> int:
-    """nginx's outer guard: the app's request limit over all its workers plus 1/10 (at least
-    8) of headroom, so the app, which answers per worker and per kind, refuses first. The
-    headroom covers what nginx counts and the app does not: bodies still being uploaded,
-    answers still draining to slow callers, callers spread unevenly over the workers.
-    0 (no app limit) is no nginx limit either."""
-    if requests_per_worker <= 0:
-        return 0
-    total = requests_per_worker * max(1, app_workers)
-    return total + max(8, -(-total // 10))
 
 
 def render_nginx(params: NginxParams, template: str | None = None) -> str:
@@ -157,13 +166,17 @@ def start_nginx(
 
 if __name__ == "__main__":
     settings = Settings.from_env(os.environ)
+    workers = int(os.environ.get("LLMGATE_WORKERS", "2"))
+    # A system nginx starts as root and may raise its own descriptor limit: sized uncapped.
+    sizing = size_for(settings, worker_connections(os.environ), workers, os.cpu_count() or 1, None)
     print(
         render_nginx(
             NginxParams.for_settings(
                 settings,
                 listen="8080",
                 app_servers=["127.0.0.1:8000"],
-                app_workers=int(os.environ.get("LLMGATE_WORKERS", "2")),
+                app_workers=workers,
+                sizing=sizing,
                 access_log="/var/log/nginx/llmgate.access.log",
             )
         )

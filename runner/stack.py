@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app import upstreams
-from app.config import Settings
+from app.config import Settings, worker_connections
+from runner import limits
 from runner.nginx import NginxParams, start_nginx, write_nginx_conf
 from runner.procs import Proc, StartError, find_binary, free_port
+from runner.sizing import Sizing, size_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,8 +37,9 @@ class StackOptions:
     memcached: bool = True
     env: dict[str, str] = field(default_factory=dict)  # LLMGATE_* for the gateway
     nginx_read_timeout_s: float | None = None  # default: above the gateway's deadline
-    nginx_worker_processes: int = 1
-    nginx_worker_connections: int = 4096
+    # None: sized from the gateway's capacity (runner/sizing.py), as `make run` does.
+    nginx_worker_processes: int | None = None
+    nginx_worker_connections: int | None = None
     simulator_args: list[str] = field(default_factory=list)
     # Where nginx listens (LLMGATE_HOST): loopback, or 0.0.0.0 in a container.
     host: str = "127.0.0.1"
@@ -60,6 +63,7 @@ class Stack:
         self.settings: Settings | None = None
         self.down: set[int] = set()  # instances nginx sends nothing to (a rolling restart)
         self._nginx_params: NginxParams | None = None
+        self.sizing: Sizing | None = None
 
     @property
     def memcached_addr(self) -> str:
@@ -247,19 +251,40 @@ class Stack:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(self.options.run_dir / metrics)
         return env
 
+    def size(self) -> Sizing:
+        """The stack's capacity from LLMGATE_WORKER_CONNECTIONS, the workers, this machine's
+        cores and our hard descriptor limit (nginx's workers inherit it)."""
+        env = self.gateway_env(0)
+        return size_for(
+            Settings.from_env(env),
+            worker_connections(env),
+            self.options.workers * self.options.instances,
+            len(os.sched_getaffinity(0)),
+            limits.read_kernel().nofile_hard,
+        )
+
     def _start_nginx(self) -> None:
         opts = self.options
         assert self.settings is not None
         port = opts.port or free_port()
+        self.sizing = self.size()
+        explicit = {
+            k: v
+            for k, v in (
+                ("worker_processes", opts.nginx_worker_processes),
+                ("worker_connections", opts.nginx_worker_connections),
+            )
+            if v is not None
+        }
         params = NginxParams.for_settings(
             self.settings,
             listen=f"{opts.host}:{port}",
             app_servers=[u.removeprefix("http://") for u in self.app_urls],
-            worker_processes=opts.nginx_worker_processes,
-            worker_connections=opts.nginx_worker_connections,
             read_timeout_s=opts.nginx_read_timeout_s,
             app_workers=opts.workers * opts.instances,
+            sizing=None if explicit else self.sizing,
             access_log="/dev/stdout" if opts.logs_to_stdout else "logs/access.log",
+            **explicit,
         )
         self._nginx_params = params
         nginx = start_nginx(

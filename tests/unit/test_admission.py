@@ -254,7 +254,7 @@ def test_nginx_limit_conn_is_the_app_limit_times_workers_plus_headroom() -> None
     assert nginx_conn_limit(4000, 2) == 8800
     assert nginx_conn_limit(5, 1) == 13  # at least 8 of headroom
     assert nginx_conn_limit(0, 4) == 0
-    text = _nginx(Settings(), 2)
+    text = _nginx(Settings(max_requests_per_worker=4000), 2)
     assert "limit_conn llmgate_admission 8800;" in text
     assert "limit_conn llmgate_admission 13;" in _nginx(Settings(max_requests_per_worker=5), 1)
     unlimited = _nginx(Settings(max_requests_per_worker=0), 2)
