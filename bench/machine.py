@@ -2,7 +2,8 @@
 
 Read from /proc, the interpreter and the binaries themselves at run time, so a report states
 the facts of its own run. ``busy()`` samples /proc/stat: the share of all cores some process
-used during an interval, ours included.
+used during an interval, ours included; ``Others`` the share used by every process but ours
+during a measurement (the noise in it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from bench import proctree
 from runner.procs import find_binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,8 +71,8 @@ def versions() -> dict[str, str]:
 def _ticks() -> tuple[int, int]:
     """(busy, total) jiffies of all cores since boot."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+    total = sum(fields[:8])  # guest time is in user time already; steal is someone else's use
+    return total - fields[3] - fields[4], total  # busy = all but idle and iowait
 
 
 def busy(seconds: float = 1.0) -> float:
@@ -79,3 +81,20 @@ def busy(seconds: float = 1.0) -> float:
     time.sleep(seconds)
     b1, t1 = _ticks()
     return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
+
+
+class Others:
+    """The share of all cores that processes other than ``ours`` used, from ``__init__`` to
+    ``share()``: /proc/stat's busy time of every core less ``ours``' utime + stime."""
+
+    def __init__(self, ours: list[int]) -> None:
+        self.ours = ours
+        self.busy0, self.total0 = _ticks()
+        self.ours0 = proctree.cpu_s(ours)
+
+    def share(self) -> float:
+        busy, total = _ticks()
+        if total <= self.total0:
+            return 0.0
+        ours = (proctree.cpu_s(self.ours) - self.ours0) * proctree.TICK
+        return max(0.0, (busy - self.busy0 - ours) / (total - self.total0))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import os
 import shutil
 import statistics
 import tempfile
@@ -29,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import loadgen, proctree
+from bench import loadgen, machine, proctree
 from bench.loadgen import pct
 from bench.overhead_table import PATHS, section
 from bench.relay import start_nginx_only
@@ -105,6 +106,7 @@ class Measured:
     result: loadgen.Result
     cpu_ms: float | None  # per request, the path's process tree
     upstream_per_1000: float | None
+    others: float  # the share of all cores other processes used meanwhile
 
     def row_data(self) -> dict:
         r = self.result
@@ -121,6 +123,7 @@ class Measured:
             "cpu_ms_per_request": self.cpu_ms,
             "upstream_connections_per_1000": self.upstream_per_1000,
             "loadgen_core_share": r.load,
+            "others_cores_share": self.others,
         }
 
 
@@ -141,6 +144,7 @@ def measure(
     pids: list[int],
     sim_url: str,
     idle_rate: float,
+    ours: list[int],
 ) -> Measured:
     host, port = url.removeprefix("http://").split(":")
     request = kind.request()
@@ -148,7 +152,9 @@ def measure(
     cfg.progress(f"overhead: {kind.name}, {callers} callers, {path}")
     count = kind.counts[callers]
     cpu0, accepted0 = proctree.cpu_s(pids), sim_accepted(sim_url)
+    others = machine.Others(ours)
     result = loadgen.run(host, int(port), request, callers, count)
+    others_share = others.share()
     # What the tree burns with no call (timers, heartbeats of its own) is not per request.
     cpu = proctree.cpu_s(pids) - cpu0 - idle_rate * result.wall
     opened = sim_accepted(sim_url) - accepted0
@@ -160,6 +166,7 @@ def measure(
         result,
         cpu / done * 1000 if pids else None,
         opened / done * 1000 if path != "direct" else None,
+        others_share,
     )
 
 
@@ -183,11 +190,17 @@ def run(cfg: Config) -> Section:
             for callers in kind.counts:
                 for path in PATHS:
                     pids = [p for root in roots[path] for p in proctree.tree(root)]
-                    out.append(
-                        measure(
-                            cfg, kind, callers, path, urls[path], pids, stack.sim_url, idle[path]
-                        )
+                    # Ours: the bench itself, the simulator and both paths' trees.
+                    ours = [os.getpid()] + [
+                        p
+                        for proc in [*stack.procs, nginx_only]
+                        for p in proctree.tree(proc.popen.pid)
+                    ]
+                    url = urls[path]
+                    got = measure(
+                        cfg, kind, callers, path, url, pids, stack.sim_url, idle[path], ours
                     )
+                    out.append(got)
         settings = {
             "gunicorn_workers": options.workers,
             "nginx_worker_processes": options.nginx_worker_processes,

@@ -53,6 +53,7 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
                 m.upstream_per_1000,
                 len(r.errors),
                 r.load * 100,
+                m.others * 100,
             ]
         )
     columns = [
@@ -73,6 +74,7 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
         "new upstream conns /1000",
         "errors",
         "generator % core",
+        "others % cores",
     ]
     return Section(
         key="overhead",
@@ -95,6 +97,8 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
             "measured run (after a warm-up at the same load), per 1,000 requests.",
             "generator % core: the load generator's own CPU over the run's wall time; it is "
             "one thread, so near 100 % it, not the path, would be the bottleneck.",
+            "others % cores: the share of all cores that processes other than this benchmark's "
+            "(its own, the simulator's, nginx's and gunicorn's) used during the run: the noise.",
         ],
     )
 
