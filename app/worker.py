@@ -13,7 +13,9 @@ The master imports this module to find the class, so it imports only gunicorn, g
 nothing that opens sockets or must come after gevent's patching.
 
 On SIGTERM it also starts the gateway's drain (app/lifecycle.py): unready at once, and
-no stream cut silently when gunicorn's graceful timeout runs out.
+no stream cut silently when gunicorn's graceful timeout runs out. Idle keep-alive
+connections, which gunicorn counts as calls in progress, are closed so that they do not
+hold a stopping worker for that whole timeout.
 
 gunicorn logs a request it could not parse as it was received (``Invalid request from
 ip=...: Invalid HTTP request line: 'GET /v1/models?api-key=sk-... HTTP/1.1'``), and a request
@@ -23,6 +25,7 @@ gunicorn's error logger keeps what kind of error it was and drops what the calle
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 
@@ -88,18 +91,56 @@ def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: st
 
 
 class JSONErrorGeventWorker(GeventWorker):
+    # Connections between two requests (keep-alive): gunicorn counts each as a call in
+    # progress, so one idle caller would hold a stopping worker for the whole graceful
+    # timeout. They are closed when the drain starts; busy ones close after their answer
+    # (gunicorn sends "Connection: close" once the worker is stopping).
+    _idle: set[socket.socket]
+
+    def handle(self, listener: socket.socket, client: socket.socket, addr: object) -> None:
+        self._idle.add(client)
+        try:
+            super().handle(listener, client, addr)
+        finally:
+            self._idle.discard(client)
+
+    def handle_request(self, listener_name: object, req: object, sock: socket.socket,
+                       addr: object) -> None:  # fmt: skip
+        self._idle.discard(sock)
+        try:
+            super().handle_request(listener_name, req, sock, addr)
+        finally:
+            if self.alive:
+                self._idle.add(sock)
+            else:  # stopping (perhaps since this call began): no next request here
+                _stop_reading(sock)
+
     def handle_exit(self, sig: int, frame: object) -> None:
         """SIGTERM: gunicorn stops accepting and waits its graceful timeout; the gateway
-        turns unready and ends what is still running before that cut (app/lifecycle.py)."""
+        turns unready and ends what is still running before that cut (app/lifecycle.py),
+        and idle keep-alive connections are closed so they do not hold the worker."""
         super().handle_exit(sig, frame)
+        gevent.spawn(self._close_idle)
         extensions = getattr(self.wsgi, "extensions", {})
         gateway = extensions.get("llmgate") if isinstance(extensions, dict) else None
         if gateway is not None:
             gevent.spawn(gateway.lifecycle.drain, self.cfg.graceful_timeout)
 
+    def _close_idle(self) -> None:
+        for sock in list(self._idle):
+            _stop_reading(sock)
+
     def init_process(self) -> None:
+        self._idle = set()
         # In the forked worker only (the master never writes error pages); handle_error
         # looks the function up on gunicorn.util at each call.
         util.write_error = write_json_error
         logging.getLogger("gunicorn.error").addFilter(WithoutRequestContent())
         super().init_process()
+
+
+def _stop_reading(sock: socket.socket) -> None:
+    """The connection's handler, waiting for a next request, reads EOF and closes it (what
+    was written still goes out: only the reading side is shut)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)

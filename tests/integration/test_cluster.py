@@ -59,8 +59,7 @@ def cluster(runs_dir: Path) -> Iterator[StackHandle]:
 
 
 def instance_metric(url: str, name: str, **labels: str) -> float:
-    # Straight to the instance's gunicorn, without keep-alive: an idle keep-alive connection
-    # holds a draining gunicorn worker until its graceful timeout (it counts as a request).
+    # Straight to the instance's gunicorn, one connection per read (nothing kept open).
     resp = http.request("GET", url + "/metrics", headers={"Connection": "close"})
     text = resp.data.decode()
     return sum(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -79,6 +80,32 @@ def test_sigterm_lets_short_streams_finish_and_ends_long_ones_with_an_error_even
             shut += 1
     assert (done, shut) == (10, 10)
     assert took < GRACE_S + 5
+
+
+def test_an_idle_keep_alive_caller_does_not_hold_a_stopping_worker(runs_dir: Path) -> None:
+    grace = 60
+    options = StackOptions(run_dir=runs_dir / "idle-keepalive", workers=1, memcached=False,
+                           nginx=False, env={"LLMGATE_GRACEFUL_TIMEOUT_S": str(grace)})  # fmt: skip
+    stack = Stack(options).start()
+    try:
+        host, port = stack.app_urls[0].removeprefix("http://").rsplit(":", 1)
+        idle = socket.create_connection((host, int(port)), timeout=30)
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b'{"status":"ok"}\n'):
+            answer += idle.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 200 OK")  # answered; the connection stays open
+        gunicorn = stack.proc("gunicorn").popen
+        began = time.monotonic()
+        gunicorn.send_signal(signal.SIGTERM)
+        # The server closes the idle connection, and the worker (nothing else in flight)
+        # stops long before the 60 s graceful timeout it would otherwise wait out for it.
+        assert idle.recv(4096) == b""
+        gunicorn.wait(timeout=grace / 4)
+        assert time.monotonic() - began < grace / 4
+        idle.close()
+    finally:
+        stack.stop()
 
 
 def test_sighup_to_make_run_reloads_the_upstreams_without_failing_a_call(runs_dir) -> None:
