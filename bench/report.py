@@ -23,8 +23,9 @@ A ``Section`` is the module's table, its raw numbers and its verdicts:
 - ``checks``: the targets of issue 11's table this section measures. A target is a constant
   (``Check.target``, with the comparison ``op``), the measured value is not; the report says
   met / not met and the measured-to-target ratio.
-- ``data``: JSON-able raw numbers (samples' percentiles, counts, settings), written to
-  results.json under ``key``.
+- ``data``: JSON-able raw numbers (samples' percentiles, counts), written to results.json
+  under ``key``; ``data["settings"]`` (a dict: workers, connections, the simulator's
+  controls, sizes) is also printed under the section's table.
 - ``notes``: markdown lines under the table (method, what a number means, caveats).
 
 A module that is absent (not written yet) is listed as such in the report; one that raises
@@ -33,6 +34,7 @@ is reported with its error, and `make bench-smoke` fails on it.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -182,6 +184,9 @@ def markdown(parts: list[Part], meta: dict[str, Any]) -> str:
             out += table(s.columns, s.rows, s.fmt)
             if s.notes:
                 out += ["", *(f"- {note}" for note in s.notes)]
+            if isinstance(s.data.get("settings"), dict):
+                items = s.data["settings"].items()
+                out += ["", "Settings: " + "; ".join(f"{k} `{json.dumps(v)}`" for k, v in items)]
             for plot in s.plots:
                 out += ["", f"![{plot.caption}]({plot.file})", f"*{plot.caption}*"]
     return "\n".join(out) + "\n"

@@ -70,8 +70,13 @@ def test_markdown_has_meta_targets_sections_and_absent_modules() -> None:
         Check("gateway CPU per non-stream request", "<=", 0.7, 0.5, "ms"),
     ]
     plot = report.Plot("overhead-cdf.png", "Latency CDFs")
+    settings = {"gunicorn_workers": 2, "simulator": {"x-sim-ttft-ms": "200"}}
     parts = [
-        Part("overhead", [section(checks=checks, plots=[plot], notes=["a note"])], seconds=3),
+        Part(
+            "overhead",
+            [section(checks=checks, plots=[plot], notes=["a note"], data={"settings": settings})],
+            seconds=3,
+        ),
         Part("capacity", absent=True),
         Part("seed", error="Traceback\nOSError: no nginx"),
     ]
@@ -93,6 +98,7 @@ def test_markdown_has_meta_targets_sections_and_absent_modules() -> None:
     assert "| gateway CPU per non-stream request | ≤ 0.7 ms | 0.50 ms | met | 0.71 |" in text
     assert "| gateway | 1071.50 |" in text
     assert "- a note" in text and "![Latency CDFs](overhead-cdf.png)" in text
+    assert 'Settings: gunicorn_workers `2`; simulator `{"x-sim-ttft-ms": "200"}`' in text
     assert "Not measured: no bench/capacity.py yet." in text
     assert "OSError: no nginx" in text
     doc = report.as_json(parts, meta)
