@@ -13,6 +13,7 @@ hits through nginx.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import tempfile
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import urllib3
 
-from bench import loadgen, proctree
+from bench import loadgen, machine, proctree
 from bench.loadgen import pct
 from bench.relay import percentile, run_many
 from bench.report import Check, Config, Section
@@ -116,7 +117,8 @@ def _measure(
     if not outcome.startswith("HIT"):
         raise RuntimeError(f"{name}: the gateway answered X-LLMGate-Cache {outcome!r}, not a hit")
     cfg.progress(f"cache: {name}, {callers} callers")
-    cpu0 = proctree.cpu_s(pids)
+    ours = [os.getpid()] + [p for proc in stack.procs for p in proctree.tree(proc.popen.pid)]
+    cpu0, others = proctree.cpu_s(pids), machine.Others(ours)
     r = loadgen.run(host, int(port), request, callers, count)
     cpu = (proctree.cpu_s(pids) - cpu0) / max(1, len(r.total)) * 1000
     return [
@@ -129,6 +131,7 @@ def _measure(
         r.rps,
         cpu,
         r.load * 100,
+        others.share() * 100,
     ]
 
 
@@ -166,6 +169,7 @@ def run(cfg: Config) -> Section:
                     r.rps,
                     None,
                     r.load * 100,
+                    None,
                 ]
             )
             rows.append(_measure(cfg, "HIT l1", stack, stack.url, plain, callers, hits))
@@ -196,6 +200,7 @@ def run(cfg: Config) -> Section:
             "req/s x direct",
             "gateway CPU ms/answer",
             "generator % core",
+            "others % cores",
         ],
         rows=rows,
         data={
@@ -217,6 +222,7 @@ def run(cfg: Config) -> Section:
             "direct: the same call answered by the simulator (300 ms to the first token, "
             "50 tokens at 100 tokens/s), no cache. A hit is a 50-token answer stored by a "
             "first call (temperature 0, LLMGATE_CACHE_MODE=deterministic, the default).",
-            "gateway CPU: nginx and gunicorn (masters and workers); Memcached is not counted.",
+            "gateway CPU: nginx and gunicorn (masters and workers); Memcached is not counted. "
+            "others % cores: what processes other than this benchmark's used meanwhile.",
         ],
     )
