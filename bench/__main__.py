@@ -116,6 +116,9 @@ if out.parent == RESULTS:
     latest.unlink(missing_ok=True)
     latest.symlink_to(out.name)
 progress(f"bench: wrote {out / 'report.md'}, results.json and the plots")
+checks = [c for part in parts for s in part.sections for c in s.checks]
+if checks:
+    print("\n".join(["", *report.verdicts(checks), ""]))
 found = report.problems(parts)
 for problem in found:
     progress(f"bench: PROBLEM: {problem}")
