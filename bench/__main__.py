@@ -119,7 +119,11 @@ progress(f"bench: wrote {out / 'report.md'}, results.json and the plots")
 checks = [c for part in parts for s in part.sections for c in s.checks]
 if checks:
     print("\n".join(["", *report.verdicts(checks), ""]))
-found = report.problems(parts)
+found = report.problems(parts, out)
+written = json.loads((out / "results.json").read_text())["sections"]
+found += [
+    f"{s.key}: not in results.json" for p in parts for s in p.sections if s.key not in written
+]
 for problem in found:
     progress(f"bench: PROBLEM: {problem}")
 sys.exit(1 if found and args.smoke else 0)

@@ -140,9 +140,10 @@ def verdicts(checks: list[Check]) -> list[str]:
     return table(["target (issue 11)", "target", "measured", "verdict", "measured / target"], rows)
 
 
-def problems(parts: list[Part]) -> list[str]:
+def problems(parts: list[Part], out_dir: Path | None = None) -> list[str]:
     """What makes a report unusable: a module that failed, a section without rows, a number
-    that is not finite. Absent modules are not a problem."""
+    that is not finite, a plot not written into ``out_dir``. Absent modules are not a
+    problem."""
     found = []
     for part in parts:
         if part.error:
@@ -161,6 +162,9 @@ def problems(parts: list[Part]) -> list[str]:
             for c in s.checks:
                 if not math.isfinite(c.measured):
                     found.append(f"{s.key}: check {c.what!r} measured {c.measured}")
+            for plot in s.plots:
+                if out_dir is not None and not (out_dir / plot.file).is_file():
+                    found.append(f"{s.key}: plot {plot.file} not written")
     return found
 
 

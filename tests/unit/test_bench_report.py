@@ -8,6 +8,7 @@ No process and no timing here: `make bench-smoke` runs the real thing.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,13 @@ def test_a_whole_report_has_no_problems() -> None:
 def test_problems_name_what_is_missing_or_broken(part: Part, found: str) -> None:
     problems = report.problems([part])
     assert len(problems) == 1 and found in problems[0], problems
+
+
+def test_a_plot_named_but_not_written_is_a_problem(tmp_path: Path) -> None:
+    plots = [report.Plot("written.png", "a"), report.Plot("missing.png", "b")]
+    (tmp_path / "written.png").write_bytes(b"\x89PNG")
+    problems = report.problems([Part("overhead", [section(plots=plots)])], tmp_path)
+    assert problems == ["overhead: plot missing.png not written"]
 
 
 def test_markdown_has_meta_targets_sections_and_absent_modules() -> None:
