@@ -266,6 +266,27 @@ def test_latency_to_target_delays_what_the_target_receives(behind_proxy) -> None
     assert 0.28 <= sink.first_at - start < 0.3 + SLACK
 
 
+def test_connect_latency_delays_a_new_connections_first_flight(echo_proxy: FaultProxy) -> None:
+    echo_proxy.latency(0.1, to_target=0.1)
+    with connect(echo_proxy) as before:
+        round_trip(before, b"accepted before")  # the proxy has accepted it
+        echo_proxy.connect_latency(0.3)
+        reply, took = round_trip(before, b"old")
+        assert reply == b"old" and took < 0.4  # only connections accepted from now on wait
+    with connect(echo_proxy) as sock:
+        # The handshake's round trip, then the request's: 0.3 + 0.1 + 0.1.
+        reply, took = round_trip(sock, b"first")
+        assert reply == b"first" and 0.48 <= took < 0.5 + SLACK
+        reply, took = round_trip(sock, b"reused")
+        assert reply == b"reused" and 0.18 <= took < 0.4
+    with connect(echo_proxy) as sock:
+        # A client busy after connect() (loading certificates) would have started that work
+        # only once the handshake was done: the round trip still comes after it, not during.
+        time.sleep(0.3)
+        reply, took = round_trip(sock, b"late")
+        assert reply == b"late" and 0.48 <= took < 0.5 + SLACK
+
+
 def test_lowering_latency_keeps_order(echo_proxy: FaultProxy) -> None:
     with connect(echo_proxy) as sock:
         echo_proxy.latency(0.5)
@@ -419,6 +440,7 @@ def test_pass_through_clears_every_condition(echo_proxy: FaultProxy) -> None:
     echo_proxy.bandwidth(1000, to_target=1000)
     echo_proxy.reset_after(10)
     echo_proxy.slow_close(1.0, to_target=1.0)
+    echo_proxy.connect_latency(1.0)
     assert echo_proxy.mode == "latency"
     echo_proxy.pass_through()
     with connect(echo_proxy) as sock:

@@ -47,6 +47,9 @@ class Settings:
     to_target: Conditions = field(default_factory=Conditions)
     to_client: Conditions = field(default_factory=Conditions)
     reset_after_total: int | None = None
+    # Extra seconds for a new link's first flight: the TCP handshake's round trip, which the
+    # kernel completes on loopback before the proxy even accepts.
+    connect_latency: float = 0.0
 
     def shaped(self, to_client: dict, to_target: dict, mode: str | None = None) -> Settings:
         """A copy with these fields of each direction's conditions (and the mode) changed."""
@@ -120,6 +123,7 @@ class Flow:
         self.fin = False  # ... and left it: shut dst for writing once ``out`` is empty
         self.fin_sent = False
         self.passed = 0  # bytes sent to dst since the byte budget was last set
+        self.sent_any = False  # bytes ever sent to dst
         self.cond = Conditions()
         self.bucket: Bucket | None = None
         self.set_conditions(cond, now)
@@ -133,8 +137,8 @@ class Flow:
     def queued(self) -> int:
         return self.delayed_bytes + len(self.out)
 
-    def receive(self, data: bytes, now: float) -> None:
-        self.delayed.append((now + self.cond.latency, data))
+    def receive(self, data: bytes, now: float, extra: float = 0.0) -> None:
+        self.delayed.append((now + self.cond.latency + extra, data))
         self.delayed_bytes += len(data)
 
     def receive_eof(self, now: float) -> None:
@@ -180,6 +184,7 @@ class Flow:
             sent = self.dst.sock.send(part)
         del self.out[:sent]
         self.passed += sent
+        self.sent_any = self.sent_any or sent > 0
         if self.bucket is not None:
             self.bucket.take(sent)
         self._maybe_shut()
@@ -201,8 +206,10 @@ class Link:
         to_target: Conditions,
         to_client: Conditions,
         now: float,
+        connect_latency: float = 0.0,
     ) -> None:
         self.client = Side(client)
+        self.connect_latency = connect_latency
         self.target = Side(target) if target is not None else None
         self.flows: list[Flow] = []
         if self.target is not None:
@@ -211,6 +218,16 @@ class Link:
                 Flow(TO_CLIENT, self.target, self.client, to_client, now),
             ]
         self.reset_by: float | None = None  # resetting: RST once drained, or at this time
+
+    def extra_latency(self, flow: Flow) -> float:
+        """What a chunk from the client waits on top of the latency: the handshake's round
+        trip while nothing has reached the client yet. A client that writes first (TLS,
+        HTTP) would have written this flight that much later, after its CPU work since
+        connect() (reading certificates, say), so the two add up as they would."""
+        if flow.name != TO_TARGET or self.connect_latency <= 0:
+            return 0.0
+        answered = any(f.sent_any for f in self.flows if f.name == TO_CLIENT)
+        return 0.0 if answered else self.connect_latency
 
     @property
     def sides(self) -> list[Side]:

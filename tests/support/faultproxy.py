@@ -41,6 +41,12 @@ changes, and are cleared by ``pass_through()``:
   connection opened, if later).
 - ``slow_close(to_client, to_target=0.0)``: a FIN is passed on that many seconds after the
   EOF arrived (after the latency, and never before the bytes ahead of it).
+- ``connect_latency(seconds)``: on a connection accepted from then on, what the client
+  sends before anything has reached it (its first flight) waits that much more. The kernel
+  completes the TCP handshake on loopback at once, so this is how a WAN's handshake round
+  trip reaches a client that writes first (TLS, HTTP): ``latency(rtt / 2, rtt / 2)`` with
+  ``connect_latency(rtt)`` makes a new connection's first answer take two round trips, a
+  reused one's one. A server that speaks first is not delayed by it.
 
 Connects to the target are blocking with a short timeout: the targets are loopback servers.
 """
@@ -171,6 +177,10 @@ class FaultProxy:
 
     def slow_close(self, to_client: float, to_target: float = 0.0) -> None:
         self._update(lambda s: s.shaped({"close_delay": to_client}, {"close_delay": to_target}))
+
+    def connect_latency(self, seconds: float) -> None:
+        """The TCP handshake's round trip, for connections accepted from now on."""
+        self._update(lambda s: replace(s, connect_latency=seconds))
 
     def stall(self) -> None:
         self.set_mode(STALL)
@@ -364,7 +374,16 @@ class FaultProxy:
             target.setblocking(False)
         client.setblocking(False)
         now = time.monotonic()
-        self._links.append(Link(client, target, settings.to_target, settings.to_client, now))
+        self._links.append(
+            Link(
+                client,
+                target,
+                settings.to_target,
+                settings.to_client,
+                now,
+                settings.connect_latency,
+            )
+        )
 
     def _read(self, link: Link, side: Side, now: float) -> None:
         data = side.sock.recv(_CHUNK)
@@ -376,7 +395,7 @@ class FaultProxy:
                 flow.receive_eof(now)
             # In a stall the FIN is held: a blackhole never answers, not even with a close.
         elif flow is not None and forwarding:
-            flow.receive(data, now)
+            flow.receive(data, now, link.extra_latency(flow))
         # else: read and swallowed, the other side never hears of it
 
     def _drop(self, link: Link, *, rst: bool) -> None:
