@@ -1,5 +1,5 @@
 """The seed table's arithmetic (bench/seed_math.py) and the tables built from a run's numbers
-(bench/seed.py), on made-up samples: no processes, no timing."""
+(bench/seed_table.py), on made-up samples: no processes, no timing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bench import seed
+from bench import seed_table as seed
 from bench.seed_math import (
     claim_lines,
     percentile,
