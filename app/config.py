@@ -306,6 +306,23 @@ class Settings:
         "llmgate",
         "The service.name of the gateway's spans.",
     )
+    tls_port: int = _setting(
+        "LLMGATE_TLS_PORT",
+        8443,
+        "Port of `make run`'s HTTPS listener at nginx (HTTP/2 and HTTP/1.1, same routes as "
+        "LLMGATE_PORT); 0: no HTTPS listener.",
+    )
+    tls_cert: str = _setting(
+        "LLMGATE_TLS_CERT",
+        "",
+        "PEM certificate (chain) nginx serves on LLMGATE_TLS_PORT. Empty: a self-signed one "
+        "for localhost and 127.0.0.1, made with openssl in the run directory.",
+    )
+    tls_key: str = _setting(
+        "LLMGATE_TLS_KEY",
+        "",
+        "PEM private key of LLMGATE_TLS_CERT (both or neither).",
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
@@ -377,6 +394,10 @@ class Settings:
                 raise SettingsError(
                     f"LLMGATE_OTEL_ENDPOINT must be an http(s) URL, got {self.otel_endpoint!r}"
                 )
+        if bool(self.tls_cert) != bool(self.tls_key) or not 0 <= self.tls_port <= 65535:
+            raise SettingsError(
+                "LLMGATE_TLS_CERT and LLMGATE_TLS_KEY go together; LLMGATE_TLS_PORT is 0..65535"
+            )
         if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from app.config import Settings, SettingsError
 from app.upstreams import ConfigError
 from runner import limits
 from runner.procs import StartError, find_binary
@@ -54,6 +55,14 @@ def options_from_env(args: argparse.Namespace) -> StackOptions:
             print(f"llmgate: {name} is not installed; running without it. Install: {INSTALL_HINT}")
     if args.instances > 1 and not have_nginx:
         raise StartError("several instances need nginx in front of them")
+    settings = Settings.from_env(env)
+    tls_port: int | None = settings.tls_port if have_nginx and settings.tls_port else None
+    if tls_port is not None and not settings.tls_cert and find_binary("openssl") is None:
+        print(
+            "llmgate: openssl is not installed and LLMGATE_TLS_CERT is not set: no HTTPS "
+            "listener. Install: sudo apt-get install -y openssl"
+        )
+        tls_port = None
     return StackOptions(
         run_dir=Path(env.get("LLMGATE_RUN_DIR", ROOT / ".run")),
         port=int(env.get("LLMGATE_PORT", "8080")),
@@ -67,6 +76,9 @@ def options_from_env(args: argparse.Namespace) -> StackOptions:
         logs_to_stdout=env.get("LLMGATE_LOG_TO_STDOUT", "").lower() in ("1", "true", "yes", "on"),
         instances=args.instances,
         memcached_nodes=args.memcached_nodes,
+        tls_port=tls_port,
+        tls_cert=settings.tls_cert,
+        tls_key=settings.tls_key,
     )
 
 
@@ -79,6 +91,9 @@ def write_scrape_targets(stack: Stack) -> Path:
     return path
 
 
+STREAM_BODY = '{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"Hi"}]}'
+
+
 def banner(stack: Stack, options: StackOptions) -> str:
     config = os.environ.get("LLMGATE_CONFIG", "")
     upstream = os.environ.get("LLMGATE_UPSTREAM_URL", "")
@@ -86,7 +101,10 @@ def banner(stack: Stack, options: StackOptions) -> str:
         f"the upstreams of {config}" if config else upstream or f"simulator at {stack.sim_url}"
     )
     memcached = stack.memcached_addr or os.environ.get("LLMGATE_MEMCACHED", "")
-    lines = [f"llmgate is running on {stack.url}", f"  upstream:  {upstream_note}"]
+    lines = [f"llmgate is running on {stack.url}"]
+    if stack.tls_url:
+        lines.append(f"  https:     {stack.tls_url} (HTTP/2; certificate {stack.tls_cert})")
+    lines.append(f"  upstream:  {upstream_note}")
     if options.instances > 1:
         lines.append(f"  instances: {', '.join(stack.app_urls)} (metrics: each one's /metrics)")
         lines.append(f"  scrape:    {write_scrape_targets(stack)}")
@@ -95,6 +113,14 @@ def banner(stack: Stack, options: StackOptions) -> str:
         lines.append(f"  capacity:  {capacity(stack)}")
     logs = "stdout" if options.logs_to_stdout else options.run_dir / "logs"
     lines.append(f"  logs:      {logs}")
+    https = ""
+    if stack.tls_url:
+        url = stack.tls_url.replace("127.0.0.1", "localhost") + "/v1/chat/completions"
+        https = (
+            f"\n  curl --http2 -N --cacert {stack.tls_cert} {url} \\\n"
+            "    -H 'Content-Type: application/json' \\\n"
+            f"    -d '{STREAM_BODY}'\n"
+        )
     return (
         "\n"
         + "\n".join(lines)
@@ -103,7 +129,7 @@ def banner(stack: Stack, options: StackOptions) -> str:
 Try it:
   curl -N {stack.url}/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{{"model":"sim-model","stream":true,"messages":[{{"role":"user","content":"Hi"}}]}}'
-
+{https}
   OPENAI_BASE_URL={stack.url}/v1 OPENAI_API_KEY=sk-anything python your_app.py
 
 Ctrl-C stops everything.
@@ -135,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         options = options_from_env(args)
-    except StartError as exc:
+    except (StartError, SettingsError) as exc:
         print(f"llmgate: could not start: {exc}", file=sys.stderr)
         return 1
     drain_file = os.environ.get("LLMGATE_DRAIN_FILE", "").strip()

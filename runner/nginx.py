@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import Settings, worker_connections
-from runner.sizing import FD_SPARE, Sizing, nginx_conn_limit, size_for
+from runner.sizing import FD_SPARE, LISTEN_BACKLOG, Sizing, nginx_conn_limit, size_for
 
 __all__ = ["NginxParams", "nginx_conn_limit", "render_nginx", "start_nginx", "write_nginx_conf"]
 
@@ -45,6 +45,11 @@ class NginxParams:
     down: tuple[str, ...] = ()
     # Who may read /metrics, /status, /status.json and /admin/* (LLMGATE_OPS_ALLOW).
     ops_allow: tuple[str, ...] = ("127.0.0.1", "::1")
+    # HTTPS with HTTP/2 on a second listener of the same server (empty: none); absolute
+    # paths (a relative ssl_certificate is looked up next to nginx.conf).
+    tls_listen: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
 
     @classmethod
     def for_settings(
@@ -114,10 +119,30 @@ class NginxParams:
             "read_timeout": f"{round(self.read_timeout_s * 1000)}ms",
             "send_timeout": f"{round(self.send_timeout_s * 1000)}ms",
             "ops_allow": " ".join(f"allow {a};" for a in self.ops_allow) or "# none allowed",
+            "tls": self._tls(),
             "limit_conn": f"limit_conn llmgate_admission {self.conn_limit};"
             if self.conn_limit
             else "# no limit_conn: LLMGATE_MAX_REQUESTS_PER_WORKER is 0 (no limit)",
         }
+
+    def _tls(self) -> str:
+        if not self.tls_listen:
+            return "# no HTTPS listener (LLMGATE_TLS_PORT 0)"
+        # nginx 1.22 names HTTP/2 on the listen line (the `http2` directive came in 1.25.1).
+        # An SSE stream over HTTP/2 is one h2 stream: proxy_buffering off still sends each
+        # event as a DATA frame when it arrives, and nginx speaks HTTP/1.1 to gunicorn.
+        lines = [
+            f"listen {self.tls_listen} ssl http2 reuseport backlog={LISTEN_BACKLOG};",
+            f"ssl_certificate {self.tls_cert};",
+            f"ssl_certificate_key {self.tls_key};",
+            "ssl_protocols TLSv1.2 TLSv1.3;",
+            # Resumed sessions skip the full handshake for callers that reconnect.
+            "ssl_session_cache shared:llmgate_tls:10m;",
+            "ssl_session_timeout 1h;",
+            # nginx's default, written out: 100 concurrent streams from one client fit.
+            "http2_max_concurrent_streams 128;",
+        ]
+        return "\n        ".join(lines)
 
     def _server_line(self, address: str) -> str:
         checks = f"max_fails={self.max_fails} fail_timeout={self.fail_timeout_s}s"

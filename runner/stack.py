@@ -23,6 +23,7 @@ from runner import limits
 from runner.nginx import NginxParams, start_nginx, write_nginx_conf
 from runner.procs import Proc, StartError, find_binary, free_port
 from runner.sizing import Sizing, size_for
+from runner.tls import self_signed
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,6 +50,11 @@ class StackOptions:
     # The children's output on our own stdout (a container's log) instead of run_dir/logs.
     logs_to_stdout: bool = False
     instances: int = 1  # gunicorn instances behind nginx (make run-cluster: 3)
+    # nginx's HTTPS + HTTP/2 listener: None none, 0 a free port; with no tls_cert/tls_key
+    # a self-signed certificate in run_dir/tls (runner/tls.py).
+    tls_port: int | None = None
+    tls_cert: str = ""
+    tls_key: str = ""
     memcached_nodes: int = 1  # Memcached nodes started (make run-cluster: 2)
 
 
@@ -60,6 +66,8 @@ class Stack:
         self.memcached_addrs: list[str] = []
         self.app_urls: list[str] = []
         self.url = ""
+        self.tls_url = ""
+        self.tls_cert = ""
         self.settings: Settings | None = None
         self.down: set[int] = set()  # instances nginx sends nothing to (a rolling restart)
         self._nginx_params: NginxParams | None = None
@@ -276,6 +284,19 @@ class Stack:
             )
             if v is not None
         }
+        tls: dict[str, str] = {}
+        if opts.tls_port is not None:
+            tls_port = opts.tls_port or free_port()
+            cert, key = opts.tls_cert, opts.tls_key
+            if not cert:
+                made = self_signed(opts.run_dir / "tls")
+                cert, key = str(made[0]), str(made[1])
+            tls = {
+                "tls_listen": f"{opts.host}:{tls_port}",
+                "tls_cert": str(Path(cert).resolve()),
+                "tls_key": str(Path(key).resolve()),
+            }
+            self.tls_url, self.tls_cert = f"https://127.0.0.1:{tls_port}", tls["tls_cert"]
         params = NginxParams.for_settings(
             self.settings,
             listen=f"{opts.host}:{port}",
@@ -285,6 +306,7 @@ class Stack:
             sizing=None if explicit else self.sizing,
             access_log="/dev/stdout" if opts.logs_to_stdout else "logs/access.log",
             **explicit,
+            **tls,
         )
         self._nginx_params = params
         nginx = start_nginx(

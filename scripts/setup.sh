@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares this machine for `make run` / `make test`: the venv with our requirements, and
-# nginx and memcached (and, with `test`, the tools the tests run: chromium, openssl, curl) from
+# nginx, memcached and openssl (and, with `test`, the tools the tests run: chromium, curl) from
 # Debian/Ubuntu packages when missing (as root; otherwise it prints the command). Safe to run
 # again: it does only what is missing.
 set -euo pipefail
@@ -14,11 +14,11 @@ need_pkgs=()
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 have nginx || need_pkgs+=(nginx-light)
 have memcached || need_pkgs+=(memcached)
+have openssl || need_pkgs+=(openssl)  # make run's self-signed certificate (HTTPS, HTTP/2)
 # Headless Chromium for the status page's browser test (~115 MB download, ~415 MB on disk);
 # DejaVu so the page's text renders on a machine without any other font.
 if [ "${1:-}" = "test" ]; then
     have chromium || need_pkgs+=(chromium)
-    have openssl || need_pkgs+=(openssl)  # certificates for the TLS upstream test
     have curl || need_pkgs+=(curl)  # the streaming test watches `curl -N` print events
     [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 fi
