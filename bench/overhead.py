@@ -139,6 +139,7 @@ def measure(
     cfg: Config,
     kind: Kind,
     callers: int,
+    count: int,
     path: str,
     url: str,
     pids: list[int],
@@ -148,9 +149,7 @@ def measure(
 ) -> Measured:
     host, port = url.removeprefix("http://").split(":")
     request = kind.request()
-    loadgen.run(host, int(port), request, callers, max(2, callers * (1 if cfg.smoke else 2)))
     cfg.progress(f"overhead: {kind.name}, {callers} callers, {path}")
-    count = kind.counts[callers]
     cpu0, accepted0 = proctree.cpu_s(pids), sim_accepted(sim_url)
     others = machine.Others(ours)
     result = loadgen.run(host, int(port), request, callers, count)
@@ -170,6 +169,32 @@ def measure(
     )
 
 
+def merge(a: Measured, b: Measured) -> Measured:
+    """One path's two halves as one run: samples pooled, per-request figures weighted."""
+    ra, rb = a.result, b.result
+    na, nb = max(1, len(ra.total)), max(1, len(rb.total))
+
+    def mean(x: float | None, y: float | None, wx: float, wy: float) -> float | None:
+        return None if x is None or y is None else (x * wx + y * wy) / (wx + wy)
+
+    result = loadgen.Result(
+        ra.ttft + rb.ttft,
+        ra.total + rb.total,
+        ra.errors + rb.errors,
+        ra.wall + rb.wall,
+        ra.cpu + rb.cpu,
+    )
+    return Measured(
+        a.path,
+        a.kind,
+        a.callers,
+        result,
+        mean(a.cpu_ms, b.cpu_ms, na, nb),
+        mean(a.upstream_per_1000, b.upstream_per_1000, na, nb),
+        mean(a.others, b.others, ra.wall, rb.wall) or 0.0,
+    )
+
+
 def run(cfg: Config) -> Section:
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-bench-overhead-"))
     options = StackOptions(
@@ -185,22 +210,32 @@ def run(cfg: Config) -> Section:
         gateway_roots = [stack.proc("nginx").popen.pid, stack.proc("gunicorn").popen.pid]
         roots = {"direct": [], "nginx-only": [nginx_only.popen.pid], "gateway": gateway_roots}
         idle = idle_rates(roots, 1.0 if cfg.smoke else 5.0)
+        # Ours: the bench itself, the simulator and both paths' trees.
+        ours = [os.getpid()] + [
+            p for proc in [*stack.procs, nginx_only] for p in proctree.tree(proc.popen.pid)
+        ]
         out: list[Measured] = []
         for kind in kinds(cfg.smoke):
-            for callers in kind.counts:
+            for callers, count in kind.counts.items():
+                host_ports = {p: urls[p].removeprefix("http://").split(":") for p in PATHS}
+                for path in PATHS:  # warm pools and connections at this load
+                    host, port = host_ports[path]
+                    warm = max(2, callers * (1 if cfg.smoke else 2))
+                    loadgen.run(host, int(port), kind.request(), callers, warm)
+                # Two halves in the order A B C, C B A: a drift of the machine's load
+                # during the three runs is shared out evenly.
+                halves: dict[str, list[Measured]] = {p: [] for p in PATHS}
+                first = count - count // 2
+                for path, n in [(p, first) for p in PATHS] + [
+                    (p, count - first) for p in reversed(PATHS)
+                ]:
+                    if n:
+                        pids = [p for root in roots[path] for p in proctree.tree(root)]
+                        args = (path, urls[path], pids, stack.sim_url, idle[path], ours)
+                        halves[path].append(measure(cfg, kind, callers, n, *args))
                 for path in PATHS:
-                    pids = [p for root in roots[path] for p in proctree.tree(root)]
-                    # Ours: the bench itself, the simulator and both paths' trees.
-                    ours = [os.getpid()] + [
-                        p
-                        for proc in [*stack.procs, nginx_only]
-                        for p in proctree.tree(proc.popen.pid)
-                    ]
-                    url = urls[path]
-                    got = measure(
-                        cfg, kind, callers, path, url, pids, stack.sim_url, idle[path], ours
-                    )
-                    out.append(got)
+                    one, *rest = halves[path]
+                    out.append(merge(one, rest[0]) if rest else one)
         settings = {
             "gunicorn_workers": options.workers,
             "nginx_worker_processes": options.nginx_worker_processes,
