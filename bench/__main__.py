@@ -17,6 +17,7 @@ import time
 import traceback
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from bench import cache, machine, relay, report, sse, tracing
 
@@ -94,7 +95,7 @@ def progress(line: str) -> None:
 modules = [m for m in args.only.split(",") if m] or list(report.MODULES)
 progress(f"bench: report into {out}; modules {', '.join(modules)}")
 before = machine.busy(1.0)
-meta = {
+meta: dict[str, Any] = {
     "started": stamp.isoformat(timespec="seconds"),
     "command": " ".join(["python -m bench", *sys.argv[1:]]),
     "machine": machine.machine(),

@@ -26,7 +26,7 @@ import urllib3
 from bench import loadgen, machine, proctree
 from bench.loadgen import pct
 from bench.relay import percentile, run_many
-from bench.report import Check, Config, Section
+from bench.report import Cell, Check, Config, Section
 from runner.stack import Stack, StackOptions
 
 HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
@@ -107,7 +107,7 @@ def cache_header(host: str, port: int, request: bytes) -> str:
 
 def _measure(
     cfg: Config, name: str, stack: Stack, url: str, request: bytes, callers: int, count: int
-) -> list:
+) -> list[Cell]:
     host, port = url.removeprefix("http://").split(":")
     pids = [
         p for name_ in ("nginx", "gunicorn") for p in proctree.tree(stack.proc(name_).popen.pid)
@@ -150,7 +150,7 @@ def run(cfg: Config) -> Section:
     plain = loadgen.request_bytes("/v1/chat/completions", common, auth)
     stream = loadgen.request_bytes("/v1/chat/completions", {**common, "stream": True}, auth)
     bypass = {**common, "temperature": 0.9}
-    rows = []
+    rows: list[list[Cell]] = []
     try:
         cfg.progress("cache: starting memcached, simulator, gunicorn, nginx")
         with Stack(StackOptions(run_dir=run_dir / "a", simulator_args=SIM)) as stack:
@@ -182,10 +182,10 @@ def run(cfg: Config) -> Section:
             rows.append(_measure(cfg, "HIT l2 (memcached)", stack, stack.url, plain, callers, hits))
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    base = rows[0][6]
+    base = float(rows[0][6] or 0)
     for row in rows:
-        row.insert(7, row[6] / base if base else None)
-    hit = rows[1]
+        row.insert(7, float(row[6] or 0) / base if base else None)
+    hit_rps, hit_p50 = float(rows[1][6] or 0), float(rows[1][4] or 0)
     return Section(
         key="cache",
         title=f"Cache hits through nginx, {callers} callers",
@@ -214,9 +214,9 @@ def run(cfg: Config) -> Section:
         },
         checks=[
             Check(
-                f"cache hits through nginx, {callers} callers: req/s", ">=", 4000, hit[6], "req/s"
+                f"cache hits through nginx, {callers} callers: req/s", ">=", 4000, hit_rps, "req/s"
             ),
-            Check(f"cache hits through nginx, {callers} callers: p50", "<=", 15, hit[4], "ms"),
+            Check(f"cache hits through nginx, {callers} callers: p50", "<=", 15, hit_p50, "ms"),
         ],
         notes=[
             "direct: the same call answered by the simulator (300 ms to the first token, "

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 from bench import loadgen, plots, proctree
-from bench.report import Check, Config, Plot, Section
+from bench.report import Cell, Check, Config, Plot, Section
 from runner.stack import Stack, StackOptions
 from tests.support.calls import ManyStreams, chat_body, raw_chat_request
 
@@ -93,7 +93,7 @@ def section(
     idle_nginx: int,
     points: list[tuple[int, int, int, int, int]],
 ) -> Section:
-    rows = []
+    rows: list[list[Cell]] = []
     for target, streaming, failed, workers, nginx_kb in points:
         n = max(1, streaming)
         rows.append(
@@ -111,7 +111,7 @@ def section(
     span = max(1, last[1] - first[1])
     slope_workers = (last[3] - first[3]) / span
     slope_nginx = (last[4] - first[4]) / span
-    per_stream = rows[-1][4]
+    per_stream = (last[3] - idle_workers) / max(1, last[1])
     fig, ax = plots.figure(7, 4)
     xs = [0.0] + [float(p[1]) for p in points]
     ax.plot(

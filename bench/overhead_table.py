@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from bench import loadgen, plots
 from bench.loadgen import pct
-from bench.report import Check, Config, Plot, Section
+from bench.report import Cell, Check, Config, Plot, Section
 
 if TYPE_CHECKING:
     from bench.overhead import Measured
@@ -27,7 +27,7 @@ def _cell(value: float | None) -> float | None:
 def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
     idle = settings["idle_cpu_share"]
     by = {(m.kind, m.callers, m.path): m for m in out}
-    rows = []
+    rows: list[list[Cell]] = []
     for m in out:
         direct = by[(m.kind, m.callers, "direct")].result
         nginx = by[(m.kind, m.callers, "nginx-only")].result
