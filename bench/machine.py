@@ -62,9 +62,13 @@ def versions() -> dict[str, str]:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             found[package] = "absent"
-    commit = _output(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
-    dirty = _output(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
-    found["llmgate"] = commit + (" (with uncommitted changes)" if dirty else "")
+    git = ["git", "-C", str(ROOT)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if commit.returncode:
+        found["llmgate"] = "unknown (not a git checkout)"
+    else:
+        dirty = _output([*git, "status", "--porcelain", "--untracked-files=no"])
+        found["llmgate"] = commit.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
     return found
 
 
