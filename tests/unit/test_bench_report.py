@@ -8,11 +8,13 @@ No process and no timing here: `make bench-smoke` runs the real thing.
 from __future__ import annotations
 
 import math
+import os
+import time
 from pathlib import Path
 
 import pytest
 
-from bench import loadgen, report
+from bench import loadgen, machine, proctree, report
 from bench.report import Check, Part, Section
 
 STREAM = (
@@ -148,3 +150,16 @@ def test_percentiles_by_nearest_rank_in_ms() -> None:
     assert loadgen.pct(samples, 0.5) == pytest.approx(51)
     assert loadgen.pct(samples, 0.99) == pytest.approx(100)
     assert math.isnan(loadgen.pct([], 0.5))
+
+
+def test_process_tree_readings_of_this_process() -> None:
+    me = os.getpid()
+    assert proctree.tree(me)[0] == me and proctree.rss_kb([me]) > 0
+    others = machine.Others([me])
+    before = proctree.cpu_s([me])
+    started = time.process_time()
+    while time.process_time() - started < 0.05:  # burn 50 ms of CPU: /proc must see them
+        pass
+    assert proctree.cpu_s([me]) > before
+    assert 0.0 <= others.share() <= 1.0
+    assert proctree.cpu_s([2**22 + 1]) == 0.0  # a pid that does not exist is skipped
