@@ -213,9 +213,8 @@ class Access:
         if grant.settled:
             return
         grant.settled = True
-        if not billed:
-            spent = 0
-        else:
+        spent = 0
+        if billed:
             spent = _total_tokens(usage) if usage else grant.reserved
         delta = spent - grant.reserved
         for window in grant.token_windows:
