@@ -40,6 +40,7 @@ def test_the_image_command_serves_and_drains_a_stream_on_sigterm(runs_dir) -> No
     env.update(
         LLMGATE_HOST="127.0.0.1",
         LLMGATE_PORT=str(port),
+        LLMGATE_TLS_PORT=str(free_port()),  # not the image's 8443: others may hold it
         LLMGATE_BIND=f"127.0.0.1:{app_port}",
         LLMGATE_RUN_DIR=str(runs_dir / "container"),
         LLMGATE_GRACEFUL_TIMEOUT_S="15",

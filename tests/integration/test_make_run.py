@@ -64,7 +64,9 @@ def test_run_serves_then_stops_every_child_on_ctrl_c(runs_dir, make_target) -> N
     port = free_port()
     run_dir = str(runs_dir / make_target)
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGATE_")}
-    env.update(LLMGATE_PORT=str(port), LLMGATE_RUN_DIR=run_dir, PYTHONPATH=str(ROOT))
+    # A free HTTPS port too: a `make run` of someone else's may hold the default 8443.
+    env.update(LLMGATE_PORT=str(port), LLMGATE_TLS_PORT=str(free_port()), LLMGATE_RUN_DIR=run_dir,
+               PYTHONPATH=str(ROOT))  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", *RUNS[make_target]],
         cwd=ROOT,
