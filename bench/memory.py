@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 from bench import loadgen, plots, proctree
+from bench.overhead import sizing
 from bench.report import Cell, Check, Config, Plot, Section
 from runner.stack import Stack, StackOptions
 from tests.support.calls import ManyStreams, chat_body, raw_chat_request
@@ -78,7 +79,7 @@ def run(cfg: Config) -> Section:
             streaming = sum(m.streaming for m in held)
             failed = sum(len(m.failures) for m in held)
             points.append((target, streaming, failed, workers, nginx_kb))
-        return section(cfg, options, idle_workers, idle_nginx, points)
+        return section(cfg, stack, idle_workers, idle_nginx, points)
     finally:
         for streams in held:
             streams.close_all()
@@ -88,7 +89,7 @@ def run(cfg: Config) -> Section:
 
 def section(
     cfg: Config,
-    options: StackOptions,
+    stack: Stack,
     idle_workers: int,
     idle_nginx: int,
     points: list[tuple[int, int, int, int, int]],
@@ -146,8 +147,8 @@ def section(
             ],
             "marginal_kb_per_stream": {"gunicorn_workers": slope_workers, "nginx": slope_nginx},
             "settings": {
-                "gunicorn_workers": options.workers,
-                "nginx_worker_connections": options.nginx_worker_connections,
+                "gunicorn_workers": stack.options.workers,
+                "sizing": sizing(stack),
                 "simulator": SLOW,
             },
         },

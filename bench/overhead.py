@@ -127,6 +127,13 @@ class Measured:
         }
 
 
+def sizing(stack: Stack) -> dict[str, int]:
+    """The stack's nginx and gunicorn sizes, as started (runner/sizing.py)."""
+    found = getattr(stack, "sizing", None)
+    keys = ("worker_connections", "streams", "nginx_workers", "nginx_connections")
+    return {k: getattr(found, k) for k in keys if hasattr(found, k)}
+
+
 def idle_rates(roots: dict[str, list[int]], seconds: float) -> dict[str, float]:
     """CPU seconds per second each path's process tree uses with no call in flight."""
     pids = {path: [p for root in r for p in proctree.tree(root)] for path, r in roots.items()}
@@ -205,7 +212,14 @@ def run(cfg: Config) -> Section:
     try:
         cfg.progress("overhead: starting simulator, gunicorn (2 workers), nginx, nginx-only")
         stack.start()
-        nginx_only, nginx_url = start_nginx_only(stack.sim_url, run_dir)
+        # nginx-only sized as the gateway's nginx, so the two differ by the app alone.
+        size = sizing(stack)
+        nginx_only, nginx_url = start_nginx_only(
+            stack.sim_url,
+            run_dir,
+            size.get("nginx_workers", 1),
+            size.get("nginx_connections", 8192),
+        )
         urls = {"direct": stack.sim_url, "nginx-only": nginx_url, "gateway": stack.url}
         gateway_roots = [stack.proc("nginx").popen.pid, stack.proc("gunicorn").popen.pid]
         roots = {"direct": [], "nginx-only": [nginx_only.popen.pid], "gateway": gateway_roots}
@@ -238,8 +252,8 @@ def run(cfg: Config) -> Section:
                     out.append(merge(one, rest[0]) if rest else one)
         settings = {
             "gunicorn_workers": options.workers,
-            "nginx_worker_processes": options.nginx_worker_processes,
-            "nginx_worker_connections": options.nginx_worker_connections,
+            # nginx and gunicorn sized as `make run` sizes them (runner/sizing.py)
+            "sizing": sizing(stack),
             "LLMGATE_CACHE_MODE": "off",
             "idle_cpu_share": idle,
             "kinds": {

@@ -39,15 +39,17 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def start_nginx_only(sim_url: str, run_dir: Path) -> tuple[Proc, str]:
+def start_nginx_only(
+    sim_url: str, run_dir: Path, workers: int = 1, connections: int = 8192
+) -> tuple[Proc, str]:
     """The same nginx template with the simulator in place of gunicorn."""
     port = free_port()
     params = NginxParams.for_settings(
         Settings(),
         listen=f"127.0.0.1:{port}",
         app_servers=[sim_url.removeprefix("http://")],
-        worker_processes=1,
-        worker_connections=8192,
+        worker_processes=workers,
+        worker_connections=connections,
     )
     proc = start_nginx(
         run_dir / "nginx-only",
