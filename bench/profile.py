@@ -1,0 +1,104 @@
+"""Where a gateway worker's CPU goes: py-spy on one gunicorn worker under a steady load.
+
+`python -m bench.profile [stream|chat] [--seconds 15] [--callers 32]` starts a `make run`-shaped
+stack with one worker and the cache off, keeps ``callers`` requests in flight (streams of 50
+events at 1,000 tokens/s, so the per-event path dominates, or 50 ms non-stream answers), and
+samples the worker with py-spy (``pip install py-spy``; not a requirement of the repository).
+It prints the worker's CPU per request, read from /proc, and the functions with the most
+samples, by their own time and with their callees. The raw samples stay in the run directory:
+flame graphs are for reading, not for the repository (docs/performance.md keeps the
+conclusions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench import loadgen, proctree
+from runner.stack import Stack, StackOptions
+
+CALLS = {
+    "stream": ({"stream": True, "max_tokens": 50}, {"x-sim-ttft-ms": "20", "x-sim-tps": "1000"}),
+    "chat": ({"max_tokens": 16}, {"x-sim-ttft-ms": "50"}),
+}
+
+
+def top(samples: Path, count: int = 25) -> tuple[int, list[tuple[str, int]], list[tuple[str, int]]]:
+    """(total samples, functions by own samples, functions by samples with their callees),
+    from py-spy's raw (collapsed) output: one ``frame;frame;...;leaf N`` line per stack."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in samples.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        frames = [_function(f) for f in stack.split(";")]
+        total += int(n)
+        own[frames[-1]] += int(n)
+        for frame in set(frames):
+            inclusive[frame] += int(n)
+    return total, own.most_common(count), inclusive.most_common(count)
+
+
+def _function(frame: str) -> str:
+    """``name (path:line)`` without the line: one row per function."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0]})" if where else name
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
+    parser.add_argument("kind", nargs="?", default="stream", choices=sorted(CALLS))
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--callers", type=int, default=32)
+    args = parser.parse_args()
+    py_spy = shutil.which("py-spy")
+    if py_spy is None:
+        raise SystemExit("py-spy is not installed: pip install py-spy")
+    run_dir = Path(tempfile.mkdtemp(prefix="llmgate-profile-"))
+    stack = Stack(StackOptions(run_dir=run_dir, workers=1, memcached=False,
+                               env={"LLMGATE_CACHE_MODE": "off"})).start()  # fmt: skip
+    try:
+        fields, headers = CALLS[args.kind]
+        body = {"model": "sim-model", "messages": [{"role": "user", "content": "p"}], **fields}
+        request = loadgen.request_bytes("/v1/chat/completions", body, headers)
+        host, port = stack.url.removeprefix("http://").rsplit(":", 1)
+        gunicorn = next(p for p in stack.procs if p.name.startswith("gunicorn"))
+        worker = proctree.tree(gunicorn.popen.pid)[1]
+        results: list[loadgen.Result] = []
+        count = 1_000_000  # the load runs until the timeout: longer than the profile
+        load = threading.Thread(target=lambda: results.append(loadgen.run(
+            host, int(port), request, args.callers, count, timeout=args.seconds + 4)))  # fmt: skip
+        load.start()
+        time.sleep(2)
+        samples = run_dir / f"{args.kind}.txt"
+        before = proctree.cpu_s([worker])
+        subprocess.run([py_spy, "record", "-p", str(worker), "-d", str(int(args.seconds)),
+                        "-r", "200", "-f", "raw", "-o", str(samples), "--nonblocking"],
+                       check=True, capture_output=True)  # fmt: skip
+        cpu = proctree.cpu_s([worker]) - before
+        load.join()
+        result = results[0]
+        rate = len(result.total) / result.wall if result.wall else 0.0
+        total, own, inclusive = top(samples)
+        print(f"{args.kind}: ~{rate:.0f} requests/s, worker CPU {cpu:.1f} s over the profile "
+              f"(~{1000 * cpu / max(1.0, rate * args.seconds):.2f} ms per request), "
+              f"{total} samples in {samples}")  # fmt: skip
+        for title, rows in (("own time", own), ("with callees", inclusive)):
+            print(f"\n-- by {title}")
+            for name, n in rows:
+                print(f"{100 * n / total:5.1f}%  {name[-100:]}")
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    main()
