@@ -1,0 +1,85 @@
+"""`make run`'s command as a user starts it, and `curl -N` as a user watches a stream.
+
+``Runner`` starts ``python -m runner`` with a clean LLMGATE_* environment on free ports
+(the HTTPS one too: another `make run` on the machine may hold the default 8443), reads its
+banner up to "Ctrl-C stops everything", and on leaving sends SIGINT and keeps what it printed
+after and its exit code. ``curl_stream`` runs curl and notes when each line arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+from runner.procs import free_port
+from tests.conftest import ROOT, require_binary
+
+STREAM_BODY = {
+    "model": "sim-model",
+    "stream": True,
+    "max_tokens": 20,
+    "messages": [{"role": "user", "content": "hello"}],
+}
+
+
+class Runner:
+    def __init__(self, run_dir: Path, *args: str) -> None:
+        self.port, self.tls_port = free_port(), free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGATE_")}
+        env.update(LLMGATE_PORT=str(self.port), LLMGATE_TLS_PORT=str(self.tls_port),
+                   LLMGATE_RUN_DIR=str(run_dir), PYTHONPATH=str(ROOT))  # fmt: skip
+        self.run_dir = run_dir
+        self.argv = [sys.executable, "-m", "runner", *args]
+        self.env = env
+        self.banner = self.rest = ""
+        self.returncode: int | None = None
+
+    def __enter__(self) -> Runner:
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        assert self.proc.stdout is not None
+        lines = []
+        for line in self.proc.stdout:
+            lines.append(line)
+            if line.startswith("Ctrl-C stops everything"):
+                break
+        self.banner = "".join(lines)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        self.rest = self.proc.communicate(timeout=30)[0]
+        self.returncode = self.proc.returncode
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def curl_stream(url: str, *options: str, body: dict = STREAM_BODY) -> list[tuple[float, bytes]]:
+    """``curl -N`` posting ``body`` to ``url``: its output lines with the moment each arrived."""
+    curl = require_binary("curl")
+    argv = [curl, "-N", "-s", *options, "-H", "Content-Type: application/json",
+            "-d", json.dumps(body), url]  # fmt: skip
+    lines = []
+    with subprocess.Popen(argv, stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append((time.monotonic(), line))
+    return lines
+
+
+def token_arrivals(lines: list[tuple[float, bytes]]) -> list[float]:
+    """When each content token of a chat stream arrived (the role chunk's empty one aside)."""
+    return [at for at, line in lines if b'"content":"' in line and b'"content":""' not in line]
