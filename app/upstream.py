@@ -456,22 +456,21 @@ class Upstream:
     def read_chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:
         """What has arrived of the body (b"" at its end), within the idle and total budgets.
         On any failure the response is closed: a half-read connection is never reused."""
-        idle = self.settings.idle_timeout_s
-        if deadline.remaining() <= idle:  # the deadline comes first: the general way
-            try:
-                with self._phase("idle", idle, deadline):
-                    return resp.raw.read1(_READ_SIZE)
-            except GatewayError:
-                resp.close()
-                raise
-            except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
-                resp.close()
-                raise UpstreamReset(f"Upstream broke off the response: {_reason(exc)}.") from None
-        # The idle timer of this response, armed for each read: one timer per exchange, not
-        # one per event (this runs for every read of every stream).
-        timer = resp.idle_timer
-        if timer is None:
-            timer = resp.idle_timer = gevent.Timeout(idle)
+        s = self.settings
+        remaining = deadline.remaining()
+        if remaining >= s.idle_timeout_s:
+            # The response's one idle timer, re-armed for each read: a timer per exchange,
+            # not one per event (this runs for every read of every stream).
+            phase, reported = "idle", s.idle_timeout_s
+            if resp.idle_timer is None:
+                resp.idle_timer = gevent.Timeout(s.idle_timeout_s)
+            timer = resp.idle_timer
+        elif remaining > 0:  # the deadline comes first
+            phase, reported = "deadline", s.deadline_s
+            timer = gevent.Timeout(remaining)
+        else:
+            resp.close()
+            raise UpstreamTimeout("deadline", s.deadline_s)
         timer.start()
         try:
             return resp.raw.read1(_READ_SIZE)
@@ -479,7 +478,7 @@ class Upstream:
             if exc is not timer:
                 raise
             resp.close()
-            raise UpstreamTimeout("idle", idle) from None
+            raise UpstreamTimeout(phase, reported) from None
         except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
             resp.close()
             raise UpstreamReset(f"Upstream broke off the response: {_reason(exc)}.") from None
