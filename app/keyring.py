@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from app.errors import BadRequest, InvalidApiKey, ModelNotAllowed
+from app.upstreams import check_types
 
 KEY_PREFIX = "llmg-"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -205,12 +206,7 @@ def _key(table: dict[str, Any], index: int, path: str) -> GatewayKey:
     def fail(field_name: str, why: str) -> KeysFileError:
         return KeysFileError(f"{path}: keys[{index}].{field_name} {why}")
 
-    for field_name, value in table.items():
-        kinds = _FIELDS.get(field_name)
-        if kinds is None:
-            raise fail(field_name, "is not a known field")
-        if not isinstance(value, kinds) or (isinstance(value, bool) and kinds is not bool):
-            raise fail(field_name, f"has the wrong type ({type(value).__name__})")
+    check_types(table, _FIELDS, fail)
     for required in ("name", "sha256"):
         if required not in table:
             raise fail(required, "is missing")

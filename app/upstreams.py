@@ -116,12 +116,7 @@ def _spec(
     def fail(key: str, why: str) -> ConfigError:
         return ConfigError(f"{path}:{_line_of(text, key, table=index)}: upstreams.{key} {why}")
 
-    for key, value in table.items():
-        kinds = _FIELDS.get(key)
-        if kinds is None:
-            raise fail(key, "is not a known field")
-        if not isinstance(value, kinds) or isinstance(value, bool):
-            raise fail(key, f"has the wrong type ({type(value).__name__})")
+    check_types(table, _FIELDS, fail)
     for required in ("name", "base_url"):
         if required not in table:
             where = _line_of(text, "[[upstreams]]", table=index, header=True)
@@ -183,6 +178,21 @@ def _spec(
         max_connections=table.get("max_connections", 0),
         hedge=hedge,
     )
+
+
+def check_types(
+    table: Mapping[str, Any],
+    fields: Mapping[str, type | tuple[type, ...]],
+    fail: Callable[[str, str], Exception],
+) -> None:
+    """Every entry of a TOML table is one of ``fields`` and of its type (a boolean only where
+    a boolean is asked for: Python counts it as an int); else ``fail(field, why)`` raised."""
+    for key, value in table.items():
+        kinds = fields.get(key)
+        if kinds is None:
+            raise fail(key, "is not a known field")
+        if not isinstance(value, kinds) or (isinstance(value, bool) and kinds is not bool):
+            raise fail(key, f"has the wrong type ({type(value).__name__})")
 
 
 def _line_of(text: str, key: str, *, table: int | None = None, header: bool = False) -> int:
