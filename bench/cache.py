@@ -121,6 +121,14 @@ def _measure(
     cpu0, others = proctree.cpu_s(pids), machine.Others(ours)
     r = loadgen.run(host, int(port), request, callers, count)
     cpu = (proctree.cpu_s(pids) - cpu0) / max(1, len(r.total)) * 1000
+    return _row(name, callers, r, cpu, others.share() * 100)
+
+
+def _row(
+    name: str, callers: int, r: loadgen.Result, cpu: float | None, others: float | None
+) -> list[Cell]:
+    """One table row: the run's counts, latency, rate, the gateway's CPU per call, the
+    generator's load and what other processes took (None: not measured)."""
     return [
         name,
         callers,
@@ -131,7 +139,7 @@ def _measure(
         r.rps,
         cpu,
         r.load * 100,
-        others.share() * 100,
+        others,
     ]
 
 
@@ -158,20 +166,7 @@ def run(cfg: Config) -> Section:
             cfg.progress(f"cache: direct to the simulator, {callers} callers")
             host, port = stack.sim_url.removeprefix("http://").split(":")
             r = loadgen.run(host, int(port), direct, callers, callers * 2)
-            rows.append(
-                [
-                    "direct (no cache)",
-                    callers,
-                    len(r.total),
-                    len(r.errors),
-                    pct(r.total, 0.5),
-                    pct(r.total, 0.99),
-                    r.rps,
-                    None,
-                    r.load * 100,
-                    None,
-                ]
-            )
+            rows.append(_row("direct (no cache)", callers, r, None, None))
             rows.append(_measure(cfg, "HIT l1", stack, stack.url, plain, callers, hits))
             rows.append(_measure(cfg, "HIT l1, stream", stack, stack.url, stream, callers, hits))
         # The L1 refuses values above 1/8 of its size: at 1 KiB every answer goes to L2.
