@@ -31,19 +31,13 @@ from bench.report import Check, Config, Section
 from runner.__main__ import options_from_env, parse_args
 from runner.stack import Stack
 from tests.support.calls import raw_chat_request
-from tests.support.held import HeldStreams, raise_fd_limit
+from tests.support.held import HOLD_BODY, HeldStreams, raise_fd_limit
 
 LEVELS = (1000, 5000, 10_000)
 HEARTBEAT_S = 5.0
 # A gap between two reads of a held stream counts as on time up to this many heartbeats:
 # the gateway pings after one heartbeat of silence, plus its own and nginx's scheduling.
 TOLERANCE = 1.5
-BODY = {
-    "model": "sim-model",
-    "stream": True,
-    "max_tokens": 3,
-    "messages": [{"role": "user", "content": "hold"}],
-}
 
 
 def _self_cpu_s() -> float:
@@ -85,7 +79,7 @@ def hold(n: int, heartbeat_s: float, progress: Any = print) -> dict[str, Any]:
             [
                 raw_chat_request(
                     host,
-                    BODY,
+                    HOLD_BODY,
                     {"x-sim-ttft-ms": str(int((release - began) * 1000)), "Connection": "close"},
                 )
                 for _ in range(n)

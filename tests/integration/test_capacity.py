@@ -19,16 +19,10 @@ from runner.__main__ import options_from_env, parse_args
 from runner.stack import Stack
 from tests.conftest import require_binary
 from tests.support.calls import raw_chat_request
-from tests.support.held import HeldStreams, raise_fd_limit
+from tests.support.held import HOLD_BODY, HeldStreams, raise_fd_limit
 
 STREAMS = int(os.environ.get("LLMGATE_TEST_HELD_STREAMS", "1000"))
 HEARTBEAT_S = 1.0
-BODY = {
-    "model": "sim-model",
-    "stream": True,
-    "max_tokens": 3,
-    "messages": [{"role": "user", "content": "hold"}],
-}
 
 
 def test_make_runs_stack_holds_streams_with_heartbeats_and_no_error(runs_dir) -> None:
@@ -51,7 +45,7 @@ def test_make_runs_stack_holds_streams_with_heartbeats_and_no_error(runs_dir) ->
         release_in = 10 + STREAMS * 0.005
         headers = {"x-sim-ttft-ms": str(int(release_in * 1000)), "Connection": "close"}
         streams = HeldStreams(host, int(port), batch=1000)
-        streams.add([raw_chat_request(host, BODY, headers) for _ in range(STREAMS)])
+        streams.add([raw_chat_request(host, HOLD_BODY, headers) for _ in range(STREAMS)])
         began = time.monotonic()
         streams.run(lambda: not streams.pending, began + release_in + 60)
         streams.finish("still open 60 s after the first tokens")

@@ -20,6 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 PING = b": ping"
+# A stream to hold: three tokens once its first one comes (held silent, but for pings,
+# by a long `x-sim-ttft-ms` of the caller's choosing).
+HOLD_BODY = {
+    "model": "sim-model",
+    "stream": True,
+    "max_tokens": 3,
+    "messages": [{"role": "user", "content": "hold"}],
+}
 DATA = b"data: "
 DONE = b"data: [DONE]"
 # Enough of the previous read to find a marker split over two reads.
