@@ -124,4 +124,9 @@ class MemoryCounters:
 
     def read(self, keys: list[str]) -> dict[str, int]:
         now = self._clock()
-        return {k: v for k, (v, e) in ((k, self._values.get(k, (0, 0.0))) for k in keys) if e > now}
+        found = {}
+        for key in keys:
+            value, expires = self._values.get(key, (0, 0.0))
+            if expires > now:
+                found[key] = value
+        return found
