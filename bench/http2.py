@@ -32,9 +32,9 @@ from typing import Any
 
 import httpx2
 
+from bench import http2_table as table
 from bench import machine, proctree
-from bench.http2_table import COLUMNS, H1, H2, KEPT, NEW, Stream, Wave, order, ratio_row, row
-from bench.http2_table import summary as summarise
+from bench.http2_table import H1, H2, KEPT, NEW, Stream, Wave
 from bench.overhead import kinds, sizing
 from bench.report import Config, Section
 from runner.stack import Stack, StackOptions
@@ -134,7 +134,7 @@ async def measure(cfg: Config, client: Client, rounds: int) -> list[Wave]:
         cfg.progress(f"http2: warm-up, {protocol}, {client.streams} streams")
         await client.round(protocol)
     waves: list[Wave] = []
-    plan = order(rounds)
+    plan = table.order(rounds)
     for i, protocol in enumerate(plan, 1):
         cfg.progress(f"http2: round {i} of {len(plan)}, {protocol}, {client.streams} streams x 2")
         waves += await client.round(protocol)
@@ -172,37 +172,4 @@ def run(cfg: Config) -> Section:
     finally:
         stack.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
-    return section(waves, settings)
-
-
-def section(waves: list[Wave], settings: dict[str, Any]) -> Section:
-    rows, summaries = [], {}
-    for kind in (NEW, KEPT):
-        of = [w for w in waves if w.kind == kind]
-        got = {p: summarise([w for w in of if w.protocol == p]) for p in (H1, H2)}
-        summaries[kind] = got
-        rows += [row(kind, H1, got[H1]), row(kind, H2, got[H2]), ratio_row(kind, got[H1], got[H2])]
-    n = settings["streams"]
-    return Section(
-        key="http2",
-        title=f"HTTP/1.1 and HTTP/2 at nginx: {n} concurrent streams from one client",
-        columns=COLUMNS,
-        rows=rows,
-        data={"settings": settings, "summaries": summaries},
-        notes=[
-            f"One client process, one asyncio loop, httpx2 for both protocols against nginx's "
-            f"HTTPS port. A round: a new client starts {n} streams at once, then {n} more on "
-            "the connections it kept; one warm-up round each, then alternating rounds.",
-            "TTFT: from the request's start to the client reading the first `data:` line "
-            "(for a new client this includes the TCP and TLS handshakes); total: to the "
-            "body's end. Percentiles over all measured streams of the row.",
-            "TCP connections: opened by the client's transport during a wave (httpcore2's "
-            "connect_tcp trace) / distinct local ports that carried the wave's streams; "
-            "mean per wave. A stream that came back over the other protocol is an error.",
-            "streams/s: streams ended per second of the waves' wall time (bursts of "
-            f"{n}, not a closed loop). CPU per stream: the client's time.process_time(); "
-            "nginx's and gunicorn's trees from /proc (idle use not subtracted).",
-            "HTTP/2 / HTTP/1.1: the HTTP/2 row's value over the HTTP/1.1 row's; below 1 is "
-            "less time or CPU, above 1 more streams/s.",
-        ],
-    )
+    return table.section(waves, settings)

@@ -1,4 +1,4 @@
-"""The HTTP/2 section's table, from bench/http2.py's waves of streams. No I/O here.
+"""The HTTP/2 section (rows, notes, results.json data) from bench/http2.py's waves. No I/O.
 
 A wave is one protocol's streams started at once by one client; what the client saw of each
 stream is a ``Stream``. The table pools a protocol's waves of one kind (a new client, or the
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.loadgen import pct
-from bench.report import Cell
+from bench.report import Cell, Section
 
 H1, H2 = "HTTP/1.1", "HTTP/2"
 NEW, KEPT = "new client", "kept connections"
@@ -94,6 +94,20 @@ def summary(waves: list[Wave]) -> dict[str, Any]:
     }
 
 
+def wave_data(wave: Wave) -> dict[str, Any]:
+    """One wave's own figures for results.json: the spread between rounds shows the noise."""
+    s = summary([wave])
+    keys = ("error_count", "ttft_p50_ms", "total_p50_ms", "opened_per_wave", "used_per_wave")
+    return {
+        "protocol": wave.protocol,
+        "kind": wave.kind,
+        "wall_s": wave.wall_s,
+        **{k: s[k] for k in keys},
+        **{k: s[k] for k in s if k.endswith("_cpu_ms_per_stream")},
+        "others_cores_share": wave.others,
+    }
+
+
 COLUMNS = [
     "client",
     "protocol",
@@ -150,6 +164,47 @@ def ratio_row(kind: str, h1: dict[str, Any], h2: dict[str, Any]) -> list[Cell]:
         *(_ratio(h2[k], h1[k]) for k in RATIOS),
         None,
     ]
+
+
+def section(waves: list[Wave], settings: dict[str, Any]) -> Section:
+    rows, summaries = [], {}
+    for kind in (NEW, KEPT):
+        of = [w for w in waves if w.kind == kind]
+        got = {p: summary([w for w in of if w.protocol == p]) for p in (H1, H2)}
+        summaries[kind] = got
+        rows += [
+            row(kind, H1, got[H1]),
+            row(kind, H2, got[H2]),
+            ratio_row(kind, got[H1], got[H2]),
+        ]
+    n = settings["streams"]
+    return Section(
+        key="http2",
+        title=f"HTTP/1.1 and HTTP/2 at nginx: {n} concurrent streams from one client",
+        columns=COLUMNS,
+        rows=rows,
+        data={
+            "settings": settings,
+            "summaries": summaries,
+            "waves": [wave_data(w) for w in waves],
+        },
+        notes=[
+            f"One client process, one asyncio loop, httpx2 for both protocols against nginx's "
+            f"HTTPS port. A round: a new client starts {n} streams at once, then {n} more on "
+            "the connections it kept; one warm-up round each, then alternating rounds.",
+            "TTFT: from the request's start to the client reading the first `data:` line "
+            "(for a new client this includes the TCP and TLS handshakes); total: to the "
+            "body's end. Percentiles over all measured streams of the row.",
+            "TCP connections: opened by the client's transport during a wave (httpcore2's "
+            "connect_tcp trace) / distinct local ports that carried the wave's streams; "
+            "mean per wave. A stream that came back over the other protocol is an error.",
+            "streams/s: streams ended per second of the waves' wall time (bursts of "
+            f"{n}, not a closed loop). CPU per stream: the client's time.process_time(); "
+            "nginx's and gunicorn's trees from /proc (idle use not subtracted).",
+            "HTTP/2 / HTTP/1.1: the HTTP/2 row's value over the HTTP/1.1 row's; below 1 is "
+            "less time or CPU, above 1 more streams/s.",
+        ],
+    )
 
 
 def _finite(value: float) -> float | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from bench import http2_table as t
+from bench import report
 from bench.http2_table import H1, H2, KEPT, NEW, Stream, Wave
 
 
@@ -82,3 +83,31 @@ def test_rows_and_the_ratio_row_fit_the_columns() -> None:
     # HTTP/1.1's nginx CPU of 0 would divide by zero: no ratio rather than inf.
     assert t.ratio_row(KEPT, h2, h1)[t.COLUMNS.index("nginx CPU ms/stream")] is None
     assert rows[0][t.COLUMNS.index("TCP connections opened / used per wave")] == "100 / 100"
+
+
+def test_section_has_both_kinds_of_wave_and_nothing_the_report_refuses() -> None:
+    waves = [
+        Wave(p, kind, (ok(200, 700, 1),), 1.0, 0.1, 1 if kind == NEW else 0, 0.01, 0.5)
+        for p in t.order(2)
+        for kind in (NEW, KEPT)
+    ]
+    section = t.section(waves, {"streams": 1})
+    assert [r[:2] for r in section.rows] == [
+        [kind, protocol] for kind in (NEW, KEPT) for protocol in (H1, H2, "HTTP/2 / HTTP/1.1")
+    ]
+    assert report.problems([report.Part("http2", [section])]) == []
+    assert len(section.data["waves"]) == 8
+    assert section.data["waves"][0] == {
+        "protocol": H1,
+        "kind": NEW,
+        "wall_s": 1.0,
+        "error_count": 0,
+        "ttft_p50_ms": 200.0,
+        "total_p50_ms": 700.0,
+        "opened_per_wave": 1.0,
+        "used_per_wave": 1.0,
+        "client_cpu_ms_per_stream": 100.0,
+        "nginx_cpu_ms_per_stream": 10.0,
+        "gunicorn_cpu_ms_per_stream": 500.0,
+        "others_cores_share": 0.0,
+    }
