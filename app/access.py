@@ -299,16 +299,20 @@ def is_usage_chunk(chunk: bytes) -> dict[str, Any] | None:
 
 
 def without_usage_chunk(
-    chunks: Iterator[bytes], on_usage: Callable[[dict[str, Any]], None]
-) -> Iterator[bytes]:
+    batches: Iterator[list[bytes]], on_usage: Callable[[dict[str, Any]], None]
+) -> Iterator[list[bytes]]:
     """A stream without its usage chunk, for a caller who did not ask for it (the gateway
     asked the upstream for it, to count the key's tokens): the usage goes to ``on_usage``."""
-    for chunk in chunks:
-        usage = is_usage_chunk(chunk)
-        if usage is None:
-            yield chunk
-        else:
-            on_usage(usage)
+    for batch in batches:
+        kept = []
+        for chunk in batch:
+            usage = is_usage_chunk(chunk)
+            if usage is None:
+                kept.append(chunk)
+            else:
+                on_usage(usage)
+        if kept:
+            yield kept
 
 
 def with_usage_requested(raw: bytes, body: Mapping[str, Any]) -> bytes:

@@ -66,4 +66,6 @@ class Call:
 class Reply:
     status: int
     headers: list[tuple[str, str]]
-    body: bytes | Iterator[bytes]
+    # A whole body, or a stream's: batches of whole events, each batch sent in one write
+    # (app/relay.py batches what arrived together; app/observe.py joins each batch).
+    body: bytes | Iterator[list[bytes]]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import gevent
@@ -140,10 +140,17 @@ class Flight:
             self._notify()  # a stream starts; a whole body is announced with the end (_run)
 
     def publish(self, event: sse.Event) -> None:
-        self._log.append(event)
-        self.bytes_published += len(event.raw)
+        self.publish_all((event,))
+
+    def publish_all(self, events: Sequence[sse.Event]) -> None:
+        """Events that arrived together (one upstream read): listeners are woken once."""
+        if not events:
+            return
+        self._log.extend(events)
+        size = sum(len(event.raw) for event in events)
+        self.bytes_published += size
         if self.keep_log:
-            self.log_bytes += len(event.raw)
+            self.log_bytes += size
             if self.log_limit is not None and self.log_bytes > self.log_limit:
                 self.give_up_log()
         else:
@@ -229,9 +236,6 @@ class Flight:
             raise RuntimeError("the event log was given up")
         return self._log
 
-    def event(self, number: int) -> sse.Event:
-        return self._log[number - self._dropped]
-
     # -- listening --------------------------------------------------------------------------
     def join(self) -> Listener:
         self.listeners += 1
@@ -249,16 +253,31 @@ class Flight:
 
     def wait(self, listener: Listener, ready: Callable[[], bool], timeout: float | None) -> bool:
         """Block until ``ready()``, the listener left, or ``timeout``; False on timeout."""
-        until = None if timeout is None else time.monotonic() + timeout
-        while not ready():
+        if ready():
+            return True
+        if timeout is not None and timeout <= 0:
             if listener.left or self.cancelled:
                 raise ClientGone()
-            if self.settled:
-                return True
-            remaining = None if until is None else until - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            self._changed.wait(remaining)
+            return self.settled
+        # The listener's own timer, re-armed for each wait: a stream waits once per event,
+        # and a new timer each time was a measurable part of relaying one.
+        timer = None if timeout is None else listener.timer(timeout)
+        if timer is not None:
+            timer.start()
+        try:
+            while not ready():
+                if listener.left or self.cancelled:
+                    raise ClientGone()
+                if self.settled:
+                    return True
+                self._changed.wait()
+        except gevent.Timeout as exc:
+            if exc is not timer:
+                raise
+            return False
+        finally:
+            if timer is not None:
+                timer.cancel()
         return True
 
     def shut_down(self, exc: GatewayError) -> None:
@@ -291,6 +310,13 @@ class Listener:
         self.left = False
         self.position = 0  # number of the next event this listener reads
         self.bytes_read = 0  # raw bytes of the events it took
+        self._timer: gevent.Timeout | None = None
+
+    def timer(self, seconds: float) -> gevent.Timeout:
+        """A timer of ``seconds`` for this listener's waits, made once and re-armed."""
+        if self._timer is None or self._timer.seconds != seconds:
+            self._timer = gevent.Timeout(seconds)
+        return self._timer
 
     def leave(self) -> None:
         if not self.left:
@@ -331,16 +357,28 @@ class Listener:
         if not flight.wait(self, ready, timeout):
             return None
         if self.position < flight.event_count:
-            event = flight.event(self.position)
-            self.position += 1
-            self.bytes_read += len(event.raw)
-            flight._drained.set()
-            if not flight.keep_log:
-                flight._trim()
-            return event
+            return self._take(self.position + 1)[0]
         if flight.end is None:
             raise ClientGone()
         return flight.end
+
+    def ready_events(self) -> list[sse.Event]:
+        """The events already in that this listener has not read, without waiting."""
+        if self.left or self.position >= self.flight.event_count:
+            return []
+        return self._take(self.flight.event_count)
+
+    def _take(self, until: int) -> list[sse.Event]:
+        """Read the events numbered from ``position`` up to ``until`` (exclusive)."""
+        flight = self.flight
+        start = self.position - flight._dropped
+        events = flight._log[start : start + until - self.position]
+        self.position = until
+        self.bytes_read += sum(len(event.raw) for event in events)
+        flight._drained.set()
+        if not flight.keep_log:
+            flight._trim()
+        return events
 
     def wait_complete(self, timeout: float | None = None) -> None:
         """Until the whole answer is in; raises the failure or ClientGone. A listener that

@@ -444,7 +444,7 @@ class Gateway:
 
     def _stream(
         self, call: Call, listener: Listener, watcher: DisconnectWatcher
-    ) -> Iterator[bytes]:
+    ) -> Iterator[list[bytes]]:
         try:
             chunks = relay(
                 listener,

@@ -39,7 +39,11 @@ def cache_outcome(reply: Reply) -> str:
     return f"hit_{level}" if kind == "HIT" else kind.lower()
 
 
-def finish(call: Call, reply: Reply, settings: Settings, metrics: Metrics | None) -> Reply:
+def finish(
+    call: Call, reply: Reply, settings: Settings, metrics: Metrics | None
+) -> tuple[Reply, bytes | Iterator[bytes]]:
+    """The reply with its last headers, and the body to send: a stream's batches joined,
+    one write each, every event observed on its way out (counted and logged at the end)."""
     trace = call.trace
     headers = {k.lower() for k, _ in reply.headers}
     trace.upstream_request_id = next(
@@ -55,9 +59,8 @@ def finish(call: Call, reply: Reply, settings: Settings, metrics: Metrics | None
         reply.headers = kept + trace.limit_headers
     if isinstance(reply.body, bytes):
         _record(call, reply, settings, metrics, StreamFacts(sent=len(reply.body)))
-        return reply
-    reply.body = _watched(call, reply, reply.body, settings, metrics)
-    return reply
+        return reply, reply.body
+    return reply, _watched(call, reply, reply.body, settings, metrics)
 
 
 def _server_timing(trace: Trace) -> str:
@@ -115,23 +118,30 @@ class StreamFacts:
 
 
 def _watched(
-    call: Call, reply: Reply, body: Iterator[bytes], settings: Settings, metrics: Metrics | None
+    call: Call,
+    reply: Reply,
+    batches: Iterator[list[bytes]],
+    settings: Settings,
+    metrics: Metrics | None,
 ) -> Iterator[bytes]:
     facts = StreamFacts()
     typed = call.route == "responses"
     if metrics is not None:
         metrics.active_streams.inc()
     try:
-        for chunk in body:
-            if chunk == _PING:
-                if metrics is not None:
-                    metrics.heartbeats.inc()
-            elif typed:
-                facts.typed(chunk)
-            elif chunk.startswith(b"data: ") and not chunk.startswith(b"data: [DONE]"):
-                facts.chunk(chunk)
-            facts.sent += len(chunk)
-            yield chunk
+        for batch in batches:
+            for chunk in batch:
+                if chunk == _PING:
+                    if metrics is not None:
+                        metrics.heartbeats.inc()
+                elif typed:
+                    facts.typed(chunk)
+                elif chunk.startswith(b"data: ") and not chunk.startswith(b"data: [DONE]"):
+                    facts.chunk(chunk)
+                facts.sent += len(chunk)
+            if batch:
+                # Never an empty write: an empty chunk would end the HTTP response.
+                yield batch[0] if len(batch) == 1 else b"".join(batch)
     except GeneratorExit:
         call.trace.client_closed = True
         raise

@@ -37,7 +37,8 @@ def reply_from_entry(
             events = events_of(entry, route, include_usage)
             if events is None:
                 return None
-            return Reply(entry.status, list(SSE_HEADERS) + headers, iter(events))
+            # One batch: a stored stream is all there, so it leaves in one write.
+            return Reply(entry.status, list(SSE_HEADERS) + headers, iter([events]))
         body = body_of(entry, route)
         if body is None:
             return None

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import cast
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
@@ -113,7 +113,7 @@ def _forward(route: str) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.path)
         reply = error_reply(errors.GatewayError("Internal gateway error."))
     return _release_when_closed(
-        lambda: to_response(finish(call, reply, gateway.settings, gateway.metrics)),
+        lambda: to_response(*finish(call, reply, gateway.settings, gateway.metrics)),
         call.admission,
     )
 
@@ -156,13 +156,21 @@ def _read_body(limit: int) -> bytes:
     return b"".join(parts)
 
 
-def to_response(reply: Reply) -> Response:
-    response = Response(reply.body, status=reply.status)
+def to_response(reply: Reply, body: bytes | Iterator[bytes] | None = None) -> Response:
+    """The response for ``reply``; ``body`` is what to send when it is not the reply's own
+    bytes (a stream's joined batches, observe.finish)."""
+    if body is None:
+        assert isinstance(reply.body, bytes), "a stream is sent through observe.finish"
+        body = reply.body
+    # Bytes, or an iterator of bytes already: passed through as it is, without Werkzeug's
+    # two wrappers (an encoder and a closer) around every write of a stream. Held
+    # (_release_when_closed) is the body the server closes.
+    response = Response(body, status=reply.status, direct_passthrough=True)
     response.headers.clear()
     for name, value in reply.headers:
         response.headers.add(name, value)
-    if isinstance(reply.body, bytes):
-        response.headers["Content-Length"] = str(len(reply.body))
+    if isinstance(body, bytes):
+        response.headers["Content-Length"] = str(len(body))
     return response
 
 

@@ -134,9 +134,10 @@ class Upstream:
             maxsize=settings.pool_size,
             block=False,
             retries=False,
-            # The read timeout is only a backstop: idle and first-byte are enforced exactly
-            # with gevent.Timeout, so a socket can never wait past the request's deadline.
-            timeout=urllib3.Timeout(connect=settings.connect_timeout_s, read=settings.deadline_s),
+            # No socket read timeout: every read is bounded by one of our gevent timers (first
+            # byte, idle, deadline), exact and named. A socket timeout as well would make gevent
+            # build a Timeout for every wait on the socket, once per event of every stream.
+            timeout=urllib3.Timeout(connect=settings.connect_timeout_s, read=None),
             **_tls_options(settings),
         )
         if metrics is not None:
@@ -437,9 +438,7 @@ class Upstream:
                     decode_content=True,
                     redirect=False,
                     retries=False,
-                    timeout=urllib3.Timeout(
-                        connect=min(s.connect_timeout_s, remaining), read=s.deadline_s
-                    ),
+                    timeout=urllib3.Timeout(connect=min(s.connect_timeout_s, remaining), read=None),
                 )
             except NewConnectionError as exc:
                 raise UpstreamUnreachable(f"Upstream unreachable: {_reason(exc)}.") from None

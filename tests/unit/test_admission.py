@@ -297,9 +297,9 @@ def app(monkeypatch):
             return real_handle(call)
         call.admission.admit(stream)
 
-        def events() -> Iterator[bytes]:
+        def events() -> Iterator[list[bytes]]:
             for n in range(100):
-                yield f"data: {n}\n\n".encode()
+                yield [f"data: {n}\n\n".encode()]
 
         return Reply(200, list(SSE_HEADERS), events())
 

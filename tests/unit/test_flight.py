@@ -68,7 +68,7 @@ def test_an_unexpected_exception_before_the_head_is_a_502_protocol_error(error) 
 def test_an_unexpected_exception_mid_stream_ends_with_an_error_event() -> None:
     a, b = _events("a", "b")
     listener = Flight(_script(HEAD, a, b, "sleep", ValueError("x"))).join()
-    out = list(relay(listener, heartbeat=5, end=streams.DONE))
+    out = [chunk for batch in relay(listener, heartbeat=5, end=streams.DONE) for chunk in batch]
     assert out[:2] == [a.raw, b.raw]
     last = sse.Decoder().feed(out[2])[0].json()
     assert last["error"]["code"] == "upstream_protocol_error"
@@ -78,7 +78,7 @@ def test_an_unexpected_exception_mid_stream_ends_with_an_error_event() -> None:
 def test_a_stream_ending_without_done_gets_an_error_event() -> None:
     (a,) = _events("a")
     listener = Flight(_script(HEAD, a, Finished(b""))).join()
-    out = list(relay(listener, heartbeat=5, end=streams.DONE))
+    out = [chunk for batch in relay(listener, heartbeat=5, end=streams.DONE) for chunk in batch]
     assert out[0] == a.raw
     assert sse.Decoder().feed(out[1])[0].json()["error"]["code"] == UpstreamReset.code
 

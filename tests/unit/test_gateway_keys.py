@@ -306,9 +306,10 @@ CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"usag
 
 def test_the_usage_chunk_is_taken_out_and_kept_for_the_count() -> None:
     seen = []
-    out = list(without_usage_chunk(iter([CHUNK, USAGE, b"data: [DONE]\n\n"]), seen.append))
-    assert out == [CHUNK, b"data: [DONE]\n\n"]
-    assert seen == [{"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}]
+    batches = [[CHUNK], [CHUNK, USAGE, b"data: [DONE]\n\n"], [USAGE]]
+    out = list(without_usage_chunk(iter(batches), seen.append))
+    assert out == [[CHUNK], [CHUNK, b"data: [DONE]\n\n"]]  # a batch left empty is no write
+    assert seen == [{"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}] * 2
     assert is_usage_chunk(CHUNK) is None and is_usage_chunk(b": ping\n\n") is None
 
 
