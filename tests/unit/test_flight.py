@@ -75,6 +75,15 @@ def test_an_unexpected_exception_mid_stream_ends_with_an_error_event() -> None:
     assert len(out) == 3
 
 
+def test_events_in_when_the_caller_reads_go_out_as_one_batch() -> None:
+    """One write for what arrived together (or piled up), one per event when they trickle."""
+    a, b, c, d, done = _events("a", "b", "c", "d", "[DONE]")
+    listener = Flight(_script(HEAD, a, b, c, "sleep", d, "sleep", done, Finished(b""))).join()
+    batches = list(relay(listener, heartbeat=5, end=streams.DONE))
+    assert batches == [[a.raw, b.raw, c.raw], [d.raw], [done.raw]]
+    assert listener.bytes_read == sum(len(e.raw) for e in (a, b, c, d, done))
+
+
 def test_a_stream_ending_without_done_gets_an_error_event() -> None:
     (a,) = _events("a")
     listener = Flight(_script(HEAD, a, Finished(b""))).join()

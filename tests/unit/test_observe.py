@@ -1,9 +1,15 @@
-"""The bounded labels and the cheap usage lookup behind the metrics and the log line."""
+"""The bounded labels, the cheap usage lookup and the stream observation behind the metrics
+and the log line."""
 
 from __future__ import annotations
 
-from app.calls import Reply, Trace
-from app.observe import _server_timing, _usage_in_body, cache_outcome
+import json
+import logging
+
+from app import sse
+from app.calls import SSE_HEADERS, Call, Reply, Trace
+from app.config import Settings
+from app.observe import _server_timing, _usage_in_body, cache_outcome, finish
 
 
 def test_cache_outcome_labels_are_bounded() -> None:
@@ -38,3 +44,23 @@ def test_server_timing_names_its_parts() -> None:
     value = _server_timing(trace)
     assert value.startswith("cache;dur=2.0, upstream;dur=250.0, gateway;dur=")
     assert "upstream" not in _server_timing(Trace(cache_s=0.0))
+
+
+def test_a_streams_batches_go_out_joined_and_every_event_is_observed(caplog) -> None:
+    usage = {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    first = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    second = b'data: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\n'
+    last = b"data: " + json.dumps({"choices": [], "usage": usage}, separators=(",", ":")).encode()
+    last += b"\n\n"
+    batches = [[sse.comment()], [first, second, last, b"data: [DONE]\n\n"], []]
+    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    reply, body = finish(call, Reply(200, list(SSE_HEADERS), iter(batches)), Settings(), None)
+    assert reply.status == 200 and not isinstance(body, bytes)
+    with caplog.at_level(logging.INFO, logger="llmgate.access"):
+        writes = list(body)
+    # One write per batch that has bytes (an empty one would end the chunked response).
+    assert writes == [sse.comment(), first + second + last + b"data: [DONE]\n\n"]
+    (line,) = [json.loads(r.getMessage()) for r in caplog.records if r.name == "llmgate.access"]
+    assert line["bytes_out"] == sum(map(len, writes))
+    assert line["tokens_out"] == 3  # the usage event was found inside its batch
+    assert line["ttft_ms"] is not None
