@@ -29,7 +29,7 @@ from typing import Any
 from bench import proctree
 from bench.report import Check, Config, Section
 from runner.__main__ import options_from_env, parse_args
-from runner.stack import Stack
+from runner.stack import Stack, StackOptions
 from tests.support.calls import raw_chat_request
 from tests.support.held import HOLD_BODY, HeldStreams, raise_fd_limit
 
@@ -45,20 +45,32 @@ def _self_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def hold(n: int, heartbeat_s: float, progress: Any = print) -> dict[str, Any]:
-    """Hold ``n`` streams through a fresh `make run` stack; the level's numbers."""
-    raise_fd_limit(n + 1024)
-    run_dir = Path(tempfile.mkdtemp(prefix=f"llmgate-bench-capacity-{n}-"))
+_REAL_UPSTREAM = ("LLMGATE_UPSTREAM_URL", "LLMGATE_UPSTREAM_API_KEY", "LLMGATE_CONFIG")
+
+
+def stack_options(run_dir: Path, heartbeat_s: float) -> StackOptions:
+    """make run's shape and the caller's sizing settings, but always the simulator (never a
+    real upstream named in the environment: this holds thousands of streams) and free ports
+    only (no HTTPS listener on make run's fixed 8443)."""
     base = options_from_env(parse_args([]))
-    options = dataclasses.replace(
+    env = {k: v for k, v in base.env.items() if k not in _REAL_UPSTREAM}
+    return dataclasses.replace(
         base,
         run_dir=run_dir,
         port=0,
         app_bind="",
+        upstream_url="",
+        tls_port=None,
         logs_to_stdout=False,
-        env={**base.env, "LLMGATE_HEARTBEAT_S": str(heartbeat_s)},
+        env={**env, "LLMGATE_HEARTBEAT_S": str(heartbeat_s)},
     )
-    stack = Stack(options)
+
+
+def hold(n: int, heartbeat_s: float, progress: Any = print) -> dict[str, Any]:
+    """Hold ``n`` streams through a fresh `make run` stack; the level's numbers."""
+    raise_fd_limit(n + 1024)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"llmgate-bench-capacity-{n}-"))
+    stack = Stack(stack_options(run_dir, heartbeat_s))
     try:
         progress(f"capacity: {n} streams: starting make run's stack")
         stack.start()
