@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import gevent
 import urllib3
@@ -129,6 +130,7 @@ class Upstream:
         self._ttft = {spec.name: TtftWindow() for spec in self.specs if spec.hedge is not None}
         self.in_use = 0
         self._idle_sampled = 0.0
+        self._pools: dict[str, HTTPConnectionPool] = {}  # by spec name (_pool_for)
         self.pool = urllib3.PoolManager(
             num_pools=max(4, 2 * len(self.specs)),
             maxsize=settings.pool_size,
@@ -175,10 +177,15 @@ class Upstream:
             # just after a connection went back (what "idle" means between requests).
             return
         self._idle_sampled = now
-        idle = 0
+        # The manager's pools, and ours it may have evicted since (_pool_for).
+        pools = {id(pool): pool for pool in self._pools.values()}
         for key in list(self.pool.pools.keys()):
             pool = self.pool.pools.get(key)
-            if pool is not None and pool.pool is not None:
+            if pool is not None:
+                pools[id(pool)] = pool
+        idle = 0
+        for pool in pools.values():
+            if pool.pool is not None:
                 idle += sum(1 for conn in list(pool.pool.queue) if conn is not None)
         self.metrics.pool.labels("idle").set(idle)
 
@@ -411,6 +418,22 @@ class Upstream:
         finally:
             timer.close()
 
+    def _pool_for(self, spec: UpstreamSpec, url: str) -> tuple[HTTPConnectionPool, str]:
+        """The connection pool for ``url`` from the worker's PoolManager and the request
+        target (origin-form) to send on it. A spec's pool is looked up once, not per request
+        as PoolManager.urlopen does (it parses the URL and builds a pool key every time).
+        urllib3 does not close a pool its manager evicts, so the one held here stays usable;
+        one closed all the same is looked up again."""
+        origin = _origin(spec.base_url)
+        pool = self._pools.get(spec.name)
+        if pool is None or pool.pool is None or not url.startswith(origin):
+            kwargs = {"maxsize": spec.max_connections} if spec.max_connections else None
+            pool = self.pool.connection_from_url(url, pool_kwargs=kwargs)
+            if not url.startswith(origin):  # {model} in the host: a pool per model's host
+                return pool, _target(url)
+            self._pools[spec.name] = pool
+        return pool, url[len(origin) :] or "/"
+
     def _retrying(self) -> None:
         if self.metrics is not None:
             self.metrics.retries.inc()
@@ -422,16 +445,12 @@ class Upstream:
         url, headers, body = _prepare(spec, req)
         if req.span is not None:
             headers = req.span.inject(headers)
-        pool = (
-            self.pool.connection_from_url(url, pool_kwargs={"maxsize": spec.max_connections})
-            if spec.max_connections
-            else self.pool
-        )
+        pool, target = self._pool_for(spec, url)
         with self._phase("first_byte", s.first_byte_timeout_s, deadline) as remaining:
             try:
                 return pool.urlopen(
                     req.method,
-                    url,
+                    target,
                     body=body,
                     headers=headers,
                     preload_content=False,
@@ -562,6 +581,19 @@ def _prepare(spec: UpstreamSpec, req: UpstreamRequest) -> tuple[str, dict[str, s
     if req.model and model != req.model and body:
         body = _renamed(body, model)
     return url, headers, body
+
+
+@functools.cache
+def _origin(base_url: str) -> str:
+    """``scheme://host[:port]`` of a base URL, as it begins every URL made from it."""
+    parts = urlsplit(base_url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _target(url: str) -> str:
+    """The origin-form request target of an absolute URL: its path and query."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def _renamed(body: bytes, model: str) -> bytes:

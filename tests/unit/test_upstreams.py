@@ -127,6 +127,29 @@ def test_azure_style_url_auth_query_and_alias() -> None:
     assert json.loads(body) == {"model": "dep 1", "messages": []}
 
 
+def test_a_specs_pool_is_found_once_and_gets_origin_form_targets() -> None:
+    from app.config import Settings
+    from app.upstream import Upstream
+
+    az = UpstreamSpec("az", "https://r.example/openai/deployments/{model}", query=(("v", "1"),))
+    capped = UpstreamSpec("capped", "http://c.example:8080/v1", max_connections=3)
+    per_host = UpstreamSpec("host", "https://{model}.example/v1")
+    upstream = Upstream(Settings(), [az, capped, per_host])
+    url = _prepare(az, _req(query="x=1"))[0]
+    pool, target = upstream._pool_for(az, url)
+    assert (pool.scheme, pool.host, pool.port) == ("https", "r.example", 443)
+    assert target == "/openai/deployments/gpt-4o-mini/chat/completions?x=1&v=1"
+    assert upstream._pool_for(az, url)[0] is pool  # found once, not per request
+    upstream.pool.clear()  # the manager forgets its pools but closes none: ours stays usable
+    assert upstream._pool_for(az, url)[0] is pool and pool.pool is not None
+    pool.close()  # closed all the same: looked up again
+    assert upstream._pool_for(az, url)[0] is not pool
+    capped_pool, target = upstream._pool_for(capped, _prepare(capped, _req())[0])
+    assert (capped_pool.port, capped_pool.pool.maxsize, target) == (8080, 3, "/v1/chat/completions")
+    host_pool, target = upstream._pool_for(per_host, _prepare(per_host, _req())[0])
+    assert (host_pool.host, target) == ("gpt-4o-mini.example", "/v1/chat/completions")
+
+
 def test_without_an_alias_the_body_goes_as_sent() -> None:
     spec = UpstreamSpec("o", "https://o.example/v1", key="k", headers=(("X-Team", "t"),))
     url, headers, body = _prepare(spec, _req(body=b'{ "model" : "gpt-4o-mini" ,"messages":[]}'))
