@@ -94,7 +94,9 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
             + ", ".join(f"{p} {v:.1%} of a core" for p, v in idle.items() if p != "direct")
             + "), per answered request. The simulator and the load generator are not counted.",
             "new upstream conns /1000: TCP connections the simulator accepted during the "
-            "measured run (after a warm-up at the same load), per 1,000 requests.",
+            "measured run, per 1,000 requests. The run follows a warm-up at the same load; "
+            "the gateway's is repeated (up to 5 rounds of two calls per caller) until a round "
+            "opens no upstream connection, so the figure is the steady state's.",
             "generator % core: the load generator's own CPU over the run's wall time; it is "
             "one thread, so near 100 % it, not the path, would be the bottleneck.",
             "others % cores: the share of all cores that processes other than this benchmark's "
