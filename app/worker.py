@@ -30,6 +30,7 @@ import logging
 import socket
 
 import gevent
+import gevent.socket
 from gunicorn import util
 from gunicorn.workers.ggevent import GeventWorker
 
@@ -90,6 +91,19 @@ def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: st
     util.write_nonblock(sock, error_answer(status_int, reason, mesg))
 
 
+class _OneSendSocket(gevent.socket.socket):
+    """A client connection whose writes that fit the socket's buffer (nearly all: a stream
+    writes an event or a few at a time) go out in one send. gevent's sendall first asks
+    the buffer's size, a getsockopt system call for every write of every stream."""
+
+    __slots__ = ()
+
+    def sendall(self, data: bytes, flags: int = 0) -> None:
+        sent = self.send(data, flags)
+        if sent < len(data):
+            super().sendall(memoryview(data)[sent:], flags)
+
+
 class JSONErrorGeventWorker(GeventWorker):
     # Connections between two requests (keep-alive): gunicorn counts each as a call in
     # progress, so one idle caller would hold a stopping worker for the whole graceful
@@ -98,6 +112,10 @@ class JSONErrorGeventWorker(GeventWorker):
     _idle: set[socket.socket]
 
     def handle(self, listener: socket.socket, client: socket.socket, addr: object) -> None:
+        if type(client) is gevent.socket.socket:  # plain TCP or unix (TLS is nginx's)
+            timeout = client.gettimeout()
+            client = _OneSendSocket(client.family, client.type, client.proto, client.detach())
+            client.settimeout(timeout)
         self._idle.add(client)
         try:
             super().handle(listener, client, addr)
