@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import http.client
 import json
 import random
 import time
@@ -85,6 +86,13 @@ class UpstreamResponse:
     released: bool = False  # counted back as free in the pool's in-use figure
     span: Span | None = None  # the attempt's span, ended when the exchange is done
     idle_timer: gevent.Timeout | None = None  # re-armed for each read (Upstream.read_chunk)
+    _read: Callable[[int], bytes] | None = None  # the body's reader, chosen at the first read
+
+    def read1(self, size: int) -> bytes:
+        """What has arrived of the body, up to ``size`` bytes (b"" at its end)."""
+        if self._read is None:
+            self._read = _body_reader(self.raw)
+        return self._read(size)
 
     @property
     def status(self) -> int:
@@ -491,13 +499,19 @@ class Upstream:
             raise UpstreamTimeout("deadline", s.deadline_s)
         timer.start()
         try:
-            return resp.raw.read1(_READ_SIZE)
+            return resp.read1(_READ_SIZE)
         except gevent.Timeout as exc:
             if exc is not timer:
                 raise
             resp.close()
             raise UpstreamTimeout(phase, reported) from None
-        except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
+        except (
+            ProtocolError,
+            ReadTimeoutError,
+            OSError,
+            HTTPError,
+            http.client.HTTPException,
+        ) as exc:
             resp.close()
             raise UpstreamReset(f"Upstream broke off the response: {_reason(exc)}.") from None
         finally:
@@ -635,6 +649,23 @@ def _counting_pools(on_connect: Callable[[], None]) -> dict[str, type]:
         ConnectionCls = CountingHTTPSConnection
 
     return {"http": CountingHTTPPool, "https": CountingHTTPSPool}
+
+
+def _body_reader(raw: urllib3.BaseHTTPResponse) -> Callable[[int], bytes]:
+    """urllib3's read1; for a body sent in chunks and not compressed (an event stream, as
+    providers send one), http.client's read1 beneath it. urllib3's layer (content decoding,
+    length accounting, an error-catching context manager per call) cost about as much as
+    the read itself, once per event of every stream, and does nothing for such a body: the
+    chunked framing already tells a cut from an end (http.client raises IncompleteRead).
+    A body with a Content-Length keeps urllib3's read, which checks that it came whole."""
+    fp = getattr(raw, "_fp", None)
+    if (
+        isinstance(fp, http.client.HTTPResponse)
+        and fp.chunked
+        and not raw.headers.get("content-encoding")
+    ):
+        return fp.read1
+    return raw.read1
 
 
 def _discard(raw: urllib3.BaseHTTPResponse) -> None:

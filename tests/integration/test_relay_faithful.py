@@ -7,6 +7,7 @@ itself, so no SSE or HTTP library of the gateway's sits between the two byte str
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import socket
@@ -101,6 +102,26 @@ def _upstream(request: Request, exchange: Exchange) -> None:
         status = int(script[4:])
         exchange.respond(status, {"error": {"message": script, "type": "x", "param": None}},
                          {"retry-after-ms": "1"})  # fmt: skip
+    elif script == "gzip":  # a compressed event stream: urllib3 decodes it
+        packed = gzip.compress(FIXTURE)
+        exchange.start_stream(headers={"content-encoding": "gzip"})
+        exchange.send(packed[:40])
+        time.sleep(0.01)
+        exchange.send(packed[40:])
+        exchange.finish()
+    elif script == "cut-in-chunk":  # the connection drops inside a chunk
+        exchange.start_stream()
+        exchange.send(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
+        time.sleep(0.05)
+        exchange.sock.sendall(b'64\r\ndata: {"choi')  # 100 bytes announced, 15 sent
+        time.sleep(0.05)
+        exchange.reset()
+    elif script == "short-body":  # a JSON answer cut short of its Content-Length
+        body = json.dumps({"id": "c", "choices": [], "pad": "p" * 200}).encode()
+        head = f"HTTP/1.1 200 X\r\ncontent-type: application/json\r\ncontent-length: {len(body)}"
+        exchange.sock.sendall(head.encode() + b"\r\n\r\n" + body[:50])
+        time.sleep(0.05)
+        exchange.reset()
     elif script == "ok":
         exchange.start_stream()
         exchange.send(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
@@ -187,6 +208,28 @@ def test_an_event_over_the_limit_after_the_first_byte_ends_with_an_error_event(g
     assert first == b"data: first"
     assert json.loads(last.removeprefix(b"data: "))["error"]["code"] == "upstream_event_too_large"
     assert b"[DONE]" not in body
+
+
+def test_a_compressed_stream_is_relayed_decoded(gw1) -> None:
+    status, headers, body = raw_post(gw1.url, {"model": "gzip", "messages": MSGS, "stream": True})
+    assert status == 200 and "content-encoding" not in headers
+    assert body == FIXTURE
+
+
+def test_a_stream_cut_inside_a_chunk_ends_with_an_upstream_reset_event(gw1) -> None:
+    status, _, body = raw_post(gw1.url, {"model": "cut-in-chunk", "messages": MSGS,
+                                         "stream": True})  # fmt: skip
+    assert status == 200
+    events = body.split(b"\n\n")
+    assert events[0] == b'data: {"choices":[{"delta":{"content":"a"}}]}'
+    assert json.loads(events[-2].removeprefix(b"data: "))["error"]["code"] == "upstream_reset"
+    assert b"choi" not in events[-2]  # the partial event never reaches the caller
+
+
+def test_an_answer_cut_short_of_its_length_is_a_502_not_a_short_200(gw1) -> None:
+    status, headers, body = raw_post(gw1.url, {"model": "short-body", "messages": MSGS})
+    assert status == 502 and headers["content-type"] == "application/json"
+    assert json.loads(body)["error"]["code"] == "upstream_reset"
 
 
 def _worker_rss_kb(gw) -> int:

@@ -136,8 +136,14 @@ def _round_of_streams(gw, http, callers: int) -> list[int]:
 def test_steady_load_of_200_streams_opens_no_new_connections(one_worker) -> None:
     gw, callers = one_worker, 200
     http = urllib3.PoolManager(maxsize=callers, retries=False)
-    assert set(_round_of_streams(gw, http, callers)) == {200}  # the pool fills up once
-    gw.sim_reset()  # zeroes the simulator's accept count; the pooled connections stay open
+    # The pool fills up in the first round; on a busy machine the 200 may not all overlap
+    # at first, so up to two more warm-up rounds, until one opens no connection.
+    for _ in range(3):
+        gw.sim_reset()  # zeroes the simulator's accept count; pooled connections stay open
+        assert set(_round_of_streams(gw, http, callers)) == {200}
+        if gw.sim_stats()["connections_accepted"] == 0:
+            break
+    gw.sim_reset()
     for _ in range(5):
         assert set(_round_of_streams(gw, http, callers)) == {200}
     stats = gw.sim_stats()
