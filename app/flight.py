@@ -170,6 +170,8 @@ class Flight:
         ``send_timeout`` seconds is too slow to keep: the flight ends (ClientTooSlow) and its
         upstream is closed."""
         assert self.buffer_limit is not None
+        if self.bytes_published <= self.buffer_limit:
+            return  # nobody can be further behind than all there is (most streams, always)
         while self._unread() > self.buffer_limit:
             self._drained.clear()
             if self._drained.wait(self.send_timeout):
