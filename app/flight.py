@@ -258,7 +258,7 @@ class Flight:
         if ready():
             return True
         if timeout is not None and timeout <= 0:
-            if listener.left or self.cancelled:
+            if listener.left or listener.gone or self.cancelled:
                 raise ClientGone()
             return self.settled
         # The listener's own timer, re-armed for each wait: a stream waits once per event,
@@ -268,7 +268,7 @@ class Flight:
             timer.start()
         try:
             while not ready():
-                if listener.left or self.cancelled:
+                if listener.left or listener.gone or self.cancelled:
                     raise ClientGone()
                 if self.settled:
                     return True
@@ -312,6 +312,7 @@ class Listener:
         self.left = False
         self.position = 0  # number of the next event this listener reads
         self.bytes_read = 0  # raw bytes of the events it took
+        self.gone = False  # the caller left; it still has to leave() (from its own greenlet)
         self._timer: gevent.Timeout | None = None
 
     def timer(self, seconds: float) -> gevent.Timeout:
@@ -319,6 +320,12 @@ class Listener:
         if self._timer is None or self._timer.seconds != seconds:
             self._timer = gevent.Timeout(seconds)
         return self._timer
+
+    def lost(self) -> None:
+        """The caller's connection ended: its waits end with ClientGone. Never blocks (it is
+        called from the hub's loop); leaving, which may stop the producer, is the caller's."""
+        self.gone = True
+        self.flight._notify()
 
     def leave(self) -> None:
         if not self.left:
@@ -353,7 +360,7 @@ class Listener:
     def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
         """The next event, or the end once every event is read; None on timeout."""
         flight = self.flight
-        if self.left:
+        if self.left or self.gone:
             raise ClientGone()  # dropped (or gone): its unread events may be trimmed already
         ready = lambda: self.position < flight.event_count or flight.settled  # noqa: E731
         if not flight.wait(self, ready, timeout):
@@ -366,7 +373,7 @@ class Listener:
 
     def ready_events(self) -> list[sse.Event]:
         """The events already in that this listener has not read, without waiting."""
-        if self.left or self.position >= self.flight.event_count:
+        if self.left or self.gone or self.position >= self.flight.event_count:
             return []
         return self._take(self.flight.event_count)
 

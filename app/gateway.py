@@ -370,6 +370,7 @@ class Gateway:
             head = self._await_first_byte(listener, stream)
         except ClientGone:
             watcher.stop()
+            listener.leave()
             return Reply(CLIENT_CLOSED, [], b"")
         except BaseException:
             watcher.stop()
@@ -403,9 +404,9 @@ class Gateway:
 
     @staticmethod
     def _watch(call: Call, listener: Listener) -> DisconnectWatcher:
-        def gone() -> None:
+        def gone() -> None:  # in the hub's loop: marks and wakes, never blocks
             call.trace.client_closed = True
-            listener.leave()
+            listener.lost()
 
         return DisconnectWatcher(call.client_socket, gone)
 

@@ -10,15 +10,16 @@ the worker's client socket) within a millisecond, even while nothing is being wr
 
 from __future__ import annotations
 
+import _socket
 import dataclasses
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import gevent
-from gevent.socket import wait_read
 
 from app import race, sse
 from app.errors import (
@@ -278,22 +279,41 @@ def is_error_event(event: sse.Event) -> bool:
 
 
 class DisconnectWatcher:
-    """Calls ``on_gone`` when the caller's socket reads EOF; stops when told or on data."""
+    """Calls ``on_gone`` when the caller's socket reads EOF; stops when told or on data.
+
+    An io watcher on the socket rather than a greenlet waiting on it: no greenlet to spawn,
+    keep (its stack, for the whole call) and kill per call. ``on_gone`` runs in the hub's
+    loop, so it must not block: it marks the caller gone and wakes whoever waits for it.
+    """
 
     def __init__(self, sock: socket.socket | None, on_gone: Callable[[], None]) -> None:
-        self._greenlet = gevent.spawn(self._watch, sock, on_gone) if sock is not None else None
+        self._io = None
+        if sock is not None:
+            self._io = gevent.get_hub().loop.io(sock.fileno(), 1)  # 1: readable
+            self._io.start(self._readable, sock.fileno(), on_gone)
 
-    @staticmethod
-    def _watch(sock: socket.socket, on_gone: Callable[[], None]) -> None:
-        try:
-            wait_read(sock.fileno())
-            if sock.recv(1, socket.MSG_PEEK):
-                return  # the caller is sending more (pipelining): we cannot tell, stop
-        except OSError:
-            pass
-        on_gone()
+    def _readable(self, fd: int, on_gone: Callable[[], None]) -> None:
+        self.stop()
+        if _at_eof(fd):
+            on_gone()
+        # else the caller is sending more (pipelining): we cannot tell, so stop watching
 
     def stop(self) -> None:
-        if self._greenlet is not None:
-            self._greenlet.kill(block=False)
-            self._greenlet = None
+        if self._io is not None:
+            self._io.stop()
+            self._io.close()
+            self._io = None
+
+
+def _at_eof(fd: int) -> bool:
+    """Whether the connection on ``fd`` has ended (EOF or reset), without taking a byte.
+    Through the C socket: gevent's would wait for data, and this runs in the hub."""
+    probe = _socket.socket(fileno=os.dup(fd))
+    try:
+        return probe.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False  # woken with nothing to read
+    except OSError:
+        return True  # reset
+    finally:
+        probe.close()
