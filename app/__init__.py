@@ -10,7 +10,7 @@ Layers, imports flow downwards only:
                    lifecycle.py
     adapters       upstream.py, cache/{memory,memcached,     the only owners of sockets and
                    tiered,discovery}.py, metrics.py,         clients
-                   health.py, otel.py
+                   health.py, otel.py, timers.py
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py, budget.py, jsonedit.py, streams.py,

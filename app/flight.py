@@ -26,6 +26,7 @@ import gevent.event
 
 from app import sse
 from app.errors import ClientTooSlow, GatewayError, UpstreamProtocolError
+from app.timers import Alarm
 from app.tracing import Span
 
 log = logging.getLogger("llmgate.relay")
@@ -261,11 +262,11 @@ class Flight:
             if listener.left or listener.gone or self.cancelled:
                 raise ClientGone()
             return self.settled
-        # The listener's own timer, re-armed for each wait: a stream waits once per event,
-        # and a new timer each time was a measurable part of relaying one.
+        # The listener's own timer, armed again for each wait: a stream waits once per
+        # event, and a new timer each time was a measurable part of relaying one.
         timer = None if timeout is None else listener.timer(timeout)
         if timer is not None:
-            timer.start()
+            timer.arm()
         try:
             while not ready():
                 if listener.left or listener.gone or self.cancelled:
@@ -273,13 +274,13 @@ class Flight:
                 if self.settled:
                     return True
                 self._changed.wait()
-        except gevent.Timeout as exc:
+        except Alarm as exc:
             if exc is not timer:
                 raise
             return False
         finally:
             if timer is not None:
-                timer.cancel()
+                timer.disarm()
         return True
 
     def shut_down(self, exc: GatewayError) -> None:
@@ -313,12 +314,14 @@ class Listener:
         self.position = 0  # number of the next event this listener reads
         self.bytes_read = 0  # raw bytes of the events it took
         self.gone = False  # the caller left; it still has to leave() (from its own greenlet)
-        self._timer: gevent.Timeout | None = None
+        self._timer: Alarm | None = None
 
-    def timer(self, seconds: float) -> gevent.Timeout:
-        """A timer of ``seconds`` for this listener's waits, made once and re-armed."""
+    def timer(self, seconds: float) -> Alarm:
+        """A timer of ``seconds`` for this listener's waits, made once and armed again."""
         if self._timer is None or self._timer.seconds != seconds:
-            self._timer = gevent.Timeout(seconds)
+            if self._timer is not None:
+                self._timer.close()
+            self._timer = Alarm(seconds)
         return self._timer
 
     def lost(self) -> None:
@@ -328,6 +331,9 @@ class Listener:
         self.flight._notify()
 
     def leave(self) -> None:
+        if self._timer is not None:
+            self._timer.close()
+            self._timer = None
         if not self.left:
             self.left = True
             self.flight._left(self)

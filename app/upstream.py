@@ -5,7 +5,8 @@ One ``Upstream`` per worker, built by the app factory after gevent patched the p
 are in; the body is then read with ``read_chunk()``, a bounded read that returns what has
 arrived. Every urllib3/socket failure is translated here, once, into the GatewayError tree.
 
-Timeouts: connect is urllib3's; first byte, idle and the total deadline are ``gevent.Timeout``
+Timeouts: connect is urllib3's; first byte, idle and the total deadline are gevent timers
+(``gevent.Timeout``, and app/timers.py's ``Alarm`` for the timer armed again for each read)
 so each is exact and names its phase. A connection interrupted by one of them is closed by
 urllib3 (it is never put back half-read), see ``HTTPConnectionPool.urlopen``'s clean-exit rule.
 """
@@ -54,6 +55,7 @@ from app.headers import with_upstream_key
 from app.hedge import TtftWindow
 from app.metrics import Metrics
 from app.policy import RETRYABLE_STATUSES, Deadline, RetryPolicy
+from app.timers import Alarm
 from app.tracing import Span
 from app.upstreams import UpstreamSpec
 
@@ -85,7 +87,7 @@ class UpstreamResponse:
     upstream: str = ""  # the name of the upstream that answered
     released: bool = False  # counted back as free in the pool's in-use figure
     span: Span | None = None  # the attempt's span, ended when the exchange is done
-    idle_timer: gevent.Timeout | None = None  # re-armed for each read (Upstream.read_chunk)
+    idle_timer: Alarm | None = None  # armed again for each read (Upstream.read_chunk)
     _read: Callable[[int], bytes] | None = None  # the body's reader, chosen at the first read
 
     def read1(self, size: int) -> bytes:
@@ -485,22 +487,22 @@ class Upstream:
         s = self.settings
         remaining = deadline.remaining()
         if remaining >= s.idle_timeout_s:
-            # The response's one idle timer, re-armed for each read: a timer per exchange,
-            # not one per event (this runs for every read of every stream).
+            # The response's one idle timer, armed again for each read: a timer per
+            # exchange, not one per event (this runs for every read of every stream).
             phase, reported = "idle", s.idle_timeout_s
             if resp.idle_timer is None:
-                resp.idle_timer = gevent.Timeout(s.idle_timeout_s)
+                resp.idle_timer = Alarm(s.idle_timeout_s)
             timer = resp.idle_timer
         elif remaining > 0:  # the deadline comes first
             phase, reported = "deadline", s.deadline_s
-            timer = gevent.Timeout(remaining)
+            timer = Alarm(remaining)
         else:
             resp.close()
             raise UpstreamTimeout("deadline", s.deadline_s)
-        timer.start()
+        timer.arm()
         try:
             return resp.read1(_READ_SIZE)
-        except gevent.Timeout as exc:
+        except Alarm as exc:
             if exc is not timer:
                 raise
             resp.close()
@@ -515,7 +517,9 @@ class Upstream:
             resp.close()
             raise UpstreamReset(f"Upstream broke off the response: {_reason(exc)}.") from None
         finally:
-            timer.cancel()
+            timer.disarm()
+            if timer is not resp.idle_timer:
+                timer.close()
 
     def read_all(self, resp: UpstreamResponse, deadline: Deadline, limit: int) -> bytes:
         parts: list[bytes] = []

@@ -97,6 +97,22 @@ def test_idle_timeout_after_the_first_byte(make_stack) -> None:
     assert _final_error(resp)["code"] == "idle_timeout"
 
 
+def test_a_stream_whose_tokens_keep_coming_outlives_the_idle_timeout(make_stack) -> None:
+    # 10 tokens 250 ms apart: 2.5 s in all, more than twice the 1 s idle timeout, which
+    # counts from the last byte, not from the first read.
+    gw = make_stack(env=FAST, memcached=False)
+    resp = gw.post(
+        "/v1/chat/completions",
+        chat(True, max_tokens=10),
+        preload_content=False,
+        headers={"x-sim-tps": "4", "x-sim-ttft-ms": "0"},
+    )
+    assert resp.status == 200
+    events = [a.event for a in data_events(read_events(resp))]
+    assert events and events[-1].is_done, events[-1:]
+    assert not any("error" in (e.data or "")[:12] for e in events)
+
+
 DEADLINE = {
     **FAST,
     "LLMGATE_FIRST_BYTE_TIMEOUT_S": "30",
