@@ -93,11 +93,17 @@ WARM_ROUNDS = 5
 def sim_accepted(sim_url: str) -> int:
     """The simulator's count of accepted connections (its control paths, this query's own,
     are not counted: simulator/server.py)."""
+    return sim_connections(sim_url)[0]
+
+
+def sim_connections(sim_url: str) -> tuple[int, int]:
+    """The simulator's connections: accepted so far, and open now (control paths aside)."""
     host, port = sim_url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
         conn.request("GET", "/sim/stats")
-        return int(json.loads(conn.getresponse().read())["connections_accepted"])
+        stats = json.loads(conn.getresponse().read())
+        return int(stats["connections_accepted"]), int(stats["connections_open"])
     finally:
         conn.close()
 
@@ -111,6 +117,9 @@ class Measured:
     cpu_ms: float | None  # per request, the path's process tree
     upstream_per_1000: float | None
     others: float  # the share of all cores other processes used meanwhile
+    # Upstream connections closed per 1,000 requests: opened less what the simulator's open
+    # count grew by. A pool that keeps every connection it opened closes none.
+    closed_per_1000: float | None = None
 
     def row_data(self) -> dict:
         r = self.result
@@ -126,6 +135,7 @@ class Measured:
             "rps": r.rps,
             "cpu_ms_per_request": self.cpu_ms,
             "upstream_connections_per_1000": self.upstream_per_1000,
+            "upstream_connections_closed_per_1000": self.closed_per_1000,
             "loadgen_core_share": r.load,
             "others_cores_share": self.others,
         }
@@ -161,22 +171,26 @@ def measure(
     host, port = url.removeprefix("http://").split(":")
     request = kind.request()
     cfg.progress(f"overhead: {kind.name}, {callers} callers, {path}")
-    cpu0, accepted0 = proctree.cpu_s(pids), sim_accepted(sim_url)
+    cpu0, (accepted0, open0) = proctree.cpu_s(pids), sim_connections(sim_url)
     others = machine.Others(ours)
     result = loadgen.run(host, int(port), request, callers, count)
     others_share = others.share()
     # What the tree burns with no call (timers, heartbeats of its own) is not per request.
     cpu = proctree.cpu_s(pids) - cpu0 - idle_rate * result.wall
-    opened = sim_accepted(sim_url) - accepted0
+    accepted, still_open = sim_connections(sim_url)
+    opened = accepted - accepted0
+    closed = opened - (still_open - open0)
     done = max(1, len(result.total))
+    upstream = path != "direct"
     return Measured(
         path,
         kind.name,
         callers,
         result,
         cpu / done * 1000 if pids else None,
-        opened / done * 1000 if path != "direct" else None,
+        opened / done * 1000 if upstream else None,
         others_share,
+        closed / done * 1000 if upstream else None,
     )
 
 
@@ -203,6 +217,7 @@ def merge(a: Measured, b: Measured) -> Measured:
         mean(a.cpu_ms, b.cpu_ms, na, nb),
         mean(a.upstream_per_1000, b.upstream_per_1000, na, nb),
         mean(a.others, b.others, ra.wall, rb.wall) or 0.0,
+        mean(a.closed_per_1000, b.closed_per_1000, na, nb),
     )
 
 

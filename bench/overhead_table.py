@@ -51,6 +51,7 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
                 r.rps / nginx.rps if nginx.rps else None,
                 m.cpu_ms,
                 m.upstream_per_1000,
+                m.closed_per_1000,
                 len(r.errors),
                 r.load * 100,
                 m.others * 100,
@@ -72,6 +73,7 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
         "req/s x nginx-only",
         "CPU ms/req",
         "new upstream conns /1000",
+        "closed upstream conns /1000",
         "errors",
         "generator % core",
         "others % cores",
@@ -96,7 +98,10 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
             "new upstream conns /1000: TCP connections the simulator accepted during the "
             "measured run, per 1,000 requests. The run follows a warm-up at the same load; "
             "the gateway's is repeated (up to 5 rounds of two calls per caller) until a round "
-            "opens no upstream connection, so the figure is the steady state's.",
+            "opens no upstream connection, so the figure is the steady state's. A worker's "
+            "pool still grows when it meets more streams at once than ever before (accepts "
+            "are uneven between workers); closed upstream conns /1000: the connections "
+            "opened less the growth of the simulator's open count, i.e. those discarded.",
             "generator % core: the load generator's own CPU over the run's wall time; it is "
             "one thread, so near 100 % it, not the path, would be the bottleneck.",
             "others % cores: the share of all cores that processes other than this benchmark's "
