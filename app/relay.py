@@ -308,7 +308,10 @@ class DisconnectWatcher:
 def _at_eof(fd: int) -> bool:
     """Whether the connection on ``fd`` has ended (EOF or reset), without taking a byte.
     Through the C socket: gevent's would wait for data, and this runs in the hub."""
-    probe = _socket.socket(fileno=os.dup(fd))
+    try:
+        probe = _socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return True  # the descriptor is closed already
     try:
         return probe.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
     except BlockingIOError:

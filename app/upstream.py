@@ -110,6 +110,7 @@ class UpstreamResponse:
         self.raw.release_conn()
         if self.idle_timer is not None:
             self.idle_timer.close()
+            self.idle_timer = None
 
 
 class Upstream:
