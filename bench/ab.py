@@ -1,0 +1,139 @@
+"""Two commits' gateway CPU per call, measured in turns: `python -m bench.ab A B`.
+
+What every "X -> Y ms" in docs/performance.md's list of cuts comes from. Each revision is
+exported with `git archive` into a directory of its own, and this file is copied into it, so
+the measurement is the same for both while the stack (runner/, app/, gunicorn.conf.py,
+nginx/) is the revision's. Runs alternate A, B, A, B, ... (``--rounds`` of each): what else
+the machine does falls on both. A run starts the revision's `make run`-shaped stack (2 gevent
+workers, nginx, the simulator, cache off), warms it up at the load, then measures the CPU of
+the nginx and gunicorn trees (/proc) over ``--calls`` calls at ``--callers`` concurrent
+callers, per answered call.
+
+The calls are issue 11's: a stream of 200 ms to the first token then 50 tokens at 100
+tokens/s, and a non-stream answer after 50 ms. Read the result as the mean of each side with
+every run listed: on a 2-core VM runs of one tree spread by about ±5 %, so a difference
+smaller than that is noise, whatever its sign.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = {
+    "stream": ({"stream": True, "max_tokens": 50}, {"x-sim-ttft-ms": "200", "x-sim-tps": "100"}),
+    "non-stream": ({"max_tokens": 16}, {"x-sim-ttft-ms": "50"}),
+}
+CALLS = {"stream": 700, "non-stream": 3000}
+
+
+@dataclass(frozen=True)
+class Run:
+    rev: str
+    kind: str
+    cpu_ms: float  # gateway CPU per answered call
+    rps: float
+    errors: int
+
+
+def measure(kind: str, callers: int, calls: int) -> Run:
+    """One run in this directory's tree (the revision's: `python -m` puts it first on the
+    path): its stack, warm-up, measurement."""
+    from bench import loadgen, proctree
+    from runner.stack import Stack, StackOptions
+
+    fields, headers = KINDS[kind]
+    run_dir = Path(tempfile.mkdtemp(prefix="llmgate-ab-"))
+    options = StackOptions(
+        run_dir=run_dir, workers=2, memcached=False, env={"LLMGATE_CACHE_MODE": "off"}
+    )
+    stack = Stack(options).start()
+    try:
+        host, port = stack.url.removeprefix("http://").rsplit(":", 1)
+        gateway = [
+            p for name in ("nginx", "gunicorn") for p in proctree.tree(stack.proc(name).popen.pid)
+        ]
+        body = {"model": "sim-model", "messages": [{"role": "user", "content": "ab"}], **fields}
+        request = loadgen.request_bytes("/v1/chat/completions", body, headers)
+        loadgen.run(host, int(port), request, callers, max(callers * 2, calls // 4))
+        before = proctree.cpu_s(gateway)
+        result = loadgen.run(host, int(port), request, callers, calls)
+        cpu = proctree.cpu_s(gateway) - before
+        answered = max(1, len(result.total))
+        return Run("", kind, 1000 * cpu / answered, result.rps, len(result.errors))
+    finally:
+        stack.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def summarize(runs: list[Run], a: str, b: str) -> list[str]:
+    """Per kind: each side's mean and runs, and B's mean over A's."""
+    lines = []
+    for kind in dict.fromkeys(r.kind for r in runs):
+        means = {}
+        for rev in (a, b):
+            cpu = [r.cpu_ms for r in runs if r.kind == kind and r.rev == rev]
+            errors = sum(r.errors for r in runs if r.kind == kind and r.rev == rev)
+            means[rev] = statistics.fmean(cpu) if cpu else float("nan")
+            shown = ", ".join(f"{c:.2f}" for c in cpu)
+            lines.append(
+                f"{kind:10} {rev:12} {means[rev]:6.2f} ms/call  [{shown}]  errors {errors}"
+            )
+        ratio = means[b] / means[a] if means[a] else float("nan")
+        lines.append(f"{kind:10} {b} / {a}: {ratio:.3f} ({(ratio - 1) * 100:+.1f} %)")
+    return lines
+
+
+def export(rev: str, into: Path) -> Path:
+    """``rev``'s tree in ``into``, with this file as its bench/ab.py."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    shutil.copy(__file__, into / "bench" / "ab.py")
+    return into
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__)
+    parser.add_argument("revs", nargs="*", help="two git revisions, e.g. HEAD~1 HEAD")
+    parser.add_argument("--kinds", default="stream,non-stream")
+    parser.add_argument("--callers", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # one run, inside an export
+    args = parser.parse_args()
+    if args.measure:
+        run = measure(args.measure, args.callers, CALLS[args.measure])
+        print(json.dumps(run.__dict__))
+        return
+    if len(args.revs) != 2:
+        parser.error("give two revisions")
+    a, b = args.revs
+    work = Path(tempfile.mkdtemp(prefix="llmgate-ab-trees-"))
+    try:
+        trees = {rev: export(rev, work / str(i)) for i, rev in enumerate((a, b))}
+        runs: list[Run] = []
+        for round_ in range(1, args.rounds + 1):
+            for kind in args.kinds.split(","):
+                for rev in (a, b):
+                    out = subprocess.run(
+                        [sys.executable, "-m", "bench.ab", "--measure", kind,
+                         "--callers", str(args.callers)],
+                        cwd=trees[rev], check=True, capture_output=True, text=True,
+                    ).stdout  # fmt: skip
+                    run = Run(**{**json.loads(out.splitlines()[-1]), "rev": rev})
+                    runs.append(run)
+                    print(f"round {round_}: {kind} {rev} {run.cpu_ms:.2f} ms/call", flush=True)
+        print("\n".join(summarize(runs, a, b)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
