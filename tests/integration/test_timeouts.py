@@ -36,6 +36,13 @@ def _assert_504(resp, phase: str) -> None:
     assert phase.replace("_", " ") in error["message"].replace("_", " ")
 
 
+def _live_stream(gw, headers: dict[str, str], **fields):
+    """A streamed chat call, its body left unread for the test to read as it comes."""
+    return gw.post(
+        "/v1/chat/completions", chat(True, **fields), preload_content=False, headers=headers
+    )
+
+
 def _final_error(resp) -> dict:
     assert resp.status == 200
     events = [a.event for a in data_events(read_events(resp))]
@@ -70,12 +77,7 @@ def test_first_byte_timeout_before_the_first_byte(make_stack, stream: bool) -> N
 
 def test_first_byte_timeout_after_heartbeats_started(make_stack) -> None:
     gw = make_stack(env={**FAST, "LLMGATE_HEARTBEAT_S": "0.3"}, memcached=False)
-    resp = gw.post(
-        "/v1/chat/completions",
-        chat(True),
-        preload_content=False,
-        headers={"x-sim-fault": "slow-headers", "x-sim-header-delay-ms": "3000"},
-    )
+    resp = _live_stream(gw, {"x-sim-fault": "slow-headers", "x-sim-header-delay-ms": "3000"})
     assert _final_error(resp)["code"] == "first_byte_timeout"
 
 
@@ -88,12 +90,7 @@ def test_idle_timeout_before_the_first_byte(make_stack) -> None:
 
 def test_idle_timeout_after_the_first_byte(make_stack) -> None:
     gw = make_stack(env=FAST, memcached=False)
-    resp = gw.post(
-        "/v1/chat/completions",
-        chat(True, max_tokens=6),
-        preload_content=False,
-        headers={"x-sim-fault": "stall-after", "x-sim-ttft-ms": "0"},
-    )
+    resp = _live_stream(gw, {"x-sim-fault": "stall-after", "x-sim-ttft-ms": "0"}, max_tokens=6)
     assert _final_error(resp)["code"] == "idle_timeout"
 
 
@@ -101,12 +98,7 @@ def test_a_stream_whose_tokens_keep_coming_outlives_the_idle_timeout(make_stack)
     # 10 tokens 250 ms apart: 2.5 s in all, more than twice the 1 s idle timeout, which
     # counts from the last byte, not from the first read.
     gw = make_stack(env=FAST, memcached=False)
-    resp = gw.post(
-        "/v1/chat/completions",
-        chat(True, max_tokens=10),
-        preload_content=False,
-        headers={"x-sim-tps": "4", "x-sim-ttft-ms": "0"},
-    )
+    resp = _live_stream(gw, {"x-sim-tps": "4", "x-sim-ttft-ms": "0"}, max_tokens=10)
     assert resp.status == 200
     events = [a.event for a in data_events(read_events(resp))]
     assert events and events[-1].is_done, events[-1:]
@@ -129,10 +121,5 @@ def test_deadline_before_the_first_byte(make_stack) -> None:
 
 def test_deadline_after_the_first_byte(make_stack) -> None:
     gw = make_stack(env=DEADLINE, memcached=False)
-    resp = gw.post(
-        "/v1/chat/completions",
-        chat(True, max_tokens=30),
-        preload_content=False,
-        headers={"x-sim-tps": "4", "x-sim-ttft-ms": "0"},
-    )
+    resp = _live_stream(gw, {"x-sim-tps": "4", "x-sim-ttft-ms": "0"}, max_tokens=30)
     assert _final_error(resp)["code"] == "deadline_timeout"
