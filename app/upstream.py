@@ -21,7 +21,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -88,7 +88,8 @@ class UpstreamResponse:
     released: bool = False  # counted back as free in the pool's in-use figure
     span: Span | None = None  # the attempt's span, ended when the exchange is done
     idle_timer: Alarm | None = None  # armed again for each read (Upstream.read_chunk)
-    _read: Callable[[int], bytes] | None = None  # the body's reader, chosen at the first read
+    # The body's reader, chosen at the first read (_body_reader): not a constructor argument.
+    _read: Callable[[int], bytes] | None = field(default=None, init=False, repr=False)
 
     def read1(self, size: int) -> bytes:
         """What has arrived of the body, up to ``size`` bytes (b"" at its end)."""
