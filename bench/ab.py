@@ -10,7 +10,9 @@ the nginx and gunicorn trees (/proc) over ``--calls`` calls at ``--callers`` con
 callers, per answered call.
 
 The calls are issue 11's: a stream of 200 ms to the first token then 50 tokens at 100
-tokens/s, and a non-stream answer after 50 ms. Read the result as the mean of each side with
+tokens/s, and a non-stream answer after 50 ms (cache off); and cache hits (``hit``,
+``hit-stream``): one 50-token answer stored by the warm-up, then served from the worker's L1
+(no Memcached) to every call. Read the result as the mean of each side with
 every run listed: on a 2-core VM runs of one tree spread by about ±5 %, so a difference
 smaller than that is noise, whatever its sign.
 """
@@ -32,8 +34,10 @@ from pathlib import Path
 KINDS = {
     "stream": ({"stream": True, "max_tokens": 50}, {"x-sim-ttft-ms": "200", "x-sim-tps": "100"}),
     "non-stream": ({"max_tokens": 16}, {"x-sim-ttft-ms": "50"}),
+    "hit": ({"max_tokens": 50, "temperature": 0}, {"x-sim-ttft-ms": "10"}),
+    "hit-stream": ({"stream": True, "max_tokens": 50, "temperature": 0}, {"x-sim-ttft-ms": "10"}),
 }
-CALLS = {"stream": 700, "non-stream": 3000}
+CALLS = {"stream": 700, "non-stream": 3000, "hit": 8000, "hit-stream": 6000}
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,9 @@ def measure(kind: str, callers: int, calls: int) -> Run:
 
     fields, headers = KINDS[kind]
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-ab-"))
+    cache = "deterministic" if kind.startswith("hit") else "off"
     options = StackOptions(
-        run_dir=run_dir, workers=2, memcached=False, env={"LLMGATE_CACHE_MODE": "off"}
+        run_dir=run_dir, workers=2, memcached=False, env={"LLMGATE_CACHE_MODE": cache}
     )
     stack = Stack(options).start()
     try:
