@@ -44,6 +44,9 @@ class Backend(Protocol):
 
     def stats(self) -> dict[str, int]: ...
 
+    def errors(self) -> int:
+        """``stats()["errors"]`` alone: read after every cache operation, without a copy."""
+
 
 def validate_key(key: str) -> str:
     """The key itself, or ValueError: ASCII, 1..200 characters, no spaces or control bytes."""

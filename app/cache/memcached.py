@@ -301,6 +301,9 @@ class MemcachedBackend:
         with self._lock:
             return dict(self._counts)
 
+    def errors(self) -> int:
+        return self._counts["errors"]
+
     def dead_nodes(self) -> list[str]:
         """Nodes being skipped right now (for health reporting)."""
         return self._breaker.dead()

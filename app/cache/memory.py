@@ -73,6 +73,9 @@ class MemoryBackend:
         with self._lock:
             return dict(self._counts)
 
+    def errors(self) -> int:
+        return self._counts["errors"]
+
     @property
     def used_bytes(self) -> int:
         return self._bytes

@@ -68,6 +68,9 @@ class TieredCache:
             self.l2.close()
         self.l1.close()
 
+    def errors(self) -> int:
+        return self.l1.errors() + (self.l2.errors() if self.l2 is not None else 0)
+
     def stats(self) -> dict[str, int]:
         """Each level's counters, prefixed with its name: ``l1_hits``, ``l2_errors``, ..."""
         merged = {f"{self.l1.name}_{k}": v for k, v in self.l1.stats().items()}

@@ -120,7 +120,7 @@ class TieredAsBackend:
         self.tiers = tiers
         self.name = tiers.name
         self.set, self.add, self.delete = tiers.set, tiers.add, tiers.delete
-        self.close, self.stats = tiers.close, tiers.stats
+        self.close, self.stats, self.errors = tiers.close, tiers.stats, tiers.errors
 
     def get(self, key: str) -> bytes | None:
         found = self.tiers.get(key)
@@ -249,6 +249,8 @@ class TestBackendContract:
         assert {"hits", "misses", "sets", "errors", "too_large"} <= set(after)
         assert after["sets"] == before["sets"] + 1
         assert all(isinstance(v, int) for v in cache.stats().values())
+        errors = [v for k, v in cache.stats().items() if k == "errors" or k.endswith("_errors")]
+        assert cache.errors() == sum(errors)
 
 
 # -- Memcached specifics on a healthy server ------------------------------------------------
@@ -283,7 +285,7 @@ def test_split_value_layout_and_broken_parts_read_as_a_miss(
     assert raw_command(mc_port, store) == b"STORED\r\n"
     errors = mc.stats()["errors"]
     assert mc.get(key()) is None
-    assert mc.stats()["errors"] == errors + 1
+    assert mc.stats()["errors"] == mc.errors() == errors + 1
 
     # A part evicted: a miss, never a short value.
     assert mc.set(key("again"), big, 60)
@@ -473,6 +475,7 @@ def test_tiered_keeps_serving_l1_when_l2_is_down(proxy: FaultProxy, key) -> None
     assert tiers.set(key("new"), b"n", 300) is True  # stored in L1 at least
     assert tiers.add(key("lease"), b"1", 5) is False  # a lease needs the shared level
     assert tiers.stats()["l2_errors"] >= 1
+    assert tiers.errors() == tiers.stats()["l2_errors"]  # what the errors metric counts
     tiers.close()
 
 
