@@ -37,6 +37,11 @@ class Entry:
     def is_stream(self) -> bool:
         return self.events is not None
 
+    @property
+    def size(self) -> int:
+        """Bytes of the answer it holds (decoded)."""
+        return len(self.body) if self.body is not None else sum(map(len, self.events or ()))
+
     def age(self, now: float) -> float:
         return max(0.0, now - self.created)
 
