@@ -163,18 +163,22 @@ def _tier(value: Any) -> str | None:
     return value[:32] if isinstance(value, str) else None
 
 
-def _tier_in_body(body: bytes) -> str | None:
-    """The top-level `service_tier` of a JSON answer (never one nested in its content)."""
+def _facts_in_answer(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """The top-level `usage` and `service_tier` of a generated JSON answer (never ones nested
+    in its content), parsed once: these answers are text, not megabytes of floats."""
     try:
-        raw = jsonedit.find_member(body, "service_tier")
-        return None if raw is None else _tier(json.loads(raw))
-    except ValueError:
-        return None
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    usage = doc.get("usage")
+    return (usage if isinstance(usage, dict) else None), _tier(doc.get("service_tier"))
 
 
 def _usage_in_body(body: bytes) -> dict[str, Any] | None:
-    """The `usage` object of a JSON answer without parsing the whole answer: OpenAI puts it
-    last, and an embeddings answer can be megabytes of floats."""
+    """The `usage` object of any other JSON answer without parsing the whole answer: OpenAI
+    puts it last, and an embeddings answer can be megabytes of floats."""
     at = body.rfind(b'"usage"')
     if at < 0:
         return None
@@ -196,9 +200,10 @@ def _record(
     ttft = None if facts.first is None else facts.first - trace.started
     facts.usage = facts.usage or trace.usage  # a usage chunk taken out of the caller's stream
     if facts.usage is None and isinstance(reply.body, bytes) and reply.status < 300:
-        facts.usage = _usage_in_body(reply.body)
         if call.route in ("chat", "completions", "responses"):
-            facts.service_tier = _tier_in_body(reply.body)
+            facts.usage, facts.service_tier = _facts_in_answer(reply.body)
+        else:
+            facts.usage = _usage_in_body(reply.body)
     usage = streams.usage_details(facts.usage or {})
     tokens_in, tokens_out, tokens_cached = usage
     if trace.settle is not None:

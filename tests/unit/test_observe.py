@@ -9,7 +9,7 @@ import logging
 from app import sse
 from app.calls import SSE_HEADERS, Call, Reply, Trace
 from app.config import Settings
-from app.observe import _server_timing, _usage_in_body, cache_outcome, finish
+from app.observe import _facts_in_answer, _server_timing, _usage_in_body, cache_outcome, finish
 
 
 def test_cache_outcome_labels_are_bounded() -> None:
@@ -37,6 +37,22 @@ def test_usage_is_read_from_the_end_of_a_large_answer() -> None:
     assert _usage_in_body(b'{"id": 1}') is None
     assert _usage_in_body(b'{"usage": null}') is None
     assert _usage_in_body(b'{"usage": {broken') is None
+
+
+def test_a_generated_answers_usage_and_tier_are_its_top_level_members_only() -> None:
+    nested = {"service_tier": "flex", "usage": {"total_tokens": 99}}
+    answer = {
+        "choices": [{"message": {"content": '"service_tier": "priority"', "tool": nested}}],
+        "usage": {"total_tokens": 5},
+        "service_tier": "default",
+    }
+    assert _facts_in_answer(json.dumps(answer).encode()) == ({"total_tokens": 5}, "default")
+    answer.pop("service_tier")
+    answer["usage"] = None
+    assert _facts_in_answer(json.dumps(answer).encode()) == (None, None)
+    assert _facts_in_answer(b'{"service_tier": "' + b"x" * 100 + b'"}')[1] == "x" * 32
+    for body in (b"[1]", b"{broken", b'"\xff"', b"\xff"):
+        assert _facts_in_answer(body) == (None, None)
 
 
 def test_server_timing_names_its_parts() -> None:
