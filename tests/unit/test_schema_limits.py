@@ -57,3 +57,16 @@ def test_a_field_naming_the_upstream_is_refused_on_every_route(route: str, field
 
 def test_ordinary_fields_pass() -> None:
     schema.validate("chat", {**CHAT, "user": "u", "metadata": {"base_url": "kept: not top"}})
+
+
+def test_the_limits_hold_when_every_bracket_and_comma_is_the_deep_or_long_ones() -> None:
+    # The checks count brackets and commas first and look no further when too few: here
+    # each is exactly one more than the limit allows.
+    deep = b'{"a":[[[1]]]}'  # 4 brackets, 4 levels
+    with pytest.raises(errors.BadRequest, match="deeper than the limit of 3"):
+        schema.parse_body(deep, max_depth=3)
+    assert schema.parse_body(deep, max_depth=4) == {"a": [[[1]]]}
+    long = json.dumps({"p": list(range(11))}, separators=(",", ":")).encode()  # 10 commas
+    with pytest.raises(errors.BadRequest, match="more than 10 items"):
+        schema.parse_body(long, max_array_items=10)
+    assert len(schema.parse_body(long, max_array_items=11)["p"]) == 11
