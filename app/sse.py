@@ -157,6 +157,17 @@ class Decoder:
             pos = eol + 1
         return events
 
+    @classmethod
+    def event_of(cls, raw: bytes) -> Event | None:
+        """The one whole event ``raw`` is, byte for byte; None when it is anything else
+        (several events, none, an unfinished one). The raw bytes of the events decoded and
+        the unfinished rest are always the input, so one event and no rest is ``raw``."""
+        decoder = cls()
+        events = decoder.feed(raw)
+        if len(events) != 1 or decoder.close():
+            return None
+        return events[0]
+
     def close(self) -> bytes:
         """End of stream: return the bytes of an unfinished event (not dispatched, per spec)."""
         rest = bytes(self._buf[self._event_start :])

@@ -23,7 +23,7 @@ are neither text nor known (``ShapeError`` rather than a silently incomplete ans
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from app import sse
@@ -241,7 +241,7 @@ def _concat_lists(parts: Iterable[Any]) -> Json | None:
 # --- stream → stream ------------------------------------------------------------------------
 
 
-def replay_events(stored: Iterable[bytes], *, include_usage: bool) -> list[bytes]:
+def replay_events(stored: Sequence[bytes], *, include_usage: bool) -> list[bytes]:
     """A stored stream (chat or legacy) adapted to the caller's ``include_usage``.
 
     Events are replayed byte for byte; only the usage chunk (``"choices": []`` with a usage)
@@ -251,34 +251,62 @@ def replay_events(stored: Iterable[bytes], *, include_usage: bool) -> list[bytes
     choice chunk carried a usage (some compatible servers put it there); otherwise there is
     none, as when the upstream does not report usage. Only the tail is parsed: validate a
     stream with ``assemble_*`` when storing it.
+
+    An entry holds one whole event per item, ``[DONE]`` last: then only the items of the tail
+    are decoded, from the end (a hit replays a 50-event stream decoding three). Anything else
+    is decoded whole, as it would have arrived.
     """
+
+    def single(i: int) -> sse.Event:
+        event = sse.Decoder.event_of(stored[i])
+        if event is None:
+            raise _NotOneEvent
+        return event
+
+    try:
+        if stored and single(len(stored) - 1).is_done:
+            return _replayed(list(stored), len(stored) - 1, single, include_usage)
+    except _NotOneEvent:
+        pass
     decoder = sse.Decoder()
     events = [event for raw in stored for event in decoder.feed(raw)]
     rest = decoder.close()
     done = next((i for i, event in enumerate(events) if event.is_done), None)
     if done is None:
         raise ShapeError("the stream did not end with data: [DONE]")
-    usage_at, last = _usage_tail(events, done)
+    kept = _replayed([event.raw for event in events], done, events.__getitem__, include_usage)
+    return [*kept, rest] if rest else kept
+
+
+class _NotOneEvent(Exception):
+    """A stored item that is not exactly one whole event: decode the stream as it came."""
+
+
+def _replayed(
+    raws: list[bytes], done: int, event_at: Callable[[int], sse.Event], include_usage: bool
+) -> list[bytes]:
+    """``raws`` (one event each, ``[DONE]`` at ``done``) with the usage chunk as wanted;
+    ``event_at(i)`` is the event decoded from ``raws[i]``."""
+    usage_at, last = _usage_tail(event_at, done)
     if not include_usage:
-        keep = [event.raw for i, event in enumerate(events) if i not in usage_at]
-    elif usage_at or last is None or last.get("usage") is None:
-        keep = [event.raw for event in events]
-    else:
-        head = header_of(last, last.get("object", ""))
-        synthesized = encode_chunk({**head, "choices": [], "usage": last["usage"]})
-        keep = [event.raw for event in events]
-        keep.insert(done, synthesized)
-    return [*keep, rest] if rest else keep
+        return [raw for i, raw in enumerate(raws) if i not in usage_at]
+    if usage_at or last is None or last.get("usage") is None:
+        return raws
+    head = header_of(last, last.get("object", ""))
+    synthesized = encode_chunk({**head, "choices": [], "usage": last["usage"]})
+    return [*raws[:done], synthesized, *raws[done:]]
 
 
-def _usage_tail(events: list[sse.Event], done: int) -> tuple[set[int], Json | None]:
-    """Indexes of the usage chunks before ``done``, and the last chunk that had choices."""
+def _usage_tail(event_at: Callable[[int], sse.Event], done: int) -> tuple[set[int], Json | None]:
+    """Indexes of the usage chunks before ``done``, and the last chunk that had choices;
+    events are taken from ``done`` backwards, only as far as that chunk."""
     usage_at: set[int] = set()
     for i in range(done - 1, -1, -1):
-        if events[i].data is None:
+        event = event_at(i)
+        if event.data is None:
             continue
         try:
-            chunk = events[i].json()
+            chunk = event.json()
         except ValueError as exc:
             raise ShapeError("event data is not JSON") from exc
         if not isinstance(chunk, dict) or not isinstance(chunk.get("choices"), list):

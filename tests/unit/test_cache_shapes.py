@@ -541,6 +541,24 @@ def test_replay_of_our_own_events_matches_a_fresh_encoding() -> None:
     assert shapes.assemble_chat(without) == {**shapes.assemble_chat(with_usage), "usage": None}
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_replay_is_the_same_however_the_stored_bytes_are_cut(case: str) -> None:
+    """One whole event per item (what the cache stores) is replayed from its tail alone;
+    any other cut is decoded whole. Both give the same bytes, or the same miss."""
+    stored = _split_events((STREAMS / f"{case}.sse").read_bytes())
+    ragged = [half for e in stored for half in (e[: len(e) // 2], e[len(e) // 2 :]) if half]
+
+    def replayed(items: list[bytes], include_usage: bool) -> bytes | str:
+        try:
+            return b"".join(shapes.replay_events(items, include_usage=include_usage))
+        except shapes.ShapeError as exc:
+            return str(exc)
+
+    for usage in (True, False):
+        expected = replayed([b"".join(stored)], usage)
+        assert replayed(stored, usage) == replayed(ragged, usage) == expected
+
+
 # --- not a stream of the expected kind: a cache miss ----------------------------------------
 
 GOOD = _split_events((STREAMS / "chat_two_choices.sse").read_bytes())

@@ -79,3 +79,12 @@ def test_encoder_round_trips_through_decoder() -> None:
         {"data": "[DONE]"},
     ]
     assert sse.encode_json({"a": "é"}) == 'data: {"a":"é"}\n\n'.encode()
+
+
+def test_event_of_takes_exactly_one_whole_event() -> None:
+    one = b'event: x\ndata: {"a":1}\n\n'
+    event = sse.Decoder.event_of(one)
+    assert event is not None and (event.raw, event.event, event.data) == (one, "x", '{"a":1}')
+    assert sse.Decoder.event_of(b": ping\n\n") is not None
+    for other in (one + one, b"data: 1\n", b"", b"\ndata: 1\n\n", b"data: 1\n\ndata: 2"):
+        assert sse.Decoder.event_of(other) is None, other
