@@ -19,10 +19,11 @@ import functools
 import http.client
 import json
 import random
+import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlencode, urlsplit
 
 import gevent
@@ -154,8 +155,9 @@ class Upstream:
             timeout=urllib3.Timeout(connect=settings.connect_timeout_s, read=None),
             **_tls_options(settings),
         )
+        opened = metrics.connections_opened.inc if metrics is not None else None
+        self.pool.pool_classes_by_scheme = _pool_classes(opened)
         if metrics is not None:
-            self.pool.pool_classes_by_scheme = _counting_pools(metrics.connections_opened.inc)
             for spec in self.specs:
                 metrics.upstream_state.labels(spec.name).set(0)
 
@@ -634,19 +636,47 @@ def _tls_options(settings: Settings) -> dict[str, Any]:
     return {"ca_certs": settings.upstream_ca_bundle} if settings.upstream_ca_bundle else {}
 
 
-def _counting_pools(on_connect: Callable[[], None]) -> dict[str, type]:
-    """Pool classes whose connections report each new TCP connection (reuse shows as a flat
-    count)."""
+# http.client reads an answer through a buffered file of 8 KiB, allocated while the answer is
+# open: for a held stream, its largest single allocation. An event with its chunk framing fits
+# in far less, and a larger read goes past the buffer to the socket anyway.
+READ_BUFFER = 2048
+
+
+class _SmallBufferResponse(http.client.HTTPResponse):
+    def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
+        # http.client.HTTPResponse only asks its socket for a file.
+        super().__init__(cast(socket.socket, _BufferedBy(sock, READ_BUFFER)), *args, **kwargs)
+
+
+class _BufferedBy:
+    """A socket as http.client.HTTPResponse uses it: a file to read, with this buffer."""
+
+    def __init__(self, sock: Any, size: int) -> None:
+        self._sock, self._size = sock, size
+
+    def makefile(self, mode: str) -> Any:
+        return self._sock.makefile(mode, buffering=self._size)
+
+
+def _pool_classes(on_connect: Callable[[], None] | None) -> dict[str, type]:
+    """Pool classes whose connections read answers through a small buffer (READ_BUFFER) and
+    report each new TCP connection to ``on_connect`` (reuse shows as a flat count)."""
 
     class CountingHTTPConnection(HTTPConnection):
+        response_class = _SmallBufferResponse
+
         def connect(self) -> None:
             super().connect()
-            on_connect()
+            if on_connect is not None:
+                on_connect()
 
     class CountingHTTPSConnection(HTTPSConnection):
+        response_class = _SmallBufferResponse
+
         def connect(self) -> None:
             super().connect()
-            on_connect()
+            if on_connect is not None:
+                on_connect()
 
     class CountingHTTPPool(HTTPConnectionPool):
         ConnectionCls = CountingHTTPConnection

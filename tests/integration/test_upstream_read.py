@@ -1,0 +1,48 @@
+"""How the gateway reads an upstream's answer: through a small buffer, whole all the same.
+
+A held stream keeps its answer's buffered file open for as long as it lasts, so the buffer's
+size is paid per open stream (the memory benchmark, bench/memory.py, counts it). The caller
+still gets every byte: tests/integration/test_relay_faithful.py sends events of 60 KB in
+awkward chunks through the same reader.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from app.config import Settings
+from app.policy import Deadline
+from app.upstream import READ_BUFFER, Upstream, UpstreamRequest
+from tests.support.sim import SimProcess
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    with SimProcess(ttft_ms=0, tps=2000) as process:
+        yield process
+
+
+def test_a_stream_is_read_through_a_small_buffer_to_its_end(sim: SimProcess) -> None:
+    upstream = Upstream(Settings(upstream_url=sim.url + "/v1"))
+    body = {"model": "sim-model", "stream": True, "max_tokens": 200,
+            "messages": [{"role": "user", "content": "read me"}]}  # fmt: skip
+    req = UpstreamRequest("POST", "/chat/completions", "", {}, json.dumps(body).encode(), True)
+    deadline = Deadline.start(30)
+    resp = upstream.open(req, deadline)
+    try:
+        buffered = resp.raw._fp.fp  # http.client's file over the socket  # type: ignore[attr-defined]
+        # A buffered reader's size counts its buffer: 8 KiB with http.client's default.
+        assert sys.getsizeof(buffered) < READ_BUFFER + 1024 < 8192
+        received = b""
+        while chunk := upstream.read_chunk(resp, deadline):
+            received += chunk
+        resp.raw.release_conn()  # read to its end: back to the pool (app/relay.py)
+    finally:
+        upstream.done_with(resp)
+        upstream.pool.clear()  # closes the pooled connection
+    assert received.endswith(b"data: [DONE]\n\n")
+    assert received.count(b"\n\ndata: {") >= 200  # every token's event, none cut
