@@ -8,9 +8,9 @@ Layers, imports flow downwards only:
                    coalesce.py, replay.py, observe.py,
                    race.py, access.py, cache/store.py,
                    lifecycle.py
-    adapters       upstream.py, cache/{memory,memcached,     the only owners of sockets and
-                   tiered,discovery}.py, metrics.py,         clients
-                   health.py, otel.py, timers.py
+    adapters       upstream.py, pools.py, cache/{memory,     the only owners of sockets and
+                   memcached,tiered,discovery}.py,           clients
+                   metrics.py, health.py, otel.py, timers.py
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py, budget.py, jsonedit.py, streams.py,

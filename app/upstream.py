@@ -15,21 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import http.client
 import json
 import random
-import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
-from urllib.parse import quote, urlencode, urlsplit
+from typing import Any
+from urllib.parse import quote, urlencode
 
 import gevent
 import urllib3
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.exceptions import (
     ConnectTimeoutError,
     HTTPError,
@@ -39,7 +36,7 @@ from urllib3.exceptions import (
     SSLError,
 )
 
-from app import jsonedit, tracing, upstreams
+from app import jsonedit, pools, tracing, upstreams
 from app.breaker import Breaker, BreakerPolicy
 from app.budget import RetryBudget, caller_retry_count, gateway_retries
 from app.config import Settings
@@ -59,8 +56,6 @@ from app.policy import RETRYABLE_STATUSES, Deadline, RetryPolicy
 from app.timers import Alarm
 from app.tracing import Span
 from app.upstreams import UpstreamSpec
-
-_READ_SIZE = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -89,13 +84,13 @@ class UpstreamResponse:
     released: bool = False  # counted back as free in the pool's in-use figure
     span: Span | None = None  # the attempt's span, ended when the exchange is done
     idle_timer: Alarm | None = None  # armed again for each read (Upstream.read_chunk)
-    # The body's reader, chosen at the first read (_body_reader): not a constructor argument.
+    # The body's reader, chosen at the first read (pools.body_reader): not a constructor argument.
     _read: Callable[[int], bytes] | None = field(default=None, init=False, repr=False)
 
     def read1(self, size: int) -> bytes:
         """What has arrived of the body, up to ``size`` bytes (b"" at its end)."""
         if self._read is None:
-            self._read = _body_reader(self.raw)
+            self._read = pools.body_reader(self.raw)
         return self._read(size)
 
     @property
@@ -156,7 +151,7 @@ class Upstream:
             **_tls_options(settings),
         )
         opened = metrics.connections_opened.inc if metrics is not None else None
-        self.pool.pool_classes_by_scheme = _pool_classes(opened)
+        self.pool.pool_classes_by_scheme = pools.pool_classes(opened)
         if metrics is not None:
             for spec in self.specs:
                 metrics.upstream_state.labels(spec.name).set(0)
@@ -289,7 +284,7 @@ class Upstream:
                     self._pool_changed(+1)
                     return UpstreamResponse(raw, policy.attempt, upstream=spec.name, span=span)
                 if raw is not None:
-                    _discard(raw)
+                    pools.discard(raw)
                     if span is not None:
                         span.end(error=_status_error(raw.status))
                 spec, delay = step
@@ -438,13 +433,13 @@ class Upstream:
         as PoolManager.urlopen does (it parses the URL and builds a pool key every time).
         urllib3 does not close a pool its manager evicts, so the one held here stays usable;
         one closed all the same is looked up again."""
-        origin = _origin(spec.base_url)
+        origin = pools.origin(spec.base_url)
         pool = self._pools.get(spec.name)
         if pool is None or pool.pool is None or not url.startswith(origin):
             kwargs = {"maxsize": spec.max_connections} if spec.max_connections else None
             pool = self.pool.connection_from_url(url, pool_kwargs=kwargs)
             if not url.startswith(origin):  # {model} in the host: a pool per model's host
-                return pool, _target(url)
+                return pool, pools.target(url)
             self._pools[spec.name] = pool
         return pool, url[len(origin) :] or "/"
 
@@ -505,7 +500,7 @@ class Upstream:
             raise UpstreamTimeout("deadline", s.deadline_s)
         timer.arm()
         try:
-            return resp.read1(_READ_SIZE)
+            return resp.read1(pools.READ_SIZE)
         except Alarm as exc:
             if exc is not timer:
                 raise
@@ -605,19 +600,6 @@ def _prepare(spec: UpstreamSpec, req: UpstreamRequest) -> tuple[str, dict[str, s
     return url, headers, body
 
 
-@functools.cache
-def _origin(base_url: str) -> str:
-    """``scheme://host[:port]`` of a base URL, as it begins every URL made from it."""
-    parts = urlsplit(base_url)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
-def _target(url: str) -> str:
-    """The origin-form request target of an absolute URL: its path and query."""
-    parts = urlsplit(url)
-    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-
-
 def _renamed(body: bytes, model: str) -> bytes:
     """An alias: only the bytes of the model's value change (app/jsonedit.py); the rest stays
     as the caller wrote it, for the provider's prompt cache."""
@@ -634,91 +616,6 @@ def _renamed(body: bytes, model: str) -> bytes:
 def _tls_options(settings: Settings) -> dict[str, Any]:
     """Certificates are always verified; a private CA can be trusted explicitly."""
     return {"ca_certs": settings.upstream_ca_bundle} if settings.upstream_ca_bundle else {}
-
-
-# http.client reads an answer through a buffered file of 8 KiB, allocated while the answer is
-# open: for a held stream, its largest single allocation. An event with its chunk framing fits
-# in far less, and a larger read goes past the buffer to the socket anyway.
-READ_BUFFER = 2048
-
-
-class _SmallBufferResponse(http.client.HTTPResponse):
-    def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
-        # http.client.HTTPResponse only asks its socket for a file.
-        super().__init__(cast(socket.socket, _BufferedBy(sock, READ_BUFFER)), *args, **kwargs)
-
-
-class _BufferedBy:
-    """A socket as http.client.HTTPResponse uses it: a file to read, with this buffer."""
-
-    def __init__(self, sock: Any, size: int) -> None:
-        self._sock, self._size = sock, size
-
-    def makefile(self, mode: str) -> Any:
-        return self._sock.makefile(mode, buffering=self._size)
-
-
-def _pool_classes(on_connect: Callable[[], None] | None) -> dict[str, type]:
-    """Pool classes whose connections read answers through a small buffer (READ_BUFFER) and
-    report each new TCP connection to ``on_connect`` (reuse shows as a flat count)."""
-
-    class CountingHTTPConnection(HTTPConnection):
-        response_class = _SmallBufferResponse
-
-        def connect(self) -> None:
-            super().connect()
-            if on_connect is not None:
-                on_connect()
-
-    class CountingHTTPSConnection(HTTPSConnection):
-        response_class = _SmallBufferResponse
-
-        def connect(self) -> None:
-            super().connect()
-            if on_connect is not None:
-                on_connect()
-
-    class CountingHTTPPool(HTTPConnectionPool):
-        ConnectionCls = CountingHTTPConnection
-
-    class CountingHTTPSPool(HTTPSConnectionPool):
-        ConnectionCls = CountingHTTPSConnection
-
-    return {"http": CountingHTTPPool, "https": CountingHTTPSPool}
-
-
-def _body_reader(raw: urllib3.BaseHTTPResponse) -> Callable[[int], bytes]:
-    """urllib3's read1; for a body sent in chunks and not compressed (an event stream, as
-    providers send one), http.client's read1 beneath it. urllib3's layer (content decoding,
-    length accounting, an error-catching context manager per call) cost about as much as
-    the read itself, once per event of every stream, and does nothing for such a body: the
-    chunked framing already tells a cut from an end (http.client raises IncompleteRead).
-    A body with a Content-Length keeps urllib3's read, which checks that it came whole."""
-    fp = getattr(raw, "_fp", None)
-    if (
-        isinstance(fp, http.client.HTTPResponse)
-        and fp.chunked
-        and not raw.headers.get("content-encoding")
-    ):
-        return fp.read1
-    return raw.read1
-
-
-def _discard(raw: urllib3.BaseHTTPResponse) -> None:
-    """Throw away an answer we will retry. A short error body with a length is read so its
-    connection goes back to the pool (a 429 storm then reconnects nothing); anything else
-    is closed: reading a body of unknown size could cost more than a reconnect."""
-    length = raw.headers.get("content-length", "")
-    if length.isdigit() and int(length) <= _READ_SIZE:
-        try:
-            with gevent.Timeout(1.0):
-                raw.read()
-            raw.release_conn()
-            return
-        except (gevent.Timeout, HTTPError, OSError):
-            pass
-    raw.close()
-    raw.release_conn()
 
 
 def _reason(exc: BaseException) -> str:

@@ -16,7 +16,8 @@ import pytest
 
 from app.config import Settings
 from app.policy import Deadline
-from app.upstream import READ_BUFFER, Upstream, UpstreamRequest
+from app.pools import READ_BUFFER
+from app.upstream import Upstream, UpstreamRequest
 from tests.support.sim import SimProcess
 
 

@@ -55,7 +55,7 @@ PURE = {
     "app.cache.chunks",
 }
 OWNERS = {
-    "urllib3": {"app.upstream"},
+    "urllib3": {"app.upstream", "app.pools"},
     "pymemcache": {"app.cache.memcached"},
     "prometheus_client": {"app.metrics"},
     "flask": {"app.routes", "app.factory", "app.statuspage"},

@@ -1,0 +1,123 @@
+"""The upstream connections beneath app/upstream.py: urllib3's pools as the gateway uses them.
+
+What is here moves bytes and nothing else: the pool classes (each connection reads its
+answers through a small buffer and reports every new TCP connection), the reader chosen for
+an answer's body, how an answer that will be retried is given up, and the origin and
+request target of an upstream URL. Which upstream, when to retry and how long to wait are
+app/upstream.py's.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import socket
+from collections.abc import Callable
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import gevent
+import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import HTTPError
+
+# The most read at once from an answer, and the largest error body read (not dropped) to
+# keep its connection when the call is retried.
+READ_SIZE = 64 * 1024
+# http.client reads an answer through a buffered file of 8 KiB, allocated while the answer is
+# open: for a held stream, its largest single allocation. An event with its chunk framing fits
+# in far less, and a larger read goes past the buffer to the socket anyway.
+READ_BUFFER = 2048
+
+
+class _SmallBufferResponse(http.client.HTTPResponse):
+    def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
+        # http.client.HTTPResponse only asks its socket for a file.
+        super().__init__(cast(socket.socket, _BufferedBy(sock, READ_BUFFER)), *args, **kwargs)
+
+
+class _BufferedBy:
+    """A socket as http.client.HTTPResponse uses it: a file to read, with this buffer."""
+
+    def __init__(self, sock: Any, size: int) -> None:
+        self._sock, self._size = sock, size
+
+    def makefile(self, mode: str) -> Any:
+        return self._sock.makefile(mode, buffering=self._size)
+
+
+def pool_classes(on_connect: Callable[[], None] | None) -> dict[str, type]:
+    """Pool classes whose connections read answers through a small buffer (READ_BUFFER) and
+    report each new TCP connection to ``on_connect`` (reuse shows as a flat count)."""
+
+    class CountingHTTPConnection(HTTPConnection):
+        response_class = _SmallBufferResponse
+
+        def connect(self) -> None:
+            super().connect()
+            if on_connect is not None:
+                on_connect()
+
+    class CountingHTTPSConnection(HTTPSConnection):
+        response_class = _SmallBufferResponse
+
+        def connect(self) -> None:
+            super().connect()
+            if on_connect is not None:
+                on_connect()
+
+    class CountingHTTPPool(HTTPConnectionPool):
+        ConnectionCls = CountingHTTPConnection
+
+    class CountingHTTPSPool(HTTPSConnectionPool):
+        ConnectionCls = CountingHTTPSConnection
+
+    return {"http": CountingHTTPPool, "https": CountingHTTPSPool}
+
+
+def body_reader(raw: urllib3.BaseHTTPResponse) -> Callable[[int], bytes]:
+    """urllib3's read1; for a body sent in chunks and not compressed (an event stream, as
+    providers send one), http.client's read1 beneath it. urllib3's layer (content decoding,
+    length accounting, an error-catching context manager per call) cost about as much as
+    the read itself, once per event of every stream, and does nothing for such a body: the
+    chunked framing already tells a cut from an end (http.client raises IncompleteRead).
+    A body with a Content-Length keeps urllib3's read, which checks that it came whole."""
+    fp = getattr(raw, "_fp", None)
+    if (
+        isinstance(fp, http.client.HTTPResponse)
+        and fp.chunked
+        and not raw.headers.get("content-encoding")
+    ):
+        return fp.read1
+    return raw.read1
+
+
+def discard(raw: urllib3.BaseHTTPResponse) -> None:
+    """Throw away an answer we will retry. A short error body with a length is read so its
+    connection goes back to the pool (a 429 storm then reconnects nothing); anything else
+    is closed: reading a body of unknown size could cost more than a reconnect."""
+    length = raw.headers.get("content-length", "")
+    if length.isdigit() and int(length) <= READ_SIZE:
+        try:
+            with gevent.Timeout(1.0):
+                raw.read()
+            raw.release_conn()
+            return
+        except (gevent.Timeout, HTTPError, OSError):
+            pass
+    raw.close()
+    raw.release_conn()
+
+
+@functools.cache
+def origin(base_url: str) -> str:
+    """``scheme://host[:port]`` of a base URL, as it begins every URL made from it."""
+    parts = urlsplit(base_url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def target(url: str) -> str:
+    """The origin-form request target of an absolute URL: its path and query."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
