@@ -97,8 +97,9 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
             + "), per answered request. The simulator and the load generator are not counted.",
             "new upstream conns /1000: TCP connections the simulator accepted during the "
             "measured run, per 1,000 requests. The run follows a warm-up at the same load; "
-            "the gateway's is repeated (up to 5 rounds of two calls per caller) until a round "
-            "opens no upstream connection, so the figure is the steady state's. A worker's "
+            "the gateway's is repeated until two rounds in a row open no upstream connection "
+            "(up to 8 rounds of two calls per caller; the rounds used are in the settings), "
+            "so the figure is the steady state's. A worker's "
             "pool still grows when it meets more streams at once than ever before (accepts "
             "are uneven between workers); closed upstream conns /1000: the connections "
             "opened less the growth of the simulator's open count, i.e. those discarded.",
