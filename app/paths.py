@@ -14,6 +14,7 @@ no control character or backslash; the rest goes upstream as data, never as synt
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote
 
 from app.errors import BadRequest
@@ -22,11 +23,21 @@ PREFIX = "/v1"
 # RFC 3986 3.3: pchar = unreserved / pct-encoded / sub-delims / ":" / "@". Anything else
 # (a decoded "?", "#", "%", space, non-ASCII) is encoded again.
 _SAFE = "!$&'()*+,;=:@-._~"
+# The usual path: /v1 and segments of those characters only, none of them "." or "..", no
+# empty one but a trailing slash. Nothing in it to refuse or to encode: it leaves as it came.
+_PLAIN = re.compile(r"/v1(?:/(?!\.\.?(?:/|\Z))[A-Za-z0-9!$&'()*+,;=:@._~-]+)*/?")
 
 
 def forwarded_path(path: str) -> str:
     """``path`` (decoded, as the WSGI server gives it) as it may be sent upstream, or
     BadRequest (``invalid_path``) when it could leave /v1 or smuggle syntax."""
+    if _PLAIN.fullmatch(path):
+        return path
+    return _checked(path)
+
+
+def _checked(path: str) -> str:
+    """``forwarded_path`` segment by segment, for any path."""
     if path != PREFIX and not path.startswith(PREFIX + "/"):
         raise _invalid(path, "it is not under /v1")
     segments = path[len(PREFIX) :].split("/")[1:]

@@ -81,3 +81,19 @@ def test_whatever_is_forwarded_stays_under_v1_once_resolved(segments: list[str])
     assert resolved == forwarded  # nothing left for a resolver to act on
     assert resolved == "/v1" or resolved.startswith("/v1/")
     assert "?" not in forwarded and "#" not in forwarded
+
+
+@given(st.text(alphabet="ab1-_~.:@!/?# %é\\\x00", max_size=20))
+def test_the_plain_path_shortcut_answers_as_the_full_check(tail: str) -> None:
+    """A plain path leaves without the segment-by-segment check: the same answer either way."""
+    from app.paths import _checked
+
+    path = "/v1" + tail
+
+    def answer(check) -> str:  # type: ignore[no-untyped-def]
+        try:
+            return check(path)
+        except BadRequest as exc:
+            return f"refused: {exc.message}"
+
+    assert answer(forwarded_path) == answer(_checked)
