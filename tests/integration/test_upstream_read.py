@@ -1,4 +1,5 @@
-"""How the gateway reads an upstream's answer: through a small buffer, whole all the same.
+"""How the gateway reads an upstream's answer: through a small buffer, whole all the same;
+and how it finds that a kept connection was closed before it uses it again.
 
 A held stream keeps its answer's buffered file open for as long as it lasts, so the buffer's
 size is paid per open stream (the memory benchmark, bench/memory.py, counts it). The caller
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +20,7 @@ from app.config import Settings
 from app.policy import Deadline
 from app.pools import READ_BUFFER
 from app.upstream import Upstream, UpstreamRequest
+from tests.support.scripted_server import Exchange, LoopbackServer, Request, completion, wait_for
 from tests.support.sim import SimProcess
 
 
@@ -47,3 +50,29 @@ def test_a_stream_is_read_through_a_small_buffer_to_its_end(sim: SimProcess) -> 
         upstream.pool.clear()  # closes the pooled connection
     assert received.endswith(b"data: [DONE]\n\n")
     assert received.count(b"\n\ndata: {") >= 200  # every token's event, none cut
+
+
+def test_a_kept_connection_the_upstream_closed_is_not_used_again() -> None:
+    """An upstream that closes a kept connection while it is idle (its keep-alive timeout):
+    the next call must see that before sending, on a new connection. Nothing is retried here
+    (LLMGATE_RETRIES=0), so a call sent on the dead connection would fail."""
+
+    def app(request: Request, exchange: Exchange) -> None:
+        exchange.respond(200, completion("hi"))
+        exchange.close()  # after the answer, no Connection: close: as an idle timeout does
+
+    with LoopbackServer(app) as server:
+        upstream = Upstream(Settings(upstream_url=server.url + "/v1", retries=0))
+        req = UpstreamRequest("POST", "/chat/completions", "", {}, b"{}", False)
+        try:
+            for number in (1, 2):
+                deadline = Deadline.start(10)
+                resp = upstream.open(req, deadline)
+                assert resp.status == 200
+                assert json.loads(upstream.read_all(resp, deadline, 1 << 20))["object"]
+                upstream.done_with(resp)
+                assert wait_for(lambda n=number: server.stats.connections == n)
+                time.sleep(0.2)  # the server's FIN has reached the kept connection
+        finally:
+            upstream.pool.clear()
+    assert (server.stats.requests, server.stats.connections) == (2, 2)
