@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import functools
 import http.client
-import select
 import socket
 from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 import gevent
-import gevent.monkey
 import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
@@ -49,41 +47,21 @@ class _BufferedBy:
         return self._sock.makefile(mode, buffering=self._size)
 
 
-# The system's poll, not gevent's: see _Kept.is_connected.
-_poll = gevent.monkey.get_original("select", "poll")
-
-
-class _Kept:
-    """What the gateway's connections add to urllib3's, HTTP and HTTPS alike."""
-
-    response_class: type[http.client.HTTPResponse] = _SmallBufferResponse
-    sock: socket.socket | None
-
-    @property
-    def is_connected(self) -> bool:
-        """Whether a kept connection is still open, asked before it is used again: the other
-        side closed it (EOF) or sent what nobody asked for when it is readable. urllib3 asks
-        with a poll of timeout 0, which under gevent is gevent's own (watchers started, the
-        hub involved: 2-3 % of a non-stream call's CPU); the system's answers at once."""
-        if self.sock is None:
-            return False
-        poll = _poll()
-        poll.register(self.sock, select.POLLIN)
-        return not poll.poll(0)
-
-
 def pool_classes(on_connect: Callable[[], None] | None) -> dict[str, type]:
-    """Pool classes whose connections read answers through a small buffer (READ_BUFFER), check
-    a kept connection with one system call (``_Kept``) and report each new TCP connection to
-    ``on_connect`` (reuse shows as a flat count)."""
+    """Pool classes whose connections read answers through a small buffer (READ_BUFFER) and
+    report each new TCP connection to ``on_connect`` (reuse shows as a flat count)."""
 
-    class CountingHTTPConnection(_Kept, HTTPConnection):
+    class CountingHTTPConnection(HTTPConnection):
+        response_class = _SmallBufferResponse
+
         def connect(self) -> None:
             super().connect()
             if on_connect is not None:
                 on_connect()
 
-    class CountingHTTPSConnection(_Kept, HTTPSConnection):
+    class CountingHTTPSConnection(HTTPSConnection):
+        response_class = _SmallBufferResponse
+
         def connect(self) -> None:
             super().connect()
             if on_connect is not None:

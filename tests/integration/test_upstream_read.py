@@ -54,8 +54,10 @@ def test_a_stream_is_read_through_a_small_buffer_to_its_end(sim: SimProcess) -> 
 
 def test_a_kept_connection_the_upstream_closed_is_not_used_again() -> None:
     """An upstream that closes a kept connection while it is idle (its keep-alive timeout):
-    the next call must see that before sending, on a new connection. Nothing is retried here
-    (LLMGATE_RETRIES=0), so a call sent on the dead connection would fail."""
+    the next call must see that before sending (urllib3's check of a kept connection, a
+    poll for EOF) and go on a new connection. Nothing is retried here (LLMGATE_RETRIES=0),
+    so a call sent on the dead connection would fail: it did, with the check overridden to
+    answer "still open"."""
 
     def app(request: Request, exchange: Exchange) -> None:
         exchange.respond(200, completion("hi"))
