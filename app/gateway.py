@@ -22,7 +22,7 @@ from app.cache import policy as cache_policy
 from app.cache.entry import Entry
 from app.cache.policy import BYPASS, COALESCED, STATUS_HEADER, Directive
 from app.cache.store import AnswerCache, entry_from_flight
-from app.calls import CLIENT_CLOSED, SSE_HEADERS, Call, Reply
+from app.calls import CLIENT_CLOSED, SSE_HEADERS, Call, Reply, Trace
 from app.coalesce import Flights, lease_wait_producer
 from app.config import Settings
 from app.errors import GatewayError, ModelNotAllowed, wrap_upstream_body
@@ -387,7 +387,8 @@ class Gateway:
         if head is None:
             # The upstream is slow to answer a stream: commit the 200 now and keep the line
             # alive with pings; whatever the upstream says later travels as SSE.
-            return Reply(200, list(SSE_HEADERS), self._stream(call, listener, watcher))
+            body = self._stream(call.route, call.trace, listener, watcher)
+            return Reply(200, list(SSE_HEADERS), body)
         if head.body is None:
             headers = [
                 (k, v)
@@ -396,7 +397,9 @@ class Gateway:
             ]
             headers += _upstream_header(head)
             return Reply(
-                head.status, list(SSE_HEADERS) + headers, self._stream(call, listener, watcher)
+                head.status,
+                list(SSE_HEADERS) + headers,
+                self._stream(call.route, call.trace, listener, watcher),
             )
         watcher.stop()
         listener.leave()
@@ -404,8 +407,12 @@ class Gateway:
 
     @staticmethod
     def _watch(call: Call, listener: Listener) -> DisconnectWatcher:
+        # What lives as long as the stream takes the call's trace, not the call: the call
+        # holds the caller's whole request body.
+        trace = call.trace
+
         def gone() -> None:  # in the hub's loop: marks and wakes, never blocks
-            call.trace.client_closed = True
+            trace.client_closed = True
             listener.lost()
 
         return DisconnectWatcher(call.client_socket, gone)
@@ -444,17 +451,18 @@ class Gateway:
         return Reply(head.status, headers + _upstream_header(head), body)
 
     def _stream(
-        self, call: Call, listener: Listener, watcher: DisconnectWatcher
+        self, route: str, trace: Trace, listener: Listener, watcher: DisconnectWatcher
     ) -> Iterator[list[bytes]]:
+        """The stream's body: the route and trace of its call, not the call (_watch)."""
         try:
             chunks = relay(
                 listener,
                 heartbeat=self.settings.heartbeat_s,
                 # A stream cut before its route's end is reported as broken (app/streams.py).
-                end=END_OF_STREAM.get(call.route),
+                end=END_OF_STREAM.get(route),
             )
-            if call.trace.hide_usage:
-                chunks = without_usage_chunk(chunks, partial(setattr, call.trace, "usage"))
+            if trace.hide_usage:
+                chunks = without_usage_chunk(chunks, partial(setattr, trace, "usage"))
             yield from chunks
         finally:
             # Normal end, error, or the WSGI server closing us because the caller left.

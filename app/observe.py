@@ -13,6 +13,7 @@ request body only when LLMGATE_LOG_PROMPTS is on. With tracing on, the request's
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -60,7 +61,9 @@ def finish(
     if isinstance(reply.body, bytes):
         _record(call, reply, settings, metrics, StreamFacts(sent=len(reply.body)))
         return reply, reply.body
-    return reply, _watched(call, reply, reply.body, settings, metrics)
+    # The stream may last minutes: its log line keeps the request body only to log it.
+    held = call if settings.log_prompts else dataclasses.replace(call, body=b"")
+    return reply, _watched(held, reply, reply.body, settings, metrics)
 
 
 def _server_timing(trace: Trace) -> str:

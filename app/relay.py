@@ -72,8 +72,13 @@ def upstream_producer(
     max_event_bytes: int | None = None,
     route: str = "passthrough",
 ) -> Producer:
-    """A producer that makes the upstream call and publishes what it answers."""
+    """A producer that makes the upstream call and publishes what it answers, once.
+
+    The request (the caller's prompt in its body) is held only until the answer has started:
+    retries and a hedge's backup come before that, and a stream that lasts minutes should
+    not keep a copy of a long prompt alive for nothing."""
     metrics = upstream.metrics
+    pending = [req]
 
     def begin(resp: UpstreamResponse) -> _Start:
         """Read ``resp`` up to its first event (or its whole body); close it on failure."""
@@ -99,7 +104,7 @@ def upstream_producer(
             upstream.done_with(resp)
             raise
 
-    def start() -> _Start:
+    def start(req: UpstreamRequest) -> _Start:
         """The exchange to relay: the plain call, or the winner of a hedged one."""
         plan = upstream.plan(req)
         delay = upstream.hedge_delay(plan[0]) if req.stream and plan else None
@@ -127,7 +132,9 @@ def upstream_producer(
     def produce(flight: Flight) -> None:
         started: _Start | None = None
         try:
-            started = start()
+            if not pending:
+                raise RuntimeError("an upstream producer makes its call once")
+            started = start(pending.pop())
             resp, head, decoder = started.resp, started.head, started.decoder
             cause = status_cause(head.status)
             if metrics is not None and cause is not None:

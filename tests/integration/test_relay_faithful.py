@@ -122,6 +122,10 @@ def _upstream(request: Request, exchange: Exchange) -> None:
         exchange.sock.sendall(head.encode() + b"\r\n\r\n" + body[:50])
         time.sleep(0.05)
         exchange.reset()
+    elif script == "held":  # one event, then open until the caller leaves
+        exchange.start_stream()
+        exchange.send(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
+        exchange.wait_gone(30)
     elif script == "ok":
         exchange.start_stream()
         exchange.send(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
@@ -254,6 +258,30 @@ def test_a_100_mib_stream_nobody_else_needs_holds_little_memory(gw1) -> None:
     if os.environ.get("LLMGATE_TEST_REPORT"):
         Path(os.environ["LLMGATE_TEST_REPORT"]).write_text(f"{before} {after}\n")
     assert grown_mib < 10, f"worker RSS grew {grown_mib:.1f} MiB"
+
+
+def test_a_held_stream_does_not_keep_its_callers_prompt(gw1) -> None:
+    """40 streams held open, each asked with a 256 KiB prompt: 10 MiB of prompts that the
+    worker needs only until the upstream has the request. A held stream costs ~60 KB."""
+    raw_post(gw1.url, {"model": "bytes", "messages": MSGS, "stream": True})  # warm the worker
+    before = _worker_rss_kb(gw1)
+    held = []
+    try:
+        for i in range(40):
+            prompt = [{"role": "user", "content": f"{i} " + "p" * 256 * 1024}]
+            sock = send_chat(gw1.url, {"model": "held", "messages": prompt, "stream": True})
+            got = b""
+            while b"data: " not in got:
+                chunk = sock.recv(65536)
+                assert chunk, got
+                got += chunk
+            held.append(sock)
+        grown_mib = (_worker_rss_kb(gw1) - before) / 1024
+    finally:
+        for sock in held:
+            sock.close()
+    print(f"\nworker RSS grew {grown_mib:.1f} MiB with 40 streams of 256 KiB prompts held")
+    assert grown_mib < 6, f"worker RSS grew {grown_mib:.1f} MiB: prompts are kept"
 
 
 # -- nothing partial or failed is ever stored ----------------------------------------------

@@ -9,16 +9,21 @@ awkward chunks through the same reader.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
 from app.config import Settings
+from app.errors import UpstreamProtocolError
+from app.flight import Flight
 from app.policy import Deadline
 from app.pools import READ_BUFFER
+from app.relay import upstream_producer
 from app.upstream import Upstream, UpstreamRequest
 from tests.support.scripted_server import Exchange, LoopbackServer, Request, completion, wait_for
 from tests.support.sim import SimProcess
@@ -78,3 +83,30 @@ def test_a_kept_connection_the_upstream_closed_is_not_used_again() -> None:
         finally:
             upstream.pool.clear()
     assert (server.stats.requests, server.stats.connections) == (2, 2)
+
+
+def test_a_producer_makes_its_call_once_and_lets_go_of_the_request(sim: SimProcess) -> None:
+    """The producer keeps the request (the caller's prompt) only until the answer started;
+    run again, it has none to send and says so instead of sending something else."""
+    upstream = Upstream(Settings(upstream_url=sim.url + "/v1"))
+    body = {"model": "sim-model", "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]}
+    req = UpstreamRequest("POST", "/chat/completions", "", {}, json.dumps(body).encode(), False)
+    produce = upstream_producer(upstream, req, Deadline.start(30), max_body=1 << 20)
+    sent = weakref.ref(req)
+    del req
+    sim.reset()
+    try:
+        first = Flight(produce)
+        listener = first.join()
+        listener.wait_complete()
+        listener.leave()
+        assert first.head is not None and first.head.status == 200
+        gc.collect()
+        assert sent() is None  # the producer (still referenced here) let go of it
+        again = Flight(produce).join()
+        with pytest.raises(UpstreamProtocolError, match="could not be relayed"):
+            again.wait_complete()
+        again.leave()
+    finally:
+        upstream.pool.clear()
+    assert sim.stats()["requests"] == 1
