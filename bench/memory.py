@@ -24,6 +24,9 @@ from runner.stack import Stack, StackOptions
 from tests.support.calls import ManyStreams, chat_body, raw_chat_request
 
 SLOW = {"x-sim-tps": "0.2", "x-sim-ttft-ms": "0"}
+# A last step opens streams asked with a prompt of this size: what a held stream costs when
+# the prompt is a real one (the gateway needs it only until the upstream has the request).
+PROMPT_BYTES = 20 * 1024
 
 
 def steps(smoke: bool) -> list[int]:
@@ -79,7 +82,25 @@ def run(cfg: Config) -> Section:
             streaming = sum(m.streaming for m in held)
             failed = sum(len(m.failures) for m in held)
             points.append((target, streaming, failed, workers, nginx_kb))
-        return section(cfg, stack, idle_workers, idle_nginx, points)
+        count = 10 if cfg.smoke else 250
+        cfg.progress(f"memory: {count} more streams, each with a {PROMPT_BYTES // 1024} KiB prompt")
+        before, _ = reading()
+        prompted = ManyStreams(host, int(port))
+        prompt = "p" * PROMPT_BYTES
+        requests = [
+            raw_chat_request(
+                host,
+                chat_body(f"{run_id} p{i} {prompt}", 1000, stream=True, temperature=None),
+                SLOW,
+            )
+            for i in range(count)
+        ]
+        prompted.open(requests, timeout=120)
+        held.append(prompted)
+        time.sleep(1)
+        after, _ = reading()
+        with_prompt = (after - before) / max(1, prompted.streaming)
+        return section(cfg, stack, idle_workers, idle_nginx, points, with_prompt)
     finally:
         for streams in held:
             streams.close_all()
@@ -93,6 +114,7 @@ def section(
     idle_workers: int,
     idle_nginx: int,
     points: list[tuple[int, int, int, int, int]],
+    with_prompt: float,
 ) -> Section:
     rows: list[list[Cell]] = []
     for target, streaming, failed, workers, nginx_kb in points:
@@ -146,6 +168,7 @@ def section(
                 for p in points
             ],
             "marginal_kb_per_stream": {"gunicorn_workers": slope_workers, "nginx": slope_nginx},
+            "workers_kb_per_stream_with_prompt": {str(PROMPT_BYTES): with_prompt},
             "settings": {
                 "gunicorn_workers": stack.options.workers,
                 "sizing": sizing(stack),
@@ -161,6 +184,9 @@ def section(
             f"nginx {idle_nginx / 1024:.1f} MiB. KB/stream: (RSS - idle) / streams open.",
             f"Marginal, between {first[1]} and {last[1]} streams: workers "
             f"{slope_workers:.1f} KB, nginx {slope_nginx:.1f} KB per stream.",
+            f"Streams asked with a {PROMPT_BYTES // 1024} KiB prompt, opened last: workers "
+            f"{with_prompt:.1f} KB per stream (a kept prompt would add about "
+            f"{PROMPT_BYTES / 1024:.0f} KB to the marginal figure).",
             "RSS counts shared pages in each process; gunicorn's master is left out (it "
             "holds no stream).",
         ],
