@@ -15,7 +15,12 @@ nothing that opens sockets or must come after gevent's patching.
 On SIGTERM it also starts the gateway's drain (app/lifecycle.py): unready at once, and
 no stream cut silently when gunicorn's graceful timeout runs out. Idle keep-alive
 connections, which gunicorn counts as calls in progress, are closed so that they do not
-hold a stopping worker for that whole timeout.
+hold a stopping worker for that whole timeout — but only IDLE_CLOSE_AFTER_S after the
+drain began. Until then a request on one is answered (with ``Connection: close``), and nginx,
+whose idle connections to gunicorn last less than that, closes its own first: a connection
+the server closes while nginx sends on it fails that call with a 502 (a POST is never
+retried). A connection is idle from the end of an answer until the first byte of the next
+request arrives, not until its parsing ends.
 
 gunicorn logs a request it could not parse as it was received (``Invalid request from
 ip=...: Invalid HTTP request line: 'GET /v1/models?api-key=sk-... HTTP/1.1'``), and a request
@@ -35,6 +40,11 @@ from gunicorn import util
 from gunicorn.workers.ggevent import GeventWorker
 
 from app.errors import GatewayError
+
+# Seconds between the start of a drain and the closing of idle keep-alive connections: longer
+# than nginx's keepalive_timeout toward gunicorn (nginx/llmgate.conf.template), so nginx has
+# closed every one of its own by then (tests/unit/test_nginx_render.py holds the two apart).
+IDLE_CLOSE_AFTER_S = 5.0
 
 # gunicorn's statuses -> (OpenAI error type, code); see Worker.handle_error.
 _KINDS = {
@@ -94,14 +104,23 @@ def write_json_error(sock: socket.socket, status_int: int, reason: str, mesg: st
 class _OneSendSocket(gevent.socket.socket):
     """A client connection whose writes that fit the socket's buffer (nearly all: a stream
     writes an event or a few at a time) go out in one send. gevent's sendall first asks
-    the buffer's size, a getsockopt system call for every write of every stream."""
+    the buffer's size, a getsockopt system call for every write of every stream.
 
-    __slots__ = ()
+    It also leaves the worker's set of idle connections (``idle``) as soon as a byte of a
+    request arrives: gunicorn reads and parses a request before the worker hears of it."""
+
+    __slots__ = ("idle",)
 
     def sendall(self, data: bytes, flags: int = 0) -> None:
         sent = self.send(data, flags)
         if sent < len(data):
             super().sendall(memoryview(data)[sent:], flags)
+
+    def recv(self, *args: int) -> bytes:
+        data = super().recv(*args)
+        if data:
+            self.idle.discard(self)
+        return data
 
 
 class JSONErrorGeventWorker(GeventWorker):
@@ -116,6 +135,7 @@ class JSONErrorGeventWorker(GeventWorker):
             timeout = client.gettimeout()
             client = _OneSendSocket(client.family, client.type, client.proto, client.detach())
             client.settimeout(timeout)
+            client.idle = self._idle
         self._idle.add(client)
         try:
             super().handle(listener, client, addr)
@@ -138,7 +158,7 @@ class JSONErrorGeventWorker(GeventWorker):
         turns unready and ends what is still running before that cut (app/lifecycle.py),
         and idle keep-alive connections are closed so they do not hold the worker."""
         super().handle_exit(sig, frame)
-        gevent.spawn(self._close_idle)
+        gevent.spawn_later(IDLE_CLOSE_AFTER_S, self._close_idle)
         extensions = getattr(self.wsgi, "extensions", {})
         gateway = extensions.get("llmgate") if isinstance(extensions, dict) else None
         if gateway is not None:

@@ -4,10 +4,13 @@ event, never a silent cut. Real gunicorn (its own graceful timeout), real nginx 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import threading
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -168,3 +171,67 @@ def test_sighup_to_make_run_reloads_the_upstreams_without_failing_a_call(runs_di
         runner.send_signal(signal.SIGINT)
         runner.communicate(timeout=30)
         sim.stop()
+
+
+def test_a_worker_draining_under_load_fails_no_call(runs_dir: Path) -> None:
+    """One of two workers gets SIGTERM while bursts of calls come through nginx, whose idle
+    connections to both workers are many: every call is answered 200. A draining worker that
+    closed its idle keep-alive connections at once failed calls that nginx sent on them at
+    that instant (502), and ones whose request it was still parsing (a 499 leaked out)."""
+    from bench import proctree
+
+    options = StackOptions(run_dir=runs_dir / "drain-under-load", workers=2, memcached=False,
+                           env={"LLMGATE_CACHE_MODE": "off"})  # fmt: skip
+    stack = Stack(options).start()
+    http = urllib3.PoolManager(maxsize=64, retries=False)
+    body = json.dumps(chat(False, max_tokens=2)).encode()
+
+    def call(_: int) -> int:
+        resp = http.request("POST", stack.url + "/v1/chat/completions", body=body,
+                            headers={"Content-Type": "application/json",
+                                     "x-sim-ttft-ms": "20"})  # fmt: skip
+        return resp.status
+
+    statuses: list[int] = []
+    try:
+        with ThreadPoolExecutor(64) as pool:
+            for _ in range(3):
+                list(pool.map(call, range(256)))  # nginx now keeps connections to both
+                worker = proctree.children(stack.proc("gunicorn").popen.pid)[0]
+                os.kill(worker, signal.SIGTERM)
+                until = time.monotonic() + 1.5
+                while time.monotonic() < until:
+                    statuses += pool.map(call, range(64))
+                time.sleep(1)
+    finally:
+        stack.stop()
+    assert len(statuses) > 500
+    assert Counter(statuses) == {200: len(statuses)}
+
+
+def test_a_request_arriving_when_idle_connections_are_closed_is_still_answered(
+    runs_dir: Path,
+) -> None:
+    """A caller whose request is on its way when the draining worker closes its idle
+    connections: the connection stopped being idle at the request's first byte, so it is
+    left open and the request answered, with Connection: close."""
+    from app.worker import IDLE_CLOSE_AFTER_S
+
+    options = StackOptions(run_dir=runs_dir / "drain-arriving", workers=1, memcached=False,
+                           nginx=False, env={"LLMGATE_GRACEFUL_TIMEOUT_S": "60"})  # fmt: skip
+    stack = Stack(options).start()
+    try:
+        host, port = stack.app_urls[0].removeprefix("http://").rsplit(":", 1)
+        caller = socket.create_connection((host, int(port)), timeout=30)
+        stack.proc("gunicorn").popen.send_signal(signal.SIGTERM)
+        caller.sendall(b"GET /healthz HTTP/1.1\r\n")  # the first part of a request
+        time.sleep(IDLE_CLOSE_AFTER_S + 1)  # the worker closes what is idle meanwhile
+        caller.sendall(b"Host: x\r\n\r\n")
+        answer = b""
+        while chunk := caller.recv(4096):
+            answer += chunk
+        caller.close()
+    finally:
+        stack.stop()
+    assert answer.startswith(b"HTTP/1.1 200 OK"), answer[:200]
+    assert b"Connection: close" in answer

@@ -29,6 +29,22 @@ def test_every_field_is_filled_and_limits_follow_the_settings() -> None:
     assert "proxy_http_version 1.1;" in text and 'proxy_set_header Connection "";' in text
 
 
+def test_nginx_closes_idle_connections_to_gunicorn_before_gunicorn_would() -> None:
+    """A server closing a kept connection while nginx sends a POST on it fails that call:
+    nginx's idle timeout must end first, in service (gunicorn's keepalive) and in a drain."""
+    from app.worker import IDLE_CLOSE_AFTER_S
+    from tests.conftest import ROOT
+
+    text = render_nginx(_params())
+    upstream_block = text[text.index("upstream llmgate_app") :].split("}", 1)[0]
+    found = re.search(r"keepalive_timeout (\d+)s;", upstream_block)
+    assert found is not None
+    nginx_idle_s = int(found.group(1))
+    gunicorn = re.search(r"^keepalive = (\d+)$", (ROOT / "gunicorn.conf.py").read_text(), re.M)
+    assert gunicorn is not None
+    assert nginx_idle_s < IDLE_CLOSE_AFTER_S < int(gunicorn.group(1))
+
+
 def test_unknown_template_field_is_an_error() -> None:
     with pytest.raises(KeyError, match="nope"):
         render_nginx(_params(), template="x {{ nope }} y")
