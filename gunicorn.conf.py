@@ -31,7 +31,7 @@ timeout = 30
 # Draining workers are killed after this on reload/stop: it must cover the longest stream
 # we promise to finish (the gateway's total deadline).
 graceful_timeout = int(os.environ.get("LLMGATE_GRACEFUL_TIMEOUT_S", "600"))
-# Longer than nginx's upstream keepalive_timeout (4 s), so nginx closes idle connections
+# Longer than nginx's upstream keepalive_timeout (15 s), so nginx closes idle connections
 # first and never sends a request on a connection gunicorn is closing (a draining worker
 # waits app/worker.py's IDLE_CLOSE_AFTER_S, also longer, before closing its idle ones).
 keepalive = 75

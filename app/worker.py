@@ -42,9 +42,10 @@ from gunicorn.workers.ggevent import GeventWorker
 from app.errors import GatewayError
 
 # Seconds between the start of a drain and the closing of idle keep-alive connections: longer
-# than nginx's keepalive_timeout toward gunicorn (nginx/llmgate.conf.template), so nginx has
-# closed every one of its own by then (tests/unit/test_nginx_render.py holds the two apart).
-IDLE_CLOSE_AFTER_S = 5.0
+# than nginx's keepalive_timeout toward gunicorn (15 s, nginx/llmgate.conf.template), so nginx
+# has closed every one of its own by then (tests/unit/test_nginx_render.py holds them apart).
+# A worker with nothing in flight but idle connections open stops this long after SIGTERM.
+IDLE_CLOSE_AFTER_S = 16.0
 
 # gunicorn's statuses -> (OpenAI error type, code); see Worker.handle_error.
 _KINDS = {
