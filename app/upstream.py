@@ -187,13 +187,13 @@ class Upstream:
             return
         self._idle_sampled = now
         # The manager's pools, and ours it may have evicted since (_pool_for).
-        pools = {id(pool): pool for pool in self._pools.values()}
+        known = {id(pool): pool for pool in self._pools.values()}
         for key in list(self.pool.pools.keys()):
             pool = self.pool.pools.get(key)
             if pool is not None:
-                pools[id(pool)] = pool
+                known[id(pool)] = pool
         idle = 0
-        for pool in pools.values():
+        for pool in known.values():
             if pool.pool is not None:
                 idle += sum(1 for conn in list(pool.pool.queue) if conn is not None)
         self.metrics.pool.labels("idle").set(idle)
