@@ -259,7 +259,7 @@ class Flight:
         if ready():
             return True
         if timeout is not None and timeout <= 0:
-            if listener.left or listener.gone or self.cancelled:
+            if listener.stopped or self.cancelled:
                 raise ClientGone()
             return self.settled
         # The listener's own timer, armed again for each wait: a stream waits once per
@@ -269,7 +269,7 @@ class Flight:
             timer.arm()
         try:
             while not ready():
-                if listener.left or listener.gone or self.cancelled:
+                if listener.stopped or self.cancelled:
                     raise ClientGone()
                 if self.settled:
                     return True
@@ -324,6 +324,11 @@ class Listener:
             self._timer = Alarm(seconds)
         return self._timer
 
+    @property
+    def stopped(self) -> bool:
+        """It reads nothing more: it left (or was dropped), or its caller is gone."""
+        return self.left or self.gone
+
     def lost(self) -> None:
         """The caller's connection ended: its waits end with ClientGone. Never blocks (it is
         called from the hub's loop); leaving, which may stop the producer, is the caller's."""
@@ -366,7 +371,7 @@ class Listener:
     def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
         """The next event, or the end once every event is read; None on timeout."""
         flight = self.flight
-        if self.left or self.gone:
+        if self.stopped:
             raise ClientGone()  # dropped (or gone): its unread events may be trimmed already
         ready = lambda: self.position < flight.event_count or flight.settled  # noqa: E731
         if not flight.wait(self, ready, timeout):
@@ -379,7 +384,7 @@ class Listener:
 
     def ready_events(self) -> list[sse.Event]:
         """The events already in that this listener has not read, without waiting."""
-        if self.left or self.gone or self.position >= self.flight.event_count:
+        if self.stopped or self.position >= self.flight.event_count:
             return []
         return self._take(self.flight.event_count)
 
