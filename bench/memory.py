@@ -64,20 +64,21 @@ def run(cfg: Config) -> Section:
         idle_workers, idle_nginx = reading()
         points = []
         run_id = uuid.uuid4().hex[:6]
+
+        def hold(prompts: list[str]) -> ManyStreams:
+            """Slow streams asked with these prompts, opened and held; then a second's rest."""
+            streams = ManyStreams(host, int(port))
+            bodies = [chat_body(p, 1000, stream=True, temperature=None) for p in prompts]
+            streams.open([raw_chat_request(host, b, SLOW) for b in bodies], timeout=120)
+            held.append(streams)
+            time.sleep(1)
+            return streams
+
         opened = 0
         for target in steps(cfg.smoke):
             cfg.progress(f"memory: opening streams up to {target}")
-            more = ManyStreams(host, int(port))
-            requests = [
-                raw_chat_request(
-                    host, chat_body(f"{run_id} {i}", 1000, stream=True, temperature=None), SLOW
-                )
-                for i in range(opened, target)
-            ]
-            more.open(requests, timeout=120)
-            held.append(more)
+            hold([f"{run_id} {i}" for i in range(opened, target)])
             opened = target
-            time.sleep(1)
             workers, nginx_kb = reading()
             streaming = sum(m.streaming for m in held)
             failed = sum(len(m.failures) for m in held)
@@ -85,19 +86,7 @@ def run(cfg: Config) -> Section:
         count = 10 if cfg.smoke else 250
         cfg.progress(f"memory: {count} more streams, each with a {PROMPT_BYTES // 1024} KiB prompt")
         before, _ = reading()
-        prompted = ManyStreams(host, int(port))
-        prompt = "p" * PROMPT_BYTES
-        requests = [
-            raw_chat_request(
-                host,
-                chat_body(f"{run_id} p{i} {prompt}", 1000, stream=True, temperature=None),
-                SLOW,
-            )
-            for i in range(count)
-        ]
-        prompted.open(requests, timeout=120)
-        held.append(prompted)
-        time.sleep(1)
+        prompted = hold([f"{run_id} p{i} " + "p" * PROMPT_BYTES for i in range(count)])
         after, _ = reading()
         with_prompt = (after - before) / max(1, prompted.streaming)
         return section(cfg, stack, idle_workers, idle_nginx, points, with_prompt)
