@@ -215,7 +215,6 @@ def _record(
         trace.settle(facts.usage, billed)
     if metrics is not None:
         route = call.route
-        metrics.requests.labels(route, str(reply.status), outcome).inc()
         metrics.duration.labels(route, "true" if streamed else "false").observe(duration)
         if call.route != "passthrough":
             metrics.cache_requests.labels(outcome).inc()
@@ -235,6 +234,9 @@ def _record(
                 metrics.prompt_tokens.labels(route).inc(tokens_in)
             if isinstance(tokens_cached, int):
                 metrics.prompt_cached_tokens.labels(route).inc(tokens_cached)
+        # Counted last: a scrape (from any worker) that sees the request counted sees every
+        # other figure of it too.
+        metrics.requests.labels(route, str(reply.status), outcome).inc()
     line: dict[str, Any] = {
         "ts": round(time.time(), 3),
         "request_id": trace.request_id,

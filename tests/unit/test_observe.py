@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from app import sse
 from app.calls import SSE_HEADERS, Call, Reply, Trace
 from app.config import Settings
+from app.metrics import Metrics
 from app.observe import _facts_in_answer, _server_timing, _usage_in_body, cache_outcome, finish
 
 
@@ -80,3 +82,36 @@ def test_a_streams_batches_go_out_joined_and_every_event_is_observed(caplog) -> 
     assert line["bytes_out"] == sum(map(len, writes))
     assert line["tokens_out"] == 3  # the usage event was found inside its batch
     assert line["ttft_ms"] is not None
+
+
+def test_a_request_is_counted_after_every_other_figure_of_it() -> None:
+    """A scrape that sees a request counted (tests wait on that counter, from another
+    worker) must see its time to first token and the rest of its figures too."""
+    metrics = Metrics(multiproc_dir="")
+    seen: list[dict[str, float]] = []
+    counter = metrics.requests
+
+    class Spy:  # the real counter, with a look at the other figures as it is counted
+        def labels(self, *values: str) -> Any:
+            seen.append(_figures(metrics))
+            return counter.labels(*values)
+
+    metrics.requests = Spy()  # type: ignore[assignment]
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    call.trace.client_closed = True
+    _, body = finish(call, Reply(200, list(SSE_HEADERS), iter([[event]])), Settings(), metrics)
+    assert list(body) == [event]
+    (before,) = seen
+    assert before["llmgate_ttft_seconds_count"] == 1
+    assert before["llmgate_request_duration_seconds_count"] == 1
+    assert before["llmgate_upstream_errors_total"] == 1
+    assert _figures(metrics)["llmgate_requests_total"] == 1
+
+
+def _figures(metrics: Metrics) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
