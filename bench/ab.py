@@ -49,9 +49,10 @@ class Run:
     errors: int
 
 
-def measure(kind: str, callers: int, calls: int) -> Run:
+def measure(kind: str, callers: int, calls: int, wsgi_app: str = "") -> Run:
     """One run in this directory's tree (the revision's: `python -m` puts it first on the
-    path): its stack, warm-up, measurement."""
+    path): its stack, warm-up, measurement. ``wsgi_app``: another app in the gateway's
+    place (bench/floor.py; only in a tree whose runner knows the option)."""
     from bench import loadgen, proctree
     from runner.stack import Stack, StackOptions
 
@@ -61,6 +62,8 @@ def measure(kind: str, callers: int, calls: int) -> Run:
     options = StackOptions(
         run_dir=run_dir, workers=2, memcached=False, env={"LLMGATE_CACHE_MODE": cache}
     )
+    if wsgi_app:
+        options.wsgi_app = wsgi_app
     stack = Stack(options).start()
     try:
         host, port = stack.url.removeprefix("http://").rsplit(":", 1)

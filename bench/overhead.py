@@ -1,11 +1,16 @@
 """The relay's overhead: the gateway against the simulator direct and against nginx alone.
 
-Three paths to one simulator, measured back to back for each load so drift on a shared
+Four paths to one simulator, measured back to back for each load so drift on a shared
 machine hits them alike:
 
     direct      caller → simulator
     nginx-only  caller → nginx → simulator             (the same nginx template, no app)
+    floor       caller → nginx → gunicorn → simulator  (the same shape, bench/floor_app.py)
     gateway     caller → nginx → gunicorn → simulator  (`make run`'s shape, cache off)
+
+The floor is the gateway's stack with gunicorn serving bench/floor_app.py in its place, an
+app that relays the call and does nothing else: what the shape costs before any of the
+gateway's own work. A target below the floor cannot be met by cutting that work.
 
 Two kinds of call, as in issue 11's table: a stream (200 ms to the first token, then 50
 tokens at 100 tokens/s, each its own SSE event) and a non-stream answer after 50 ms, each at
@@ -19,6 +24,7 @@ CPU. "Added" latency is the path's percentile minus the direct path's at the sam
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import math
@@ -31,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import loadgen, machine, proctree
+from bench.floor import FLOOR_APP
 from bench.loadgen import pct
 from bench.overhead_table import PATHS, section
 from bench.relay import start_nginx_only
@@ -229,10 +236,20 @@ def run(cfg: Config) -> Section:
         run_dir=run_dir, memcached=False, workers=2, env={"LLMGATE_CACHE_MODE": "off"}
     )
     stack = Stack(options)
+    floor: Stack | None = None
     nginx_only: Proc | None = None
     try:
         cfg.progress("overhead: starting simulator, gunicorn (2 workers), nginx, nginx-only")
         stack.start()
+        cfg.progress("overhead: starting the floor (the same stack serving bench/floor_app.py)")
+        floor = Stack(
+            dataclasses.replace(
+                options,
+                run_dir=run_dir / "floor",
+                upstream_url=stack.sim_url + "/v1",
+                wsgi_app=FLOOR_APP,
+            )
+        ).start()
         # nginx-only sized as the gateway's nginx, so the two differ by the app alone.
         size = sizing(stack)
         nginx_only, nginx_url = start_nginx_only(
@@ -241,13 +258,24 @@ def run(cfg: Config) -> Section:
             size.get("nginx_workers", 1),
             size.get("nginx_connections", 8192),
         )
-        urls = {"direct": stack.sim_url, "nginx-only": nginx_url, "gateway": stack.url}
-        gateway_roots = [stack.proc("nginx").popen.pid, stack.proc("gunicorn").popen.pid]
-        roots = {"direct": [], "nginx-only": [nginx_only.popen.pid], "gateway": gateway_roots}
+        urls = {
+            "direct": stack.sim_url,
+            "nginx-only": nginx_url,
+            "floor": floor.url,
+            "gateway": stack.url,
+        }
+        roots = {
+            "direct": [],
+            "nginx-only": [nginx_only.popen.pid],
+            "floor": [floor.proc("nginx").popen.pid, floor.proc("gunicorn").popen.pid],
+            "gateway": [stack.proc("nginx").popen.pid, stack.proc("gunicorn").popen.pid],
+        }
         idle = idle_rates(roots, 1.0 if cfg.smoke else 5.0)
         # Ours: the bench itself, the simulator and both paths' trees.
         ours = [os.getpid()] + [
-            p for proc in [*stack.procs, nginx_only] for p in proctree.tree(proc.popen.pid)
+            p
+            for proc in [*stack.procs, *floor.procs, nginx_only]
+            for p in proctree.tree(proc.popen.pid)
         ]
         out: list[Measured] = []
         warm_rounds: dict[str, int] = {}
@@ -261,8 +289,9 @@ def run(cfg: Config) -> Section:
                     # a worker's pool grows while it meets a busier moment than before
                     # (accepts are uneven), and the measured run is the steady state after.
                     # One quiet round was not enough (6 new in the 1,400 streams after it).
-                    gateway = path == "gateway" and not cfg.smoke
-                    rounds, quiet_needed = (WARM_ROUNDS, QUIET_ROUNDS) if gateway else (1, 1)
+                    # The floor's pools grow the same way: it is warmed alike.
+                    pooled = path in ("floor", "gateway") and not cfg.smoke
+                    rounds, quiet_needed = (WARM_ROUNDS, QUIET_ROUNDS) if pooled else (1, 1)
                     done = quiet = 0
                     while done < rounds and quiet < quiet_needed:
                         done += 1
@@ -305,5 +334,7 @@ def run(cfg: Config) -> Section:
     finally:
         if nginx_only is not None:
             nginx_only.stop()
+        if floor is not None:
+            floor.stop()
         stack.stop()
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -17,7 +17,7 @@ from bench.report import Cell, Check, Config, Plot, Section
 if TYPE_CHECKING:
     from bench.overhead import Measured
 
-PATHS = ("direct", "nginx-only", "gateway")
+PATHS = ("direct", "nginx-only", "floor", "gateway")
 
 
 def _cell(value: float | None) -> float | None:
@@ -80,7 +80,7 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
     ]
     return Section(
         key="overhead",
-        title="Relay overhead: direct, nginx-only, gateway",
+        title="Relay overhead: direct, nginx-only, the shape's floor, gateway",
         columns=columns,
         rows=rows,
         data={"settings": settings, "runs": [m.row_data() for m in out]},
@@ -90,9 +90,14 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
             "+… columns: the path's percentile minus the direct path's at the same load, ms "
             "(TTFT for streams; total = the whole answer). `+p50 vs nginx-only`: TTFT p50 for "
             "streams, total p50 otherwise, minus nginx-only's.",
+            "floor: the gateway's stack (nginx, gunicorn with 2 gevent workers) serving "
+            "bench/floor_app.py instead of the gateway, a Flask app that relays the call through "
+            "one urllib3 PoolManager per worker and does nothing else: what the shape costs "
+            "before any of the gateway's own work. A target below the floor's figure cannot be "
+            "met by cutting the gateway's work." + _floor_note(by),
             "CPU ms/req: utime + stime of the path's process tree (nginx master and workers; "
-            "for the gateway also gunicorn's master and workers) over the run, less what the "
-            "tree uses with no call in flight (idle: "
+            "for the floor and the gateway also gunicorn's master and workers) over the run, "
+            "less what the tree uses with no call in flight (idle: "
             + ", ".join(f"{p} {v:.1%} of a core" for p, v in idle.items() if p != "direct")
             + "), per answered request. The simulator and the load generator are not counted.",
             "new upstream conns /1000: TCP connections the simulator accepted during the "
@@ -109,6 +114,20 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
             "(its own, the simulator's, nginx's and gunicorn's) used during the run: the noise.",
         ],
     )
+
+
+def _floor_note(by: dict[tuple[str, int, str], Measured]) -> str:
+    """The floor's CPU per call at the highest load, beside the gateway's and the targets."""
+    hi = max(c for (_, c, _) in by)
+    parts = []
+    for kind, target in (("stream", 3.0), ("non-stream", 0.7)):
+        floor, gateway = by[(kind, hi, "floor")].cpu_ms, by[(kind, hi, "gateway")].cpu_ms
+        if floor is None or gateway is None:
+            return ""
+        parts.append(
+            f"{kind}: floor {floor:.2f} ms, gateway {gateway:.2f} ms, target {target:g} ms"
+        )
+    return f" At {hi} callers, CPU per call: " + "; ".join(parts) + "."
 
 
 def checks(by: dict[tuple[str, int, str], Measured]) -> list[Check]:
@@ -235,11 +254,12 @@ def draw(cfg: Config, out: list[Measured], by: dict[tuple[str, int, str], Measur
     ax.set_xticks(range(len(values)), labels, fontsize=6)
     ax.set_ylabel("CPU ms per request")
     ax.set_title(
-        "CPU per request of the path's processes (green nginx-only, orange gateway)", fontsize=10
+        "CPU per request of the path's processes (green nginx-only, grey floor, orange gateway)",
+        fontsize=10,
     )
     cpu = plots.save(fig, cfg.out_dir / "overhead-cpu.png")
     return [
         Plot(cdf, f"Latency CDFs at {hi} callers"),
         Plot(against, "TTFT, latency and req/s against concurrent callers"),
-        Plot(cpu, "CPU per request of nginx-only and of the gateway (nginx + gunicorn)"),
+        Plot(cpu, "CPU per request of nginx-only, the floor and the gateway (nginx + gunicorn)"),
     ]

@@ -34,7 +34,12 @@ def save(fig: Any, path: Path) -> str:
 
 
 # One colour per path in every figure; a path's second series (p99, non-stream) is dashed.
-COLORS = {"direct": "tab:blue", "nginx-only": "tab:green", "gateway": "tab:orange"}
+COLORS = {
+    "direct": "tab:blue",
+    "nginx-only": "tab:green",
+    "floor": "tab:gray",
+    "gateway": "tab:orange",
+}
 
 
 def color(label: str) -> str | None:

@@ -56,6 +56,9 @@ class StackOptions:
     tls_cert: str = ""
     tls_key: str = ""
     memcached_nodes: int = 1  # Memcached nodes started (make run-cluster: 2)
+    # Another WSGI app for gunicorn to serve in the gateway's place (bench/floor.py's
+    # measuring stick), as gunicorn's APP_MODULE argument; empty: the gateway.
+    wsgi_app: str = ""
 
 
 class Stack:
@@ -165,7 +168,7 @@ class Stack:
         name = self.instance_name(index)
         env = self.gateway_env(app_port, instance=index)
         self.settings = Settings.from_env(env)
-        argv = gunicorn_argv()
+        argv = gunicorn_argv() + ([opts.wsgi_app] if opts.wsgi_app else [])
         log_path = self._log(name)
         proc = Proc(name, argv, log_path=log_path, env=env, cwd=ROOT, stdout=opts.logs_to_stdout)
         self.procs = [p for p in self.procs if p.name != name]

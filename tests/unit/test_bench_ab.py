@@ -1,7 +1,8 @@
-"""bench/ab.py's summary: each side's mean with its runs, and B over A."""
+"""bench/ab.py's summary: each side's mean with its runs, and B over A; bench/floor.py's on top."""
 
 from __future__ import annotations
 
+from bench import floor
 from bench.ab import Run, summarize
 
 
@@ -19,3 +20,19 @@ def test_the_summary_gives_each_sides_runs_mean_and_the_ratio() -> None:
     assert "errors 1" in lines[0] and "errors 0" in lines[1]
     assert lines[2].endswith("B / A: 0.818 (-18.2 %)")
     assert lines[5].endswith("B / A: 1.100 (+10.0 %)")
+
+
+def test_the_floor_summary_gives_the_gateways_own_work_and_the_target_against_the_floor() -> None:
+    runs = [
+        Run("gateway", "stream", 6.0, 200.0, 0),
+        Run("floor", "stream", 4.0, 200.0, 0),
+        Run("gateway", "stream", 6.4, 200.0, 0),
+        Run("floor", "stream", 4.0, 200.0, 0),
+    ]
+    lines = floor.summarize(runs)
+    assert lines[2].endswith("floor / gateway: 0.645 (-35.5 %)")
+    # 6.2 - 4.0 = 2.2 ms of the gateway's own (35 % of 6.2); the 3 ms target is 0.75x the floor.
+    assert lines[3] == (
+        "stream     the gateway's own work: 2.20 ms/call (35 % of its CPU); "
+        "target 3 ms = 0.75x the floor"
+    )

@@ -1,0 +1,65 @@
+"""The shape's floor: the gateway's CPU per call against the least any app of its shape costs.
+
+`python -m bench.floor [--kinds stream,non-stream] [--callers 200] [--rounds 3]` runs, in
+turns, the gateway's `make run`-shaped stack and the same stack with gunicorn serving
+bench/floor_app.py in the gateway's place: nginx → gunicorn (gevent workers) → Flask → one
+urllib3 PoolManager per worker → the simulator, relaying the answer and doing nothing else.
+Both are measured as bench/ab.py measures a revision (issue 11's calls, gateway CPU of the
+nginx and gunicorn trees from /proc, per answered call, after a warm-up). It prints each
+side's mean, what the gateway adds over the floor, and the floor against the issue's target:
+a target under the floor cannot be met by cutting the gateway's own work, only by changing
+a part of the shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from bench import ab
+from bench.ab import CALLS, Run, measure
+
+# Issue 11's targets: gateway CPU (nginx + gunicorn) per call at 200 callers.
+TARGETS_MS = {"stream": 3.0, "non-stream": 0.7}
+FLOOR_APP = "bench.floor_app:app"
+
+
+def summarize(runs: list[Run]) -> list[str]:
+    """bench/ab.py's lines (floor over gateway), then per kind what the gateway adds over
+    the floor and where the target stands against the floor."""
+    lines = ab.summarize(runs, "gateway", "floor")
+    for kind in dict.fromkeys(r.kind for r in runs):
+        gateway, floor = (
+            statistics.fmean(r.cpu_ms for r in runs if r.kind == kind and r.rev == side)
+            for side in ("gateway", "floor")
+        )
+        line = f"{kind:10} the gateway's own work: {gateway - floor:.2f} ms/call"
+        line += f" ({(gateway - floor) / gateway * 100:.0f} % of its CPU)"
+        target = TARGETS_MS.get(kind)
+        if target is not None:
+            line += f"; target {target:g} ms = {target / floor:.2f}x the floor"
+        lines.append(line)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__)
+    parser.add_argument("--kinds", default="stream,non-stream", help="stream, non-stream")
+    parser.add_argument("--callers", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    kinds = args.kinds.split(",")
+    if not set(kinds) <= set(TARGETS_MS):
+        parser.error("the floor app does no caching: kinds are stream and non-stream")
+    runs: list[Run] = []
+    for round_ in range(1, args.rounds + 1):
+        for kind in kinds:
+            for side, app in (("gateway", ""), ("floor", FLOOR_APP)):
+                run = measure(kind, args.callers, CALLS[kind], wsgi_app=app)
+                runs.append(Run(side, kind, run.cpu_ms, run.rps, run.errors))
+                print(f"round {round_}: {kind} {side} {run.cpu_ms:.2f} ms/call", flush=True)
+    print("\n".join(summarize(runs)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""bench/floor.py's measuring stick: the same stack with bench/floor_app.py in the gateway's
+place relays the bench's calls (a floor that failed its calls would measure nothing)."""
+
+from __future__ import annotations
+
+import json
+
+from bench.floor import FLOOR_APP
+from tests.integration.sse_reader import chat
+
+
+def test_the_floor_app_relays_a_stream_and_an_answer_in_the_gateways_place(make_stack) -> None:
+    floor = make_stack(memcached=False, wsgi_app=FLOOR_APP)
+    floor.sim_reset()
+    stream = floor.post("/v1/chat/completions", chat(True, max_tokens=5))
+    assert stream.status == 200 and stream.data.endswith(b"data: [DONE]\n\n")
+    whole = floor.post("/v1/chat/completions", chat(max_tokens=5))
+    assert whole.status == 200 and json.loads(whole.data)["choices"]
+    # The floor app answered, not the gateway (which names every answer it sends) ...
+    assert "X-LLMGate-Request-ID" not in stream.headers
+    assert "X-LLMGate-Request-ID" not in whole.headers
+    # ... and the upstream saw both calls, counted by the simulator itself.
+    assert floor.sim_stats()["requests"] == 2
