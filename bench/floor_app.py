@@ -1,7 +1,7 @@
 """The least a gateway of llmgate's shape does: `python -m bench.floor` serves this with gunicorn.
 
-A Flask app that forwards a chat call to the upstream (the simulator) through one urllib3
-PoolManager per worker and relays the answer as it arrives: a stream piece by piece, as
+A Flask app that forwards a chat call with its headers to the upstream (the simulator)
+through one urllib3 PoolManager per worker and relays the answer as it arrives: a stream piece by piece, as
 read, and any other answer whole. Nothing else: no validation of the request, no cache, no
 metrics or log line, no timeouts beyond urllib3's, no retries, no heartbeats, no error
 shapes. What it costs per call is the floor under the gateway's own cost in this shape
@@ -20,7 +20,8 @@ from flask import Flask, Response, request
 app = Flask(__name__)
 _UPSTREAM = os.environ["LLMGATE_UPSTREAM_URL"].rstrip("/")
 _POOL = urllib3.PoolManager(maxsize=1000, block=False, retries=False)
-_HOP = {"connection", "transfer-encoding", "keep-alive", "content-length"}
+# Not passed on, either way: hop-by-hop headers and those urllib3 writes itself.
+_HOP = {"connection", "transfer-encoding", "keep-alive", "content-length", "host"}
 
 
 @app.get("/healthz")
@@ -34,7 +35,9 @@ def chat() -> Response:
         "POST",
         _UPSTREAM + "/chat/completions",
         body=request.get_data(),
-        headers={"Content-Type": "application/json"},
+        # The caller's headers, as the gateway forwards them: the simulator's controls
+        # (x-sim-ttft-ms, x-sim-tps) among them, so both relay the same answer.
+        headers={k: v for k, v in request.headers.items() if k.lower() not in _HOP},
         preload_content=False,
     )
     headers = [(k, v) for k, v in upstream.headers.items() if k.lower() not in _HOP]

@@ -19,5 +19,9 @@ def test_the_floor_app_relays_a_stream_and_an_answer_in_the_gateways_place(make_
     # The floor app answered, not the gateway (which names every answer it sends) ...
     assert "X-LLMGate-Request-ID" not in stream.headers
     assert "X-LLMGate-Request-ID" not in whole.headers
-    # ... and the upstream saw both calls, counted by the simulator itself.
+    # ... and the upstream saw both calls, counted by the simulator itself ...
     assert floor.sim_stats()["requests"] == 2
+    # ... with the caller's headers: the simulator's controls work through it, as through
+    # the gateway (without them the floor measured faster answers than the gateway's).
+    failed = floor.post("/v1/chat/completions", chat(max_tokens=5), headers={"x-sim-fault": "503"})
+    assert failed.status == 503
