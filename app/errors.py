@@ -161,6 +161,14 @@ class UpstreamProtocolError(UpstreamError):
     code = "upstream_protocol_error"
 
 
+class UpstreamRedirect(UpstreamProtocolError):
+    """The upstream answered with a redirect. The gateway follows none (the caller's
+    credentials would go where the redirect says) and passes none on (the caller's SDK
+    would follow it past the gateway): the upstream's configured URL is wrong."""
+
+    code = "upstream_redirect"
+
+
 class UpstreamEventTooLarge(UpstreamError):
     """One SSE event of the upstream's stream is larger than LLMGATE_MAX_EVENT_BYTES."""
 

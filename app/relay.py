@@ -26,6 +26,7 @@ from app.errors import (
     GatewayError,
     UpstreamEventTooLarge,
     UpstreamProtocolError,
+    UpstreamRedirect,
     UpstreamReset,
     error_cause,
     status_cause,
@@ -38,6 +39,9 @@ from app.upstream import Upstream, UpstreamRequest, UpstreamResponse
 from app.upstreams import UpstreamSpec
 
 log = logging.getLogger("llmgate.relay")
+
+# Redirects (RFC 9110 section 15.4); 304 is an answer to a conditional request, not one.
+_REDIRECTS = frozenset({300, 301, 302, 303, 305, 307, 308})
 
 
 @dataclass
@@ -84,6 +88,11 @@ def upstream_producer(
         """Read ``resp`` up to its first event (or its whole body); close it on failure."""
         done = upstream.done_with
         try:
+            if resp.status in _REDIRECTS:
+                raise UpstreamRedirect(
+                    f"The upstream answered with a redirect (HTTP {resp.status}); the gateway "
+                    "follows none. Its configured URL needs correcting."
+                )
             head = Head(resp.status, list(resp.headers.items()), resp.attempts, None, resp.upstream)
             ctype = resp.headers.get("content-type", "")
             if resp.status >= 300 or not ctype.startswith("text/event-stream"):

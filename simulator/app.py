@@ -256,6 +256,9 @@ def _fault_error(fault: str, b: Behaviour) -> ApiError:
         return ApiError(503, message, "server_error", headers=retry)
     if fault == "401":
         return ApiError(401, "Incorrect API key provided (simulated).", code="invalid_api_key")
+    if fault == "redirect":
+        moved = (("location", "http://elsewhere.invalid/v1/chat/completions"),)
+        return ApiError(307, "Moved (simulated).", code="moved", headers=moved)
     return ApiError(
         500, "The server had an error processing your request (simulated).", "server_error"
     )

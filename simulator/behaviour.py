@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 HEADER_PREFIX = "x-sim-"
 MODEL_PREFIX = "sim/"
 
-ERROR_FAULTS = frozenset({"429", "500", "503", "401"})
+# "redirect": a 307 to another host, as a proxy or a moved endpoint would answer.
+ERROR_FAULTS = frozenset({"429", "500", "503", "401", "redirect"})
 FAULTS = ERROR_FAULTS | {
     "reset",
     "reset-before",  # reset as soon as the request is read: no status line, stream or not

@@ -103,6 +103,24 @@ def test_upstream_errors_pass_through(gw, fault: str, status: int) -> None:
     assert relayed.json() == direct.json()
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_upstream_redirect_is_502_neither_followed_nor_passed_on(gw, stream: bool) -> None:
+    """A caller's SDK follows redirects: passed on, a 307 would send the caller (and its key)
+    past the gateway; followed, the gateway's credentials would go where it points."""
+    gw.sim_reset()
+    direct = gw.post("/v1/chat/completions", chat(stream), base=gw.sim_url,
+                     headers={"x-sim-fault": "redirect"}, redirect=False)  # fmt: skip
+    assert direct.status == 307 and direct.headers["location"]  # what the upstream answers
+    resp = gw.post(
+        "/v1/chat/completions", chat(stream), headers={"x-sim-fault": "redirect"}, redirect=False
+    )
+    assert_openai_error(resp, 502, "upstream_redirect")
+    assert "location" not in resp.headers
+    assert resp.headers["x-should-retry"] == "false"
+    # One call each reached the simulator (counted there): none followed, none retried.
+    assert gw.sim_stats()["requests"] == 2
+
+
 def test_upstream_unreachable_is_502(make_stack) -> None:
     gw = make_stack(
         env={"LLMGATE_RETRY_BACKOFF_S": "0.01"}, upstream_url=closed_port_url(), memcached=False
