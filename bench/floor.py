@@ -8,20 +8,25 @@ Both are measured as bench/ab.py measures a revision (issue 11's calls, gateway 
 nginx and gunicorn trees from /proc, per answered call, after a warm-up). It prints each
 side's mean, what the gateway adds over the floor, and the floor against the issue's target:
 a target under the floor cannot be met by cutting the gateway's own work, only by changing
-a part of the shape.
+a part of the shape. `--memory` gives worker memory per held stream instead, for both
+(bench/memory.py's measurement, slow streams held in steps up to 1,500).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
+import tempfile
+from pathlib import Path
 
-from bench import ab
+from bench import ab, memory
 from bench.ab import CALLS, Run, measure
+from bench.overhead import FLOOR_APP
+from bench.report import Config
 
 # Issue 11's targets: gateway CPU (nginx + gunicorn) per call at 200 callers.
 TARGETS_MS = {"stream": 3.0, "non-stream": 0.7}
-FLOOR_APP = "bench.floor_app:app"
 
 
 def summarize(runs: list[Run]) -> list[str]:
@@ -42,12 +47,37 @@ def summarize(runs: list[Run]) -> list[str]:
     return lines
 
 
+def memory_floor(cfg: Config) -> list[str]:
+    """Worker memory per held stream, the gateway's and the floor's (bench/memory.py's run
+    for each: slow streams held in steps up to 1,500)."""
+    lines = []
+    for side, app in (("gateway", ""), ("floor", FLOOR_APP)):
+        section = memory.run(cfg, wsgi_app=app)
+        per_stream = section.checks[0].measured
+        marginal = section.data["marginal_kb_per_stream"]["gunicorn_workers"]
+        lines.append(
+            f"memory     {side:8} {per_stream:6.1f} KB per held stream "
+            f"(marginal {marginal:.1f}); target {section.checks[0].target:g} KB"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__)
     parser.add_argument("--kinds", default="stream,non-stream", help="stream, non-stream")
     parser.add_argument("--callers", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--memory", action="store_true", help="worker memory per held stream instead of CPU"
+    )
     args = parser.parse_args()
+    if args.memory:
+        out = Path(tempfile.mkdtemp(prefix="llmgate-floor-memory-"))
+        try:
+            print("\n".join(memory_floor(Config(out_dir=out, progress=lambda _: None))))
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        return
     kinds = args.kinds.split(",")
     if not set(kinds) <= set(TARGETS_MS):
         parser.error("the floor app does no caching: kinds are stream and non-stream")

@@ -1,12 +1,12 @@
 """The least a gateway of llmgate's shape does: `python -m bench.floor` serves this with gunicorn.
 
 A Flask app that forwards a chat call with its headers to the upstream (the simulator)
-through one urllib3 PoolManager per worker and relays the answer as it arrives: a stream piece by piece, as
-read, and any other answer whole. Nothing else: no validation of the request, no cache, no
-metrics or log line, no timeouts beyond urllib3's, no retries, no heartbeats, no error
-shapes. What it costs per call is the floor under the gateway's own cost in this shape
-(nginx → gunicorn with gevent workers → Flask → urllib3); it is a measuring stick, never
-something to deploy.
+through one urllib3 PoolManager per worker and relays the answer as it arrives: a stream
+piece by piece, as read, and any other answer whole. Nothing else: no validation of the
+request, no cache, no metrics or log line, no timeouts beyond urllib3's, no retries, no
+heartbeats, no error shapes. What it costs per call is the floor under the gateway's own
+cost in this shape (nginx → gunicorn with gevent workers → Flask → urllib3); it is a
+measuring stick, never something to deploy.
 """
 
 from __future__ import annotations

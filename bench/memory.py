@@ -33,10 +33,16 @@ def steps(smoke: bool) -> list[int]:
     return [10, 20] if smoke else [250, 500, 1000, 1500]
 
 
-def run(cfg: Config) -> Section:
+def run(cfg: Config, *, wsgi_app: str = "") -> Section:
+    """The section; with ``wsgi_app`` the same measurement of another app in the gateway's
+    place (bench/floor.py's floor)."""
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-bench-memory-"))
     options = StackOptions(
-        run_dir=run_dir, memcached=False, workers=2, env={"LLMGATE_CACHE_MODE": "off"}
+        run_dir=run_dir,
+        memcached=False,
+        workers=2,
+        env={"LLMGATE_CACHE_MODE": "off"},
+        wsgi_app=wsgi_app,
     )
     held: list[ManyStreams] = []
     stack = Stack(options)

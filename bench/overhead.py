@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import loadgen, machine, proctree
-from bench.floor import FLOOR_APP
 from bench.loadgen import pct
 from bench.overhead_table import PATHS, section
 from bench.relay import start_nginx_only
@@ -46,6 +45,8 @@ from runner.procs import Proc
 from runner.stack import Stack, StackOptions
 
 PATH = "/v1/chat/completions"
+# The floor path's app, as gunicorn's APP_MODULE argument (bench/floor.py runs it alone).
+FLOOR_APP = "bench.floor_app:app"
 
 
 @dataclass(frozen=True)
