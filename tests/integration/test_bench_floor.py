@@ -25,3 +25,28 @@ def test_the_floor_app_relays_a_stream_and_an_answer_in_the_gateways_place(make_
     # the gateway (without them the floor measured faster answers than the gateway's).
     failed = floor.post("/v1/chat/completions", chat(max_tokens=5), headers={"x-sim-fault": "503"})
     assert failed.status == 503
+    # With the cache off (the overhead bench), a repeated call goes upstream again.
+    assert floor.post("/v1/chat/completions", chat(max_tokens=5)).status == 200
+    assert floor.sim_stats()["requests"] == 4
+
+
+def test_with_the_cache_on_the_floor_app_answers_a_repeat_from_its_worker(make_stack) -> None:
+    floor = make_stack(
+        memcached=False, workers=1, wsgi_app=FLOOR_APP, env={"LLMGATE_CACHE_MODE": "deterministic"}
+    )
+    floor.sim_reset()
+    for stream in (False, True):
+        call = chat(stream, max_tokens=5, temperature=0)
+        first = floor.post("/v1/chat/completions", call)
+        again = floor.post("/v1/chat/completions", call)
+        assert first.status == again.status == 200
+        assert again.data == first.data and len(first.data) > 100
+    # One upstream call for each shape (one worker: its dict holds both).
+    assert floor.sim_stats()["requests"] == 2
+    # A failed answer is not kept.
+    for _ in range(2):
+        failed = floor.post(
+            "/v1/chat/completions", chat(max_tokens=3), headers={"x-sim-fault": "503"}
+        )
+        assert failed.status == 503
+    assert floor.sim_stats()["requests"] == 4
