@@ -26,7 +26,7 @@ _HOP = {"connection", "transfer-encoding", "keep-alive", "content-length", "host
 # With the gateway's cache on (bench/ab.py's hit kinds), answers are kept in the worker by
 # the request's bytes and given again: the floor of a cache hit (the gateway's L1 is also
 # a dict in the worker). A stream is kept as the pieces it arrived in, replayed as they were.
-_KEEP = os.environ.get("LLMGATE_CACHE_MODE", "off") != "off"
+_KEEP = os.environ.get("LLMGATE_CACHE_MODE", "deterministic") != "off"  # the gateway's default
 _KEPT: dict[bytes, tuple[int, list[tuple[str, str]], list[bytes]]] = {}
 
 

@@ -10,7 +10,7 @@ from tests.integration.sse_reader import chat
 
 
 def test_the_floor_app_relays_a_stream_and_an_answer_in_the_gateways_place(make_stack) -> None:
-    floor = make_stack(memcached=False, wsgi_app=FLOOR_APP)
+    floor = make_stack(memcached=False, wsgi_app=FLOOR_APP, env={"LLMGATE_CACHE_MODE": "off"})
     floor.sim_reset()
     stream = floor.post("/v1/chat/completions", chat(True, max_tokens=5))
     assert stream.status == 200 and stream.data.endswith(b"data: [DONE]\n\n")
@@ -31,9 +31,8 @@ def test_the_floor_app_relays_a_stream_and_an_answer_in_the_gateways_place(make_
 
 
 def test_with_the_cache_on_the_floor_app_answers_a_repeat_from_its_worker(make_stack) -> None:
-    floor = make_stack(
-        memcached=False, workers=1, wsgi_app=FLOOR_APP, env={"LLMGATE_CACHE_MODE": "deterministic"}
-    )
+    # The gateway's cache is on by default, and so is the floor app's keeping.
+    floor = make_stack(memcached=False, workers=1, wsgi_app=FLOOR_APP)
     floor.sim_reset()
     for stream in (False, True):
         call = chat(stream, max_tokens=5, temperature=0)
