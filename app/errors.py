@@ -162,9 +162,9 @@ class UpstreamProtocolError(UpstreamError):
 
 
 class UpstreamRedirect(UpstreamProtocolError):
-    """The upstream answered with a redirect. The gateway follows none (the caller's
-    credentials would go where the redirect says) and passes none on (the caller's SDK
-    would follow it past the gateway): the upstream's configured URL is wrong."""
+    """The upstream answered a generation call (chat, completions, embeddings, responses)
+    with a redirect. The gateway follows none, and passes none on for these calls (the
+    caller's SDK would follow it past the gateway): the upstream's configured URL is wrong."""
 
     code = "upstream_redirect"
 

@@ -41,6 +41,10 @@ from app.upstreams import UpstreamSpec
 log = logging.getLogger("llmgate.relay")
 
 # Redirects (RFC 9110 section 15.4); 304 is an answer to a conditional request, not one.
+# A generation call is never legitimately redirected: a caller's SDK following one would send
+# the prompt where the operator never configured, past the gateway's keys, limits and cache,
+# so it is a 502. Other paths pass a redirect on as the upstream's answer (a provider may
+# send a file download to signed storage); the gateway itself follows none.
 _REDIRECTS = frozenset({300, 301, 302, 303, 305, 307, 308})
 
 
@@ -88,7 +92,7 @@ def upstream_producer(
         """Read ``resp`` up to its first event (or its whole body); close it on failure."""
         done = upstream.done_with
         try:
-            if resp.status in _REDIRECTS:
+            if resp.status in _REDIRECTS and route != "passthrough":
                 raise UpstreamRedirect(
                     f"The upstream answered with a redirect (HTTP {resp.status}); the gateway "
                     "follows none. Its configured URL needs correcting."

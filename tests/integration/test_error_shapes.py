@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -21,12 +22,20 @@ LIMIT_BODY = b'{"model": "m", "messages": ' + b"[" * 5000 + b"]" * 5000 + b"}"
 
 def send_raw(url: str, head: bytes, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
     """One request written as is; the answer as (status, headers, body)."""
+    status, headers, answer = send_raw_headers(url, head, body)
+    return status, {k.lower(): v for k, v in headers}, answer
+
+
+def send_raw_headers(
+    url: str, head: bytes, body: bytes = b""
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    """As send_raw, with every header line of the answer as it came (repeats included)."""
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
         sock.sendall(head + body)
         resp = http.client.HTTPResponse(sock)
         resp.begin()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        return resp.status, resp.getheaders(), resp.read()
 
 
 def request_head(
@@ -121,10 +130,53 @@ def _send(url: str, case: tuple) -> tuple[int, dict[str, str], bytes]:
 @pytest.mark.parametrize("case", THROUGH_NGINX)
 def test_refused_requests_are_openai_json_through_nginx(gw, new_gunicorn_log, case: str) -> None:
     _, _, _, status, code = THROUGH_NGINX[case]
-    error = assert_json_error(_send(gw.url, THROUGH_NGINX[case]), status, code)
+    answer = _send(gw.url, THROUGH_NGINX[case])
+    error = assert_json_error(answer, status, code)
     if case == "nested 5000 deep":
         assert "limit of 64 levels" in error["message"]
     assert "Traceback" not in new_gunicorn_log()
+    # Named like every answer, whoever refused it (the app, gunicorn's parser or nginx).
+    named = answer[1].get("x-llmgate-request-id", "")
+    assert re.fullmatch(r"[0-9a-f]{32}", named), answer[1]
+    assert answer[1]["x-request-id"] == named
+
+
+def test_every_answer_through_nginx_is_named_once_with_the_callers_request_id(gw) -> None:
+    """gunicorn's parser refuses before the app reads X-Request-ID, and the app's own 404
+    outside /v1 names no request: nginx names them with the id it sent along. An answer the
+    app names keeps its own names, once each. (nginx's own refusals carry its id too, the
+    caller's only when nginx read the headers: a request line too long for its buffers is
+    refused before them.)"""
+
+    def names(target: str, headers: list, body: bytes, status: int, code: str | None) -> dict:
+        headers = [*headers, ("X-Request-ID", "req-given-1")]
+        if body and not any(name == "Content-Type" for name, _ in headers):
+            headers.append(("Content-Type", "application/json"))
+        method = "POST" if body else "GET"
+        got, head, answer = send_raw_headers(
+            gw.url, request_head(method, target, headers, body=body), body
+        )
+        if code is not None:
+            assert_json_error((got, {k.lower(): v for k, v in head}, answer), status, code)
+        assert got == status, (got, answer[:200])
+        return {
+            name: [v for k, v in head if k.lower() == name]
+            for name in ("x-request-id", "x-llmgate-request-id")
+        }
+
+    for case in (
+        THROUGH_NGINX["duplicated Content-Type"],
+        THROUGH_NGINX["more headers than gunicorn's limit"],
+        ("/nope", [], b"", 404, "unknown_url"),
+    ):
+        assert names(*case) == {
+            "x-request-id": ["req-given-1"],
+            "x-llmgate-request-id": ["req-given-1"],
+        }, case
+    # A proxied answer: the gateway's name, and the upstream's own x-request-id, once each.
+    upstream = names("/v1/models", [], b"", 200, None)
+    assert upstream["x-llmgate-request-id"] == ["req-given-1"]
+    assert len(upstream["x-request-id"]) == 1 and upstream["x-request-id"] != ["req-given-1"]
 
 
 @pytest.mark.parametrize("case", STRAIGHT_TO_GUNICORN)

@@ -202,22 +202,27 @@ def redirecting(redirect_target) -> Iterator[LoopbackServer]:
 
 
 def test_upstream_redirects_are_never_followed(make_stack, redirecting, redirect_target) -> None:
-    """A redirect goes back to the caller as the upstream's answer (a following client sends
-    the caller's own key to where it points, from the caller's machine); the gateway itself
-    never connects there, nor to the metadata address."""
+    """The gateway itself never connects where a redirect points, nor to the metadata address.
+    A generation call's redirect is a 502 that names no location (the caller's SDK would
+    send the prompt past the gateway); on other paths it goes back to the caller as the
+    upstream's answer (a following client goes there from the caller's machine)."""
     gw = make_stack(upstream_url=redirecting.url + "/v1", memcached=False)
     cases = [
-        ("POST", "/v1/chat/completions", chat_bytes(), 302, redirect_target.url),
-        ("POST", "/v1/chat/completions", chat_bytes(stream=True), 302, redirect_target.url),
+        ("POST", "/v1/chat/completions", chat_bytes(), 502, None),
+        ("POST", "/v1/chat/completions", chat_bytes(stream=True), 502, None),
         ("GET", "/v1/metadata/models", b"", 302, METADATA),
         ("POST", "/v1/temporary/files", b"{}", 307, redirect_target.url),
     ]
     for name, url in bases(gw):
         for method, target, body, want, where in cases:
             requests = redirecting.stats.requests
-            status, headers, _ = send(url, method, target, body=body)
+            status, headers, answer = send(url, method, target, body=body)
             assert status == want, (name, target, status)
-            assert where in headers["location"]
+            if where is None:
+                assert_json_error((status, headers, answer), 502, "upstream_redirect")
+                assert "location" not in headers
+            else:
+                assert where in headers["location"]
             assert redirecting.stats.requests == requests + 1
     assert redirect_target.stats.connections == 0
 
