@@ -15,12 +15,14 @@ nothing that opens sockets or must come after gevent's patching.
 On SIGTERM it also starts the gateway's drain (app/lifecycle.py): unready at once, and
 no stream cut silently when gunicorn's graceful timeout runs out. Idle keep-alive
 connections, which gunicorn counts as calls in progress, are closed so that they do not
-hold a stopping worker for that whole timeout — but only IDLE_CLOSE_AFTER_S after the
-drain began. Until then a request on one is answered (with ``Connection: close``), and nginx,
-whose idle connections to gunicorn last less than that, closes its own first: a connection
-the server closes while nginx sends on it fails that call with a 502 (a POST is never
-retried). A connection is idle from the end of an answer until the first byte of the next
-request arrives, not until its parsing ends.
+hold a stopping worker for that whole timeout — but only once idle for IDLE_CLOSE_AFTER_S
+since the drain began or since their last answer, whichever is later: an answer that was
+under way when the drain began promised nginx a next request on its connection. Until then a
+request on one is answered (with ``Connection: close``), and nginx, whose idle connections to
+gunicorn last less than that, closes its own first: a connection the server closes while
+nginx sends on it fails that call with a 502 (a POST is never retried). A connection is idle
+from the end of an answer until the first byte of the next request arrives, not until its
+parsing ends.
 
 gunicorn logs a request it could not parse as it was received (``Invalid request from
 ip=...: Invalid HTTP request line: 'GET /v1/models?api-key=sk-... HTTP/1.1'``), and a request
@@ -33,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import time
 
 import gevent
 import gevent.socket
@@ -107,10 +110,11 @@ class _OneSendSocket(gevent.socket.socket):
     writes an event or a few at a time) go out in one send. gevent's sendall first asks
     the buffer's size, a getsockopt system call for every write of every stream.
 
-    It also leaves the worker's set of idle connections (``idle``) as soon as a byte of a
-    request arrives: gunicorn reads and parses a request before the worker hears of it."""
+    It also leaves the worker's idle connections (``idle``) as soon as a byte of a request
+    arrives: gunicorn reads and parses a request before the worker hears of it."""
 
     __slots__ = ("idle",)
+    idle: dict[socket.socket, float]
 
     def sendall(self, data: bytes, flags: int = 0) -> None:
         sent = self.send(data, flags)
@@ -120,16 +124,17 @@ class _OneSendSocket(gevent.socket.socket):
     def recv(self, *args: int) -> bytes:
         data = super().recv(*args)
         if data:
-            self.idle.discard(self)
+            self.idle.pop(self, None)
         return data
 
 
 class JSONErrorGeventWorker(GeventWorker):
-    # Connections between two requests (keep-alive): gunicorn counts each as a call in
-    # progress, so one idle caller would hold a stopping worker for the whole graceful
-    # timeout. They are closed when the drain starts; busy ones close after their answer
-    # (gunicorn sends "Connection: close" once the worker is stopping).
-    _idle: set[socket.socket]
+    # Connections between two requests (keep-alive), with when each became idle: gunicorn
+    # counts each as a call in progress, so one idle caller would hold a stopping worker for
+    # the whole graceful timeout. While stopping they are closed once idle long enough (see
+    # the module doc); an answer begun while stopping says "Connection: close" (gunicorn's).
+    _idle: dict[socket.socket, float]
+    _drain_began: float | None
 
     def handle(self, listener: socket.socket, client: socket.socket, addr: object) -> None:
         if type(client) is gevent.socket.socket:  # plain TCP or unix (TLS is nginx's)
@@ -137,40 +142,55 @@ class JSONErrorGeventWorker(GeventWorker):
             client = _OneSendSocket(client.family, client.type, client.proto, client.detach())
             client.settimeout(timeout)
             client.idle = self._idle
-        self._idle.add(client)
+        self._idle[client] = time.monotonic()
         try:
             super().handle(listener, client, addr)
         finally:
-            self._idle.discard(client)
+            self._idle.pop(client, None)
 
     def handle_request(self, listener_name: object, req: object, sock: socket.socket,
                        addr: object) -> None:  # fmt: skip
-        self._idle.discard(sock)
+        self._idle.pop(sock, None)
         try:
             super().handle_request(listener_name, req, sock, addr)
         finally:
-            if self.alive:
-                self._idle.add(sock)
-            else:  # stopping (perhaps since this call began): no next request here
-                _stop_reading(sock)
+            # Idle again, stopping or not: an answer begun before the drain promised nginx a
+            # next request here, which may be on its way; it is closed with the others.
+            self._idle[sock] = time.monotonic()
 
     def handle_exit(self, sig: int, frame: object) -> None:
         """SIGTERM: gunicorn stops accepting and waits its graceful timeout; the gateway
         turns unready and ends what is still running before that cut (app/lifecycle.py),
         and idle keep-alive connections are closed so they do not hold the worker."""
         super().handle_exit(sig, frame)
-        gevent.spawn_later(IDLE_CLOSE_AFTER_S, self._close_idle)
+        if self._drain_began is None:
+            self._drain_began = time.monotonic()
+            gevent.spawn(self._close_idle_while_stopping)
         extensions = getattr(self.wsgi, "extensions", {})
         gateway = extensions.get("llmgate") if isinstance(extensions, dict) else None
         if gateway is not None:
             gevent.spawn(gateway.lifecycle.drain, self.cfg.graceful_timeout)
 
-    def _close_idle(self) -> None:
-        for sock in list(self._idle):
-            _stop_reading(sock)
+    def _close_idle_while_stopping(self) -> None:
+        """Close each idle connection once idle for IDLE_CLOSE_AFTER_S since the drain
+        began or since its last answer, whichever is later; until the worker exits."""
+        assert self._drain_began is not None
+        while True:
+            now = time.monotonic()
+            due = [
+                (max(since, self._drain_began) + IDLE_CLOSE_AFTER_S, sock)
+                for sock, since in self._idle.items()
+            ]
+            for at, sock in due:
+                if at <= now:
+                    del self._idle[sock]
+                    _stop_reading(sock)
+            later = [at for at, _ in due if at > now]
+            gevent.sleep(min(later, default=now + IDLE_CLOSE_AFTER_S) - now)
 
     def init_process(self) -> None:
-        self._idle = set()
+        self._idle = {}
+        self._drain_began = None
         # In the forked worker only (the master never writes error pages); handle_error
         # looks the function up on gunicorn.util at each call.
         util.write_error = write_json_error
