@@ -96,25 +96,36 @@ def lease_wait_producer(
     per second, and the first poll lands within milliseconds of a short answer being stored.
     """
 
+    def stored(flight: Flight) -> bool | None:
+        """The holder's entry played into ``flight``: True; None when there is none yet;
+        False when it is stored in a shape this caller cannot use."""
+        found = answers.lookup(key, Directive())
+        if found is None:
+            return None
+        return publish_entry(flight, found[0], route=route, include_usage=include_usage)
+
     def produce(flight: Flight) -> None:
         until = time.monotonic() + min(answers.settings.cache_lease_s, deadline.remaining())
         delay = poll_s
         while time.monotonic() < until:
             gevent.sleep(delay)
             delay = min(delay * 1.5, max_poll_s)
-            found = answers.lookup(key, Directive())
-            if found is not None and publish_entry(
-                flight, found[0], route=route, include_usage=include_usage
-            ):
+            replayed = stored(flight)
+            if replayed:
                 flight.source = "cache"
                 return
-            if found is not None:
+            if replayed is False:
                 break  # stored in a shape this caller cannot use: compute
             lease = answers.try_lease(key)
             if lease is None:
                 break  # Memcached trouble: nobody can hold the lease, stop waiting
             if lease:
                 flight.lease_held = True
+                # The holder stores its entry, then releases its lease: both may have come
+                # between our lookup and our `add`. One more look before calling upstream.
+                if stored(flight):
+                    flight.source = "cache"
+                    return
                 break
         flight.source = "upstream"
         compute(flight)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 
 import gevent
 import gevent.event
@@ -21,7 +22,7 @@ from app.cache.tiered import TieredCache
 from app.calls import Call
 from app.config import Settings
 from app.errors import UpstreamReset
-from app.flight import Finished, Flight, Head
+from app.flight import ClientGone, Finished, Flight, Head
 from app.gateway import Gateway
 from app.policy import Deadline
 from app.upstream import Upstream
@@ -288,3 +289,41 @@ def test_an_entry_that_cannot_take_the_waiters_shape_is_not_published() -> None:
     entry = Entry(0, 0, 60, 200, "application/json", body=embedding)
     assert publish_entry(flight, entry, route="embeddings") is False
     assert flight.head is None
+
+
+def test_a_waiter_that_wins_the_lease_just_after_the_holder_stored_replays_the_entry() -> None:
+    """The holder stores its entry and then releases its lease; a waiter whose lookup came
+    just before the store and whose `add` came just after the release held a free lease with
+    the entry already there, and called the upstream a second time (CI: 2 upstream calls for
+    200 identical streams over three instances). It looks once more before computing."""
+    from app.cache.entry import Entry
+    from app.coalesce import lease_wait_producer
+    from app.keys import lease_key
+
+    settings = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=5)
+    l1 = MemoryBackend(1 << 20)
+    key = "k" * 64
+    entry = Entry(
+        time.time(), 0.5, 60, 200, "application/json", body=json.dumps(COMPLETION).encode()
+    )
+
+    class HolderFinishesInBetween(AnswerCache):
+        """The holder's store and release land between the waiter's lookup and its add."""
+
+        def try_lease(self, key: str) -> bool | None:
+            if l1.get(key) is None:
+                l1.set(key, entry.to_bytes(), 60)  # the holder stores ...
+                l1.delete(lease_key(key))  # ... then releases its lease
+            return super().try_lease(key)
+
+    answers = HolderFinishesInBetween(TieredCache(l1, None, l1_ttl=60), settings, shared=True)
+    assert l1.add(lease_key(key), b"1", 5)  # the holder's lease
+    computed: list[Flight] = []
+    producer = lease_wait_producer(answers, key, Deadline.start(10), computed.append)
+    flight = Flight(producer)
+    listener = flight.join()
+    with contextlib.suppress(ClientGone):  # what a compute that publishes nothing ends in
+        listener.wait_complete(5)
+    assert computed == []  # no second upstream call
+    assert flight.source == "cache" and flight.head is not None and flight.head.body == entry.body
+    assert flight.lease_held  # the lease it took is released when the flight is done
