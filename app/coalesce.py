@@ -117,16 +117,17 @@ def lease_wait_producer(
             if replayed is False:
                 break  # stored in a shape this caller cannot use: compute
             lease = answers.try_lease(key)
-            if lease is None:
-                break  # Memcached trouble: nobody can hold the lease, stop waiting
-            if lease:
-                flight.lease_held = True
-                # The holder stores its entry, then releases its lease: both may have come
-                # between our lookup and our `add`. One more look before calling upstream.
-                if stored(flight):
-                    flight.source = "cache"
-                    return
-                break
+            if lease is False:
+                continue  # the holder is still at work
+            # We hold the lease now, or nobody can be seen holding it: Memcached trouble, or
+            # the holder released it between our `add` and our `get`. The holder stores its
+            # entry before it releases, so both may have come since our lookup: one more look
+            # before calling upstream (in trouble it fails fast and we compute).
+            flight.lease_held = bool(lease)
+            if stored(flight):
+                flight.source = "cache"
+                return
+            break
         flight.source = "upstream"
         compute(flight)
 
