@@ -44,10 +44,11 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from app.errors import GatewayError
 
-# Seconds between the start of a drain and the closing of idle keep-alive connections: longer
+# Seconds a keep-alive connection of a draining worker stays idle (counted from the start of
+# the drain or from its last answer, whichever is later) before the worker closes it: longer
 # than nginx's keepalive_timeout toward gunicorn (15 s, nginx/llmgate.conf.template), so nginx
-# has closed every one of its own by then (tests/unit/test_nginx_render.py holds them apart).
-# A worker with nothing in flight but idle connections open stops this long after SIGTERM.
+# has closed its end by then (tests/unit/test_nginx_render.py holds them apart). A worker
+# with idle connections open stops up to this long after SIGTERM or after its last answer.
 IDLE_CLOSE_AFTER_S = 16.0
 
 # gunicorn's statuses -> (OpenAI error type, code); see Worker.handle_error.

@@ -26,7 +26,7 @@ import urllib3
 from bench import loadgen, machine, proctree
 from bench.loadgen import pct
 from bench.overhead import FLOOR_APP
-from bench.relay import percentile, run_many
+from bench.relay import percentile, run_many, sim_stats
 from bench.report import Cell, Check, Config, Section
 from runner.stack import Stack, StackOptions
 
@@ -139,7 +139,7 @@ def _measure(
 def _sim_requests(sim_url: str) -> int:
     """The simulator's own count of the API calls it answered."""
     with urllib3.PoolManager() as http:
-        return int(json.loads(http.request("GET", sim_url + "/sim/stats").data)["requests"])
+        return int(sim_stats(http, sim_url)["requests"])
 
 
 def _row(

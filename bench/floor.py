@@ -25,10 +25,8 @@ from pathlib import Path
 from bench import ab, memory
 from bench.ab import CALLS, Run, measure
 from bench.overhead import FLOOR_APP
+from bench.overhead_table import CPU_TARGETS_MS
 from bench.report import Config
-
-# Issue 11's targets: gateway CPU (nginx + gunicorn) per call at 200 callers.
-TARGETS_MS = {"stream": 3.0, "non-stream": 0.7}
 
 
 def summarize(runs: list[Run]) -> list[str]:
@@ -42,7 +40,7 @@ def summarize(runs: list[Run]) -> list[str]:
         )
         line = f"{kind:10} the gateway's own work: {gateway - floor:.2f} ms/call"
         line += f" ({(gateway - floor) / gateway * 100:.0f} % of its CPU)"
-        target = TARGETS_MS.get(kind)
+        target = CPU_TARGETS_MS.get(kind)
         if target is not None:
             line += f"; target {target:g} ms = {target / floor:.2f}x the floor"
         lines.append(line)
