@@ -318,12 +318,12 @@ class Client:
         """One attempt: a 2xx response, a retry candidate error, or a final error raised."""
         now = time.monotonic()
         if deadline.expired(now):
-            raise DeadlineExceeded(
-                f"the total deadline expired after {attempt - 1} attempt(s)",
-                last_error=last,
-                request_id=last.request_id if last else None,
-                attempts=attempt - 1,
-            )
+            if last is not None:
+                # The backoff fitted when it began and overslept (a busy machine): the
+                # deadline prevented this retry, it cut nothing off, so the caller gets
+                # the last attempt's error, as when the backoff would not fit at all.
+                raise last
+            raise DeadlineExceeded("the total deadline expired before the call", attempts=0)
         left = deadline.remaining(now)
         timeouts = AttemptTimeouts(
             pool=None if left is None else max(left, 0.001),

@@ -151,6 +151,20 @@ def test_total_deadline_bounds_retries() -> None:
     assert 2 <= info.value.attempts == requests < 1000
 
 
+def test_a_backoff_that_oversleeps_the_deadline_raises_the_last_error() -> None:
+    # A busy machine wakes a sleeper late: the backoff fitted when it began, the deadline
+    # passed during it. That deadline prevented a retry and cut nothing off.
+    def app(request: Request, ex: Exchange) -> None:
+        ex.respond(503, error_body("busy", "server_error"))
+
+    with serve(app) as srv, Client(srv.url, "k", retries=FAST, timeout=0.5) as client:
+        client._sleep = lambda delay: time.sleep(delay + 0.6)
+        with pytest.raises(ServiceUnavailableError) as info:
+            client.chat("hi", model="m")
+        requests = srv.stats.requests
+    assert info.value.attempts == requests == 1
+
+
 def test_retry_that_cannot_fit_in_the_deadline_is_not_attempted() -> None:
     def app(request: Request, ex: Exchange) -> None:
         ex.respond(503, error_body("busy", "server_error"), {"retry-after": "5"})
