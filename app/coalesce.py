@@ -79,6 +79,21 @@ def publish_entry(
     return True
 
 
+def replay_producer(
+    entry: Entry, compute: Producer, *, route: str = "", include_usage: bool = False
+) -> Producer:
+    """Play ``entry`` into the flight; compute when it cannot take the flight's shape."""
+
+    def produce(flight: Flight) -> None:
+        if publish_entry(flight, entry, route=route, include_usage=include_usage):
+            flight.source = "cache"
+            return
+        flight.source = "upstream"
+        compute(flight)
+
+    return produce
+
+
 def lease_wait_producer(
     answers: AnswerCache,
     key: str,

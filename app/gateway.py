@@ -23,7 +23,7 @@ from app.cache.entry import Entry
 from app.cache.policy import BYPASS, COALESCED, STATUS_HEADER, Directive
 from app.cache.store import AnswerCache, entry_from_flight
 from app.calls import CLIENT_CLOSED, SSE_HEADERS, Call, Reply, Trace
-from app.coalesce import Flights, lease_wait_producer
+from app.coalesce import Flights, lease_wait_producer, replay_producer
 from app.config import Settings
 from app.errors import GatewayError, ModelNotAllowed, wrap_upstream_body
 from app.flight import ClientGone, Flight, Head, Listener, Producer
@@ -277,6 +277,15 @@ class Gateway:
                 lease = self.answers.try_lease(key)
                 if lease:
                     lease_held = True
+                    # The previous holder stores its entry, then releases its lease: both
+                    # may have landed since this caller's lookup missed. One more look.
+                    looked = directive.lookup and not background
+                    found = self.answers.lookup(key, directive) if looked else None
+                    if found is not None:
+                        waiting = True
+                        producer = replay_producer(
+                            found[0], compute, route=route, include_usage=include_usage
+                        )
                 elif lease is None:
                     pass  # no lease to be had (Memcached trouble): compute, do not wait
                 elif background:

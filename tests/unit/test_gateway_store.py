@@ -334,3 +334,39 @@ def test_a_waiter_that_finds_the_lease_gone_just_after_the_holder_stored_replays
     assert flight.source == "cache" and flight.head is not None and flight.head.body == entry.body
     # A lease it took is released when its flight is done.
     assert flight.lease_held == (released == "before the add")
+
+
+def test_a_new_leader_that_wins_the_lease_just_after_the_holder_stored_replays_the_entry() -> None:
+    """A request whose lookup missed just before the holder stored its entry, and whose
+    lease attempt came just after the holder released: it holds the lease, and would call
+    the upstream a second time. It looks once more."""
+    from app.cache.entry import Entry
+    from app.keys import lease_key
+
+    settings = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=5)
+    l1 = MemoryBackend(1 << 20)
+    entry = Entry(
+        time.time(), 0.5, 60, 200, "application/json", body=json.dumps(COMPLETION).encode()
+    )
+
+    class HolderFinishesInBetween(AnswerCache):
+        def try_lease(self, key: str) -> bool | None:
+            if l1.get(key) is None:
+                l1.set(key, entry.to_bytes(), 60)  # the holder stores ...
+                l1.delete(lease_key(key))  # ... then releases its lease
+            return super().try_lease(key)
+
+    answers = HolderFinishesInBetween(TieredCache(l1, None, l1_ttl=60), settings, shared=True)
+    gateway = Gateway(settings, Upstream(settings), answers)
+    assert l1.add(lease_key(KEY), b"1", 5)  # the holder's lease
+    computed: list[Flight] = []
+    flight = gateway._start_flight(KEY, Directive(), computed.append, Deadline.start(10), False)
+    assert flight is not None and flight.source == "lease"  # the caller's status: COALESCED
+    listener = flight.join()
+    with contextlib.suppress(ClientGone):  # what a compute that publishes nothing ends in
+        listener.wait_complete(5)
+    listener.leave()
+    gevent.sleep(0)  # on_done runs in the flight's greenlet as it ends
+    assert computed == []  # no second upstream call
+    assert flight.source == "cache" and flight.head is not None and flight.head.body == entry.body
+    assert l1.get(lease_key(KEY)) is None  # the lease it took is released
