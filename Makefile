@@ -36,7 +36,7 @@ format: setup
 	$(PY) -m ruff check --fix .
 
 typecheck: setup
-	$(PY) -m mypy app runner simulator llmgate_client
+	$(PY) -m mypy app runner simulator llmgate_client bench
 
 check: lint typecheck test
 

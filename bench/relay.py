@@ -14,6 +14,7 @@ and compare ratios, not absolute values.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -167,7 +168,7 @@ def main(requests: int = 2000, concurrency: int = 16, streams: int = 1000) -> No
         for target in targets:
             before = sim_stats(http, stack.sim_url)["connections_accepted"]
             lat, _ = run_many(target.chat, requests // 4, 1)
-            ttft, _ = run_many(lambda t=target: t.chat(stream=True), requests // 4, 1)
+            ttft, _ = run_many(functools.partial(target.chat, stream=True), requests // 4, 1)
             _, wall = run_many(target.chat, requests, concurrency)
             opened = sim_stats(http, stack.sim_url)["connections_accepted"] - before
             rows.append((target.name, lat, ttft, requests / wall, opened))

@@ -14,6 +14,7 @@ Numbers, not asserts: run on a quiet machine.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tempfile
@@ -107,8 +108,8 @@ def main(requests: int = 2000, concurrency: int = 16, rounds: int = 4) -> None:
             "cache hit (stream)": lambda t: lambda: t.call(cached),
         }
         for target in targets:  # warm pools, imports, the L1 entry
-            run_many(lambda t=target: t.call(PLAIN), 100, 4)
-            run_many(lambda t=target: t.call(cached), 20, 1)
+            run_many(functools.partial(target.call, PLAIN), 100, 4)
+            run_many(functools.partial(target.call, cached), 20, 1)
         per_round = max(1, requests // rounds)
         time.sleep(6)  # the warm-up's spans leave within the processor's 5 s schedule
         spans_before = sink.span_count
