@@ -82,6 +82,13 @@ class Settings:
         "worker can keep a connection for every stream it may hold and steady load opens "
         "none; calls above it open extra connections that are closed after use.",
     )
+    pool_spare_ratio: float = _setting(
+        "LLMGATE_POOL_SPARE_RATIO",
+        0.1,
+        "When a call finds no idle upstream connection and opens one, the worker also opens "
+        "spares behind it (TCP and TLS done, idle in the pool) up to this share of the "
+        "connections in use: the next busier moment finds them ready. 0: no spares.",
+    )
     connect_timeout_s: float = _setting(
         "LLMGATE_CONNECT_TIMEOUT_S", 5.0, "Seconds to open a TCP (+TLS) connection upstream."
     )
@@ -398,6 +405,8 @@ class Settings:
             raise SettingsError(
                 "LLMGATE_TLS_CERT and LLMGATE_TLS_KEY go together; LLMGATE_TLS_PORT is 0..65535"
             )
+        if not 0 <= self.pool_spare_ratio <= 1:
+            raise SettingsError("LLMGATE_POOL_SPARE_RATIO must be between 0 and 1")
         if self.pool_size < 1 or self.retries < 0 or self.max_body_bytes < 1:
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"

@@ -9,8 +9,10 @@ app/upstream.py's.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.client
+import queue
 import socket
 from collections.abc import Callable
 from typing import Any, cast
@@ -47,9 +49,64 @@ class _BufferedBy:
         return self._sock.makefile(mode, buffering=self._size)
 
 
-def pool_classes(on_connect: Callable[[], None] | None) -> dict[str, type]:
+class _GrowsAhead(HTTPConnectionPool):
+    """A pool that, when a call finds no idle connection and must open one on its way, tops
+    up its idle connections behind it in a greenlet, to ``spare_ratio`` times the connections
+    in use: opened, connected (TCP and TLS) and put in the pool. The next busier moment then
+    finds them ready instead of paying a handshake on a call's way, and a load that wavers
+    around its level opens nothing more once its peak plus the spares is reached. The pool's
+    maxsize still bounds everything (a spare takes one of its free places)."""
+
+    spare_ratio = 0.0
+    _growing = False
+
+    def _new_conn(self) -> Any:
+        conn = super()._new_conn()
+        if self.spare_ratio > 0 and not self._growing and self.pool is not None:
+            self._growing = True
+            gevent.spawn(self._open_spares)
+        return conn
+
+    def _open_spares(self) -> None:
+        try:
+            while (slots := self.pool) is not None:
+                # The queue holds the idle connections above the free places (None).
+                idle = sum(1 for conn in list(slots.queue) if conn is not None)
+                in_use = slots.maxsize - slots.qsize()
+                if idle >= int(in_use * self.spare_ratio) or not _take_free_place(slots):
+                    return
+                conn = super()._new_conn()
+                try:
+                    conn.connect()
+                except (OSError, HTTPError):
+                    # Not worth a retry here: the next call that needs one connects itself
+                    # and reports what fails.
+                    conn.close()
+                    self._put_conn(None)
+                    return
+                self._put_conn(conn)
+        finally:
+            self._growing = False
+
+
+def _take_free_place(slots: queue.LifoQueue) -> bool:
+    """Take a free place (a None) from a pool's queue, under the idle connections that a
+    `get` would return first; False when there is none (every place in use). The queue is
+    gevent's in a worker (greenlets do not preempt: no lock), the standard one elsewhere."""
+    with getattr(slots, "mutex", contextlib.nullcontext()):
+        try:
+            slots.queue.remove(None)
+        except ValueError:
+            return False
+    return True
+
+
+def pool_classes(
+    on_connect: Callable[[], None] | None, *, spare_ratio: float = 0.0
+) -> dict[str, type]:
     """Pool classes whose connections read answers through a small buffer (READ_BUFFER) and
-    report each new TCP connection to ``on_connect`` (reuse shows as a flat count)."""
+    report each new TCP connection to ``on_connect`` (reuse shows as a flat count), opening
+    spares ahead of need (_GrowsAhead) when ``spare_ratio`` is above 0."""
 
     class CountingHTTPConnection(HTTPConnection):
         response_class = _SmallBufferResponse
@@ -67,12 +124,13 @@ def pool_classes(on_connect: Callable[[], None] | None) -> dict[str, type]:
             if on_connect is not None:
                 on_connect()
 
-    class CountingHTTPPool(HTTPConnectionPool):
+    class CountingHTTPPool(_GrowsAhead):
         ConnectionCls = CountingHTTPConnection
 
-    class CountingHTTPSPool(HTTPSConnectionPool):
+    class CountingHTTPSPool(_GrowsAhead, HTTPSConnectionPool):
         ConnectionCls = CountingHTTPSConnection
 
+    CountingHTTPPool.spare_ratio = CountingHTTPSPool.spare_ratio = spare_ratio
     return {"http": CountingHTTPPool, "https": CountingHTTPSPool}
 
 

@@ -151,7 +151,9 @@ class Upstream:
             **_tls_options(settings),
         )
         opened = metrics.connections_opened.inc if metrics is not None else None
-        self.pool.pool_classes_by_scheme = pools.pool_classes(opened)
+        self.pool.pool_classes_by_scheme = pools.pool_classes(
+            opened, spare_ratio=settings.pool_spare_ratio
+        )
         if metrics is not None:
             for spec in self.specs:
                 metrics.upstream_state.labels(spec.name).set(0)

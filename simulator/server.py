@@ -30,7 +30,7 @@ class _Connection:
     peer: Peer
     parser: RequestParser = field(default_factory=RequestParser)
     served: int = 0
-    counted: bool = False
+    counted: int | None = None  # the stats epoch it was counted in, until known as control
 
 
 class Server:
@@ -72,13 +72,21 @@ class Server:
         # Also bounds a write to a client that stopped reading: the stream is abandoned.
         sock.settimeout(self.idle_timeout)
         conn = _Connection(Peer(sock))
+        # Counted when accepted: a client's connection opened ahead of need (a pool's spare)
+        # is a handshake made now, whenever it carries its first request.
+        conn.counted = self.stats.epoch
+        self.stats.connections_accepted += 1
+        self.stats.connections_open += 1
+        self.stats.connections_unused += 1
         try:
             self._serve(conn)
         except (OSError, ClientGone):
             pass  # the client reset or vanished mid-request: nothing left to answer
         finally:
-            if conn.counted:
+            if conn.counted is not None:
                 self.stats.connections_open -= 1
+            if conn.served == 0:
+                self.stats.connections_unused -= 1
             conn.peer.release()
             sock.close()
 
@@ -88,12 +96,16 @@ class Server:
             if request is None:
                 return
             conn.served += 1
-            if not conn.counted and not is_control(request.path):
-                # Counted from its first API request, so that the connections a test opens
-                # to poll /sim/stats never show up in the numbers it asserts on.
-                conn.counted = True
-                self.stats.connections_accepted += 1
-                self.stats.connections_open += 1
+            if conn.served == 1:
+                self.stats.connections_unused -= 1
+            if conn.served == 1 and is_control(request.path):
+                # Uncounted once its first request is a control one, so that the
+                # connections a test opens to poll /sim/stats never show up in the numbers
+                # it asserts on (nor after a reset in between).
+                if conn.counted == self.stats.epoch:
+                    self.stats.connections_accepted -= 1
+                conn.counted = None
+                self.stats.connections_open -= 1
             conn.peer.begin()
             try:
                 keep_alive = self.app.handle(Exchange(request, conn.peer, conn.served))

@@ -18,10 +18,13 @@ class Stats:
 
     def __init__(self) -> None:
         self.connections_open = 0
+        self.connections_unused = 0  # open and no request yet: a client's spare, say
+        self.epoch = 0  # resets so far: what a count made before the last one belongs to
         self.reset()
 
     def reset(self) -> None:
-        """Zero everything except ``connections_open``, which describes the present."""
+        """Zero everything except the open connections' counts, which describe the present."""
+        self.epoch += 1
         self.connections_accepted = 0
         self.requests = 0
         self.tokens = 0  # prompt and completion tokens generated (for the rate-limit headers)
@@ -69,6 +72,7 @@ class Stats:
         return {
             "connections_accepted": self.connections_accepted,
             "connections_open": self.connections_open,
+            "connections_unused": self.connections_unused,
             "requests": self.requests,
             "tokens": self.tokens,
             "requests_by_path": dict(self.requests_by_path),

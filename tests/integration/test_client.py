@@ -50,7 +50,9 @@ class SimView:
 @pytest.fixture(scope="module")
 def stack(make_stack):
     return make_stack(
-        env={"LLMGATE_RETRIES": "0"},
+        # No spare upstream connections: the simulator's count of connections is then the
+        # client's concurrency (test_hundred_threads_thousand_calls_one_bounded_pool).
+        env={"LLMGATE_RETRIES": "0", "LLMGATE_POOL_SPARE_RATIO": "0"},
         memcached=False,
         simulator_args=["--ttft-ms", "0", "--tps", "2000"],
     )

@@ -600,6 +600,34 @@ def test_keep_alive_reuses_one_connection(sim: SimProcess) -> None:
     assert sim.stats()["connections_accepted"] == 1
 
 
+def test_a_connection_counts_when_accepted_unless_it_begins_with_a_control_request(
+    sim: SimProcess,
+) -> None:
+    sim.reset()
+    before = sim.stats()  # other tests' kept connections are open
+    # A connection opened ahead of need (a pool's spare): counted before its first request.
+    idle = socket.create_connection((sim.host, sim.port), timeout=5)
+    early_control = socket.create_connection((sim.host, sim.port), timeout=5)
+    try:
+        wait_for(lambda: sim.stats()["connections_accepted"] == 2)
+        assert sim.stats()["connections_unused"] == before["connections_unused"] + 2
+        # One opened before a reset whose first request, a control one, comes after it:
+        # uncounted once, in its own epoch, never below zero in the new one.
+        sim.reset()
+        early_control.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert early_control.recv(4096).startswith(b"HTTP/1.1 200")
+        stats = sim.stats()
+        assert stats["connections_accepted"] == 0
+        # The idle one; a connection that begins with a control request is not an open one.
+        assert stats["connections_open"] == before["connections_open"] + 1
+        assert stats["connections_unused"] == before["connections_unused"] + 1
+    finally:
+        idle.close()
+        early_control.close()
+    wait_for(lambda: sim.stats()["connections_open"] == before["connections_open"])
+    assert sim.stats()["connections_unused"] == before["connections_unused"]
+
+
 def test_connection_close_is_honoured(sim: SimProcess) -> None:
     with socket.create_connection((sim.host, sim.port), timeout=5) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

@@ -153,3 +153,36 @@ def test_steady_load_of_200_streams_opens_no_new_connections(one_worker) -> None
     # connection the worker kept from the first round: not one new one, by the simulator's
     # own count. A pool smaller than the worker's concurrency opens and throws away the rest.
     assert stats["connections_accepted"] == 0, stats
+
+
+def test_a_worker_opens_spare_connections_ahead_of_a_busier_moment(make_stack) -> None:
+    gw = make_stack(workers=1, env={"LLMGATE_CACHE_MODE": "off", "LLMGATE_POOL_SPARE_RATIO": "0.5"})
+    http = urllib3.PoolManager(maxsize=40, retries=False)
+    gw.sim_reset()
+    assert set(_round_of_streams(gw, http, 10)) == {200}
+    # 10 streams at once, each needing a connection: spares were opened behind them.
+    stats = gw.sim_stats()
+    opened = stats["connections_accepted"]
+    assert 10 < opened <= 15, stats  # at most half the connections in use, on top
+    assert stats["connections_open"] == opened  # all kept
+    # A busier moment, as many streams as there are connections: all found one ready.
+    gw.sim_reset()
+    assert set(_round_of_streams(gw, http, opened)) == {200}
+    assert gw.sim_stats()["connections_accepted"] == 0
+
+
+def test_spare_connections_stay_within_the_pool_size(make_stack) -> None:
+    gw = make_stack(
+        workers=1,
+        env={
+            "LLMGATE_CACHE_MODE": "off",
+            "LLMGATE_POOL_SPARE_RATIO": "1",
+            "LLMGATE_POOL_SIZE": "12",
+        },
+    )
+    http = urllib3.PoolManager(maxsize=40, retries=False)
+    gw.sim_reset()
+    assert set(_round_of_streams(gw, http, 10)) == {200}
+    stats = gw.sim_stats()
+    # Ten spares wanted, two free places in a pool of 12.
+    assert stats["connections_accepted"] == stats["connections_open"] == 12, stats

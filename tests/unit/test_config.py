@@ -39,6 +39,8 @@ def test_from_env_parses_types() -> None:
     [
         {"LLMGATE_POOL_SIZE": "many"},
         {"LLMGATE_POOL_SIZE": "0"},
+        {"LLMGATE_POOL_SPARE_RATIO": "-0.1"},
+        {"LLMGATE_POOL_SPARE_RATIO": "2"},
         {"LLMGATE_UPSTREAM_URL": "ftp://example.com"},
         {"LLMGATE_IDLE_TIMEOUT_S": "0"},
         {"LLMGATE_DEADLINE_S": "soon"},
