@@ -101,19 +101,13 @@ QUIET_ROUNDS = 2
 
 
 def sim_accepted(sim_url: str) -> int:
-    """The simulator's count of accepted connections (its control paths, this query's own,
-    are not counted: simulator/server.py)."""
-    return sim_connections(sim_url)[0]
-
-
-def sim_connections(sim_url: str) -> tuple[int, int]:
-    """The simulator's connections: accepted so far, and open now (control paths aside)."""
+    """The simulator's count of accepted connections (those that begin with a control
+    request, this query's own among them, are not counted: simulator/server.py)."""
     host, port = sim_url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
         conn.request("GET", "/sim/stats")
-        stats = json.loads(conn.getresponse().read())
-        return int(stats["connections_accepted"]), int(stats["connections_open"])
+        return int(json.loads(conn.getresponse().read())["connections_accepted"])
     finally:
         conn.close()
 
@@ -181,13 +175,18 @@ def measure(
     host, port = url.removeprefix("http://").split(":")
     request = kind.request()
     cfg.progress(f"overhead: {kind.name}, {callers} callers, {path}")
-    cpu0, (accepted0, open0) = proctree.cpu_s(pids), sim_connections(sim_url)
+    # Opened: what the simulator accepted meanwhile (only this path runs). Held: what the
+    # path's own processes hold to it, from the OS: the simulator's open count also moves
+    # when another path's idle connections time out (nginx closes its after 60 s).
+    sim_port = int(sim_url.rsplit(":", 1)[1])
+    cpu0, accepted0 = proctree.cpu_s(pids), sim_accepted(sim_url)
+    open0 = proctree.connections_to(pids, sim_port)
     others = machine.Others(ours)
     result = loadgen.run(host, int(port), request, callers, count)
     others_share = others.share()
     # What the tree burns with no call (timers, heartbeats of its own) is not per request.
     cpu = proctree.cpu_s(pids) - cpu0 - idle_rate * result.wall
-    accepted, still_open = sim_connections(sim_url)
+    accepted, still_open = sim_accepted(sim_url), proctree.connections_to(pids, sim_port)
     opened = accepted - accepted0
     closed = opened - (still_open - open0)
     done = max(1, len(result.total))

@@ -109,7 +109,8 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
             "so the figure is the steady state's. A worker's "
             "pool still grows when it meets more streams at once than ever before (accepts "
             "are uneven between workers); closed upstream conns /1000: the connections "
-            "opened less the growth of the simulator's open count, i.e. those discarded.",
+            "opened less the growth of those the path's processes hold to the simulator "
+            "(their sockets, read from /proc), i.e. those discarded.",
             "generator % core: the load generator's own CPU over the run's wall time; it is "
             "one thread, so near 100 % it, not the path, would be the bottleneck.",
             "others % cores: the share of all cores that processes other than this benchmark's "

@@ -3,7 +3,9 @@
 The gateway is a tree of processes: nginx's master and workers, gunicorn's master and
 workers. Its CPU per request is the growth of the tree's utime + stime (/proc/PID/stat
 fields 14 and 15, in clock ticks) over a run, divided by the requests of that run; its memory
-is the sum of VmRSS. A process that exits between the listing and the read is skipped.
+is the sum of VmRSS; its connections to a port are its sockets (/proc/PID/fd) found
+ESTABLISHED to that port in /proc/net/tcp and tcp6. A process that exits between the listing
+and the read is skipped.
 """
 
 from __future__ import annotations
@@ -50,3 +52,26 @@ def children(pid: int) -> list[int]:
     with contextlib.suppress(OSError):
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     return []
+
+
+def connections_to(pids: list[int], port: int) -> int:
+    """TCP connections of ``pids`` established to ``port`` (on any address): what the OS
+    says they hold, whoever else connects to that port meanwhile."""
+    inodes: set[str] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1])
+    wanted = f"{port:04X}"
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                # local, remote (hex address:port), state 01 = ESTABLISHED, ..., inode
+                if fields[2].endswith(":" + wanted) and fields[3] == "01" and fields[9] in inodes:
+                    count += 1
+    return count
