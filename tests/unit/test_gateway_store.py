@@ -291,6 +291,34 @@ def test_an_entry_that_cannot_take_the_waiters_shape_is_not_published() -> None:
     assert flight.head is None
 
 
+def _holder_finishes_in_between(*, add_then_gone: bool = False):
+    """An in-process shared cache whose key's lease holder stores its entry and releases its
+    lease just before a caller's lease attempt (the caller's lookup came before the store).
+    ``add_then_gone``: the release lands between the caller's `add` and its `get`, which
+    try_lease then answers with None. The settings, the L1, the holder's entry, the cache."""
+    from app.cache.entry import Entry
+    from app.keys import lease_key
+
+    settings = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=5)
+    l1 = MemoryBackend(1 << 20)
+    entry = Entry(
+        time.time(), 0.5, 60, 200, "application/json", body=json.dumps(COMPLETION).encode()
+    )
+
+    class HolderFinishesInBetween(AnswerCache):
+        def try_lease(self, key: str) -> bool | None:
+            if l1.get(key) is None:
+                l1.set(key, entry.to_bytes(), 60)  # the holder stores ...
+                l1.delete(lease_key(key))  # ... then releases its lease
+                if add_then_gone:
+                    return None  # what try_lease answers then: `add` failed, `get` found none
+            return super().try_lease(key)
+
+    answers = HolderFinishesInBetween(TieredCache(l1, None, l1_ttl=60), settings, shared=True)
+    assert l1.add(lease_key(KEY), b"1", 5)  # the holder's lease
+    return settings, l1, entry, answers
+
+
 @pytest.mark.parametrize("released", ["before the add", "between the add and the get"])
 def test_a_waiter_that_finds_the_lease_gone_just_after_the_holder_stored_replays_the_entry(
     released: str,
@@ -300,32 +328,13 @@ def test_a_waiter_that_finds_the_lease_gone_just_after_the_holder_stored_replays
     lease, or (released between its `add` and its `get`) saw no lease at all, which reads as
     Memcached trouble: either way it called the upstream a second time (CI: 2 upstream calls
     for 200 identical streams over three instances). It looks once more before computing."""
-    from app.cache.entry import Entry
     from app.coalesce import lease_wait_producer
-    from app.keys import lease_key
 
-    settings = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=5)
-    l1 = MemoryBackend(1 << 20)
-    key = "k" * 64
-    entry = Entry(
-        time.time(), 0.5, 60, 200, "application/json", body=json.dumps(COMPLETION).encode()
+    _, _, entry, answers = _holder_finishes_in_between(
+        add_then_gone=released == "between the add and the get"
     )
-
-    class HolderFinishesInBetween(AnswerCache):
-        """The holder's store and release land between the waiter's lookup and its add."""
-
-        def try_lease(self, key: str) -> bool | None:
-            if l1.get(key) is None:
-                l1.set(key, entry.to_bytes(), 60)  # the holder stores ...
-                l1.delete(lease_key(key))  # ... then releases its lease
-                if released == "between the add and the get":
-                    return None  # what try_lease answers then: `add` failed, `get` found none
-            return super().try_lease(key)
-
-    answers = HolderFinishesInBetween(TieredCache(l1, None, l1_ttl=60), settings, shared=True)
-    assert l1.add(lease_key(key), b"1", 5)  # the holder's lease
     computed: list[Flight] = []
-    producer = lease_wait_producer(answers, key, Deadline.start(10), computed.append)
+    producer = lease_wait_producer(answers, KEY, Deadline.start(10), computed.append)
     flight = Flight(producer)
     listener = flight.join()
     with contextlib.suppress(ClientGone):  # what a compute that publishes nothing ends in
@@ -340,25 +349,10 @@ def test_a_new_leader_that_wins_the_lease_just_after_the_holder_stored_replays_t
     """A request whose lookup missed just before the holder stored its entry, and whose
     lease attempt came just after the holder released: it holds the lease, and would call
     the upstream a second time. It looks once more."""
-    from app.cache.entry import Entry
     from app.keys import lease_key
 
-    settings = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=5)
-    l1 = MemoryBackend(1 << 20)
-    entry = Entry(
-        time.time(), 0.5, 60, 200, "application/json", body=json.dumps(COMPLETION).encode()
-    )
-
-    class HolderFinishesInBetween(AnswerCache):
-        def try_lease(self, key: str) -> bool | None:
-            if l1.get(key) is None:
-                l1.set(key, entry.to_bytes(), 60)  # the holder stores ...
-                l1.delete(lease_key(key))  # ... then releases its lease
-            return super().try_lease(key)
-
-    answers = HolderFinishesInBetween(TieredCache(l1, None, l1_ttl=60), settings, shared=True)
+    settings, l1, entry, answers = _holder_finishes_in_between()
     gateway = Gateway(settings, Upstream(settings), answers)
-    assert l1.add(lease_key(KEY), b"1", 5)  # the holder's lease
     computed: list[Flight] = []
     flight = gateway._start_flight(KEY, Directive(), computed.append, Deadline.start(10), False)
     assert flight is not None and flight.source == "lease"  # the caller's status: COALESCED
