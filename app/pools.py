@@ -70,8 +70,7 @@ class _GrowsAhead(HTTPConnectionPool):
     def _open_spares(self) -> None:
         try:
             while (slots := self.pool) is not None:
-                # The queue holds the idle connections above the free places (None).
-                idle = sum(1 for conn in list(slots.queue) if conn is not None)
+                idle = _idle_on_top(slots)
                 in_use = slots.maxsize - slots.qsize()
                 if idle >= int(in_use * self.spare_ratio) or not _take_free_place(slots):
                     return
@@ -87,6 +86,18 @@ class _GrowsAhead(HTTPConnectionPool):
                 self._put_conn(conn)
         finally:
             self._growing = False
+
+
+def _idle_on_top(slots: queue.LifoQueue) -> int:
+    """The idle connections above the last free place (None) of a pool's queue: all of them
+    but for a free place put back above some after a failed call (then fewer: more spares
+    within the free places, at worst). Counted from the top, not over the whole queue."""
+    idle = 0
+    for conn in reversed(slots.queue):
+        if conn is None:
+            break
+        idle += 1
+    return idle
 
 
 def _take_free_place(slots: queue.LifoQueue) -> bool:
