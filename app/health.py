@@ -57,7 +57,7 @@ def readiness(
     gevent.joinall(probes)
     errors = [probe.get() for probe in probes]  # a probe's own bug raises here
     targets = []
-    for spec, error in zip(upstreams, errors, strict=False):
+    for spec, error in zip(upstreams, errors[: len(upstreams)], strict=True):
         host, port = spec.host
         target = {"name": spec.name, "target": f"{host}:{port}", "ok": error is None}
         target["state"] = states.get(spec.name, "closed")
