@@ -14,12 +14,15 @@ import functools
 import http.client
 import queue
 import socket
+import ssl
+import time
 from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 import gevent
 import urllib3
+from gevent.socket import wait_read
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import HTTPError
@@ -76,7 +79,9 @@ class _GrowsAhead(HTTPConnectionPool):
                     return
                 conn = super()._new_conn()
                 try:
+                    started = time.monotonic()
                     conn.connect()
+                    _read_session_tickets(getattr(conn, "sock", None), time.monotonic() - started)
                 except (OSError, HTTPError):
                     # Not worth a retry here: the next call that needs one connects itself
                     # and reports what fails.
@@ -86,6 +91,35 @@ class _GrowsAhead(HTTPConnectionPool):
                 self._put_conn(conn)
         finally:
             self._growing = False
+
+
+def _read_session_tickets(sock: Any, handshake_s: float) -> None:
+    """Take in what a TLS 1.3 server sends just after the handshake: its session tickets.
+    Left unread on a connection nobody has used yet, they make it readable, which urllib3
+    takes for a connection the server closed when a call picks it: it would be thrown away
+    and a new one opened on the call's way. They come about a round trip after the
+    handshake ends; more may follow at once. OSError when the server closed instead."""
+    if getattr(sock, "version", lambda: None)() != "TLSv1.3":
+        return
+    wait = max(0.05, 2 * handshake_s)
+    timeout = sock.gettimeout()
+    try:
+        while True:
+            try:
+                wait_read(sock.fileno(), timeout=wait)
+            except TimeoutError:
+                return
+            sock.settimeout(0.0)
+            try:
+                if not sock.recv(READ_SIZE):
+                    raise ConnectionResetError("the upstream closed a new connection")
+                raise OSError("the upstream sent data nobody asked for")
+            except ssl.SSLWantReadError:
+                pass  # the tickets were read; no data
+            sock.settimeout(timeout)
+            wait = min(wait, 0.05)  # a ticket sent apart from the first
+    finally:
+        sock.settimeout(timeout)
 
 
 def _idle_on_top(slots: queue.LifoQueue) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import tempfile
 from pathlib import Path
 
@@ -60,3 +61,48 @@ def test_an_untrusted_certificate_is_a_clear_502(make_stack, tls_upstream) -> No
     error = json.loads(resp.data)["error"]
     assert error["code"] == "upstream_tls_error"
     assert "certificate" in error["message"].lower()
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_spare_connections_are_opened_with_their_tls_handshake_done(
+    make_stack, tls_upstream, version: ssl.TLSVersion
+) -> None:
+    # TLS 1.3 servers send session tickets after the handshake: a spare nobody has used yet
+    # must have read them, or urllib3 takes it for a closed connection and opens another.
+    from concurrent.futures import ThreadPoolExecutor
+
+    import urllib3
+
+    sim, _, cert = tls_upstream
+    front = TLSFront(sim.port, cert, cert.with_name("upstream.key"), max_version=version)
+    gw = make_stack(
+        upstream_url=f"https://127.0.0.1:{front.port}/v1",
+        memcached=False,
+        workers=1,
+        env={"LLMGATE_UPSTREAM_CA_BUNDLE": str(cert), "LLMGATE_POOL_SPARE_RATIO": "0.5"},
+    )
+    http = urllib3.PoolManager(maxsize=40, retries=False)
+
+    def streams(count: int) -> set[int]:
+        def one(_: int) -> int:
+            resp = http.request(
+                "POST",
+                gw.url + "/v1/chat/completions",
+                body=json.dumps(chat(True, max_tokens=3)).encode(),
+                headers={"Content-Type": "application/json", "x-sim-ttft-ms": "1000"},
+            )
+            return resp.status if resp.data.endswith(b"data: [DONE]\n\n") else -resp.status
+
+        with ThreadPoolExecutor(count) as pool:
+            return set(pool.map(one, range(count)))
+
+    try:
+        before = front.handshakes
+        assert streams(10) == {200}
+        made = front.handshakes - before
+        assert 10 < made <= 15  # the spares' handshakes were made with the others'
+        assert streams(made) == {200}  # each later stream found a connection ready
+        assert front.handshakes - before == made
+        assert set(front.versions) == {version.name.replace("_", ".")}  # "TLSv1.3"
+    finally:
+        front.stop()
