@@ -192,6 +192,13 @@ class Settings:
         "Most values in one JSON array of a request body (400 invalid_json above it). The "
         "longest real arrays are prompts given as token ids, up to a model's context.",
     )
+    max_json_containers: int = _setting(
+        "LLMGATE_MAX_JSON_CONTAINERS",
+        100_000,
+        "Most JSON arrays and objects in a request body (400 invalid_json above it), counted "
+        "before parsing: each costs far more parsed than its two bytes (a body of `{},{},...` "
+        "at the body size limit parses into ~500 MiB).",
+    )
     max_event_bytes: int = _setting(
         "LLMGATE_MAX_EVENT_BYTES",
         8 * 1024 * 1024,
@@ -380,8 +387,10 @@ class Settings:
             # Deeper, json.loads (and json.dumps of the cache key) would recurse past
             # Python's recursion limit: the RecursionError this setting exists to prevent.
             raise SettingsError("LLMGATE_MAX_JSON_DEPTH must be between 1 and 512")
-        if self.max_json_array_items < 1:
-            raise SettingsError("LLMGATE_MAX_JSON_ARRAY_ITEMS must be >= 1")
+        if self.max_json_array_items < 1 or self.max_json_containers < 1:
+            raise SettingsError(
+                "LLMGATE_MAX_JSON_ARRAY_ITEMS and LLMGATE_MAX_JSON_CONTAINERS must be >= 1"
+            )
         if self.max_requests_per_worker < 0 or self.max_streams_per_worker < 0:
             raise SettingsError(
                 "LLMGATE_MAX_REQUESTS_PER_WORKER and LLMGATE_MAX_STREAMS_PER_WORKER must be "

@@ -79,6 +79,7 @@ class Gateway:
                 call.body,
                 max_depth=self.settings.max_json_depth,
                 max_array_items=self.settings.max_json_array_items,
+                max_containers=self.settings.max_json_containers,
             )
             schema.validate(call.route, body)
             self.upstream.check_serves(_model(body))

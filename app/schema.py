@@ -7,6 +7,7 @@ doomed call (a chat request without messages); everything else is the upstream's
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from app.errors import BadRequest
@@ -32,33 +33,56 @@ def json_depth_exceeds(raw: bytes, max_depth: int) -> bool:
     """Whether ``raw`` nests arrays/objects deeper than ``max_depth``, without parsing it.
 
     json.loads recurses once per level, so a body like ``[[[[...`` a few thousand deep
-    raises RecursionError instead of a ValueError. This scan is linear and not recursive:
-    escaped backslashes, then escaped quotes, are dropped (left to right, as JSON pairs
-    them), so every ``"`` left opens or closes a string; every byte but ``" [ ] { }`` goes
-    too; of that skeleton, the pieces between quotes are string contents and are skipped,
-    and the depth of the remaining brackets is counted. All but the counting runs in C (a
-    byte-by-byte Python loop costs ~130 ns a byte: seconds for a 20 MiB body), and the
-    skeleton is split a chunk at a time so a body of millions of strings stays small in
-    memory. For invalid JSON the answer does not matter: json.loads rejects it anyway.
+    raises RecursionError instead of a ValueError. This scan is linear and not recursive
+    (``_brackets``); only the counting of the brackets it finds runs in Python.
+    For invalid JSON the answer does not matter: json.loads rejects it anyway.
     """
     if raw.count(b"[") + raw.count(b"{") <= max_depth:
         return False  # too few brackets in all to nest that deep (the usual body)
-    if b"\\" in raw:
-        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
-    skeleton = raw.translate(None, _NOT_STRUCTURE)
     depth = 0
-    in_string = False  # at the start of the current chunk
-    for start in range(0, len(skeleton), _CHUNK):
-        pieces = skeleton[start : start + _CHUNK].split(b'"')
-        for byte in b"".join(pieces[in_string::2]):
+    for brackets in _brackets(raw):
+        for byte in brackets:
             if byte in _OPENERS:
                 depth += 1
                 if depth > max_depth:
                     return True
             else:
                 depth -= 1
-        in_string ^= len(pieces) % 2 == 0  # an odd number of quotes in this chunk
     return False
+
+
+def json_containers_exceed(raw: bytes, max_containers: int) -> bool:
+    """Whether ``raw`` holds more than ``max_containers`` arrays and objects, without parsing
+    it. Each costs json.loads far more than its two bytes: a 20 MiB body of ``{},{},...``
+    parses into ~500 MiB of dicts. Brackets inside strings do not count (``_brackets``)."""
+    if raw.count(b"[") + raw.count(b"{") <= max_containers:
+        return False  # the usual body: no need to tell strings apart
+    count = 0
+    for brackets in _brackets(raw):
+        count += brackets.count(b"[") + brackets.count(b"{")
+        if count > max_containers:
+            return True
+    return False
+
+
+def _brackets(raw: bytes) -> Iterator[bytes]:
+    """The brackets of ``raw`` that are not inside strings, in order, a piece at a time.
+
+    Escaped backslashes, then escaped quotes, are dropped (left to right, as JSON pairs
+    them), so every ``"`` left opens or closes a string; every byte but ``" [ ] { }`` goes
+    too; of that skeleton, the pieces between quotes are string contents and are skipped.
+    All of it runs in C (a byte-by-byte Python loop costs ~130 ns a byte: seconds for a
+    20 MiB body), and the skeleton is split a chunk at a time so a body of millions of
+    strings stays small in memory.
+    """
+    if b"\\" in raw:
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    skeleton = raw.translate(None, _NOT_STRUCTURE)
+    in_string = False  # at the start of the current chunk
+    for start in range(0, len(skeleton), _CHUNK):
+        pieces = skeleton[start : start + _CHUNK].split(b'"')
+        yield b"".join(pieces[in_string::2])
+        in_string ^= len(pieces) % 2 == 0  # an odd number of quotes in this chunk
 
 
 def longest_array_exceeds(doc: Any, max_items: int) -> bool:
@@ -75,7 +99,11 @@ def longest_array_exceeds(doc: Any, max_items: int) -> bool:
 
 
 def parse_body(
-    raw: bytes, *, max_depth: int = 64, max_array_items: int = 1_000_000
+    raw: bytes,
+    *,
+    max_depth: int = 64,
+    max_array_items: int = 1_000_000,
+    max_containers: int = 100_000,
 ) -> dict[str, Any]:
     """The request body as a JSON object, or BadRequest saying what is wrong with it."""
     if not raw.strip():
@@ -84,6 +112,11 @@ def parse_body(
         raise BadRequest(
             f"The request body nests JSON arrays or objects deeper than the limit of "
             f"{max_depth} levels.",
+            code="invalid_json",
+        )
+    if json_containers_exceed(raw, max_containers):
+        raise BadRequest(
+            f"The request body has more than {max_containers} JSON arrays and objects.",
             code="invalid_json",
         )
     try:

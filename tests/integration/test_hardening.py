@@ -324,3 +324,13 @@ def test_an_array_longer_than_the_limit_is_refused(gw) -> None:
         error = assert_json_error(answer, 400, "invalid_json")
         assert "more than 1000000 items" in error["message"], name
     assert gw.sim_requests() == []
+
+
+def test_a_body_of_more_arrays_and_objects_than_the_limit_is_refused(gw) -> None:
+    # 100,001 empty objects in 300 KB: parsed, each a dict. At the body limit, ~500 MiB.
+    body = b'{"model": "sim-model", "prompt": "x", "extra": [' + b"{}," * 100_000 + b"{}]}"
+    for name, url in bases(gw):
+        answer = send(url, "POST", "/v1/completions", body=body)
+        error = assert_json_error(answer, 400, "invalid_json")
+        assert "more than 100000 JSON arrays and objects" in error["message"], name
+    assert gw.sim_requests() == []

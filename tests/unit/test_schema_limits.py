@@ -70,3 +70,30 @@ def test_the_limits_hold_when_every_bracket_and_comma_is_the_deep_or_long_ones()
     with pytest.raises(errors.BadRequest, match="more than 10 items"):
         schema.parse_body(long, max_array_items=10)
     assert len(schema.parse_body(long, max_array_items=11)["p"]) == 11
+
+
+def test_more_arrays_and_objects_than_the_limit_is_a_400_before_parsing() -> None:
+    at = json.dumps({"model": "m", "x": [{}] * 9}).encode()  # 10 containers, and the body
+    assert len(schema.parse_body(at, max_containers=11)["x"]) == 9
+    over = json.dumps({"model": "m", "x": [{}] * 10}).encode()
+    with pytest.raises(errors.BadRequest, match="more than 11 JSON arrays and objects") as info:
+        schema.parse_body(over, max_containers=11)
+    assert info.value.code == "invalid_json"
+
+
+def test_brackets_inside_strings_are_not_containers() -> None:
+    # A prompt full of code or JSON is text: its brackets, escaped quotes included, are not
+    # the body's arrays and objects.
+    text = '[{"a": [1, {}]}] \\" {[' * 1000
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}).encode()
+    assert body.count(b"[") + body.count(b"{") > 5000  # the scan is needed
+    assert schema.parse_body(body, max_containers=3)["messages"][0]["content"] == text
+    assert not schema.json_containers_exceed(body, 3)
+    assert schema.json_containers_exceed(body, 2)
+
+
+def test_the_container_limit_is_a_setting() -> None:
+    assert Settings().max_json_containers == 100_000
+    assert Settings.from_env({"LLMGATE_MAX_JSON_CONTAINERS": "500"}).max_json_containers == 500
+    with pytest.raises(SettingsError, match="LLMGATE_MAX_JSON_CONTAINERS"):
+        Settings.from_env({"LLMGATE_MAX_JSON_CONTAINERS": "0"})
