@@ -177,7 +177,8 @@ def measure(
     cfg.progress(f"overhead: {kind.name}, {callers} callers, {path}")
     # Opened: what the simulator accepted meanwhile (only this path runs). Held: what the
     # path's own processes hold to it, from the OS: the simulator's open count also moves
-    # when another path's idle connections time out (nginx closes its after 60 s).
+    # when another path's idle connections time out (nginx-only closes its after 15 s,
+    # keepalive_timeout in nginx/llmgate.conf.template).
     sim_port = int(sim_url.rsplit(":", 1)[1])
     cpu0, accepted0 = proctree.cpu_s(pids), sim_accepted(sim_url)
     open0 = proctree.connections_to(pids, sim_port)
