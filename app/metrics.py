@@ -184,6 +184,11 @@ class Metrics:
             "TCP connections opened to the upstream; flat under steady load when keep-alive works.",
             registry=reg,
         )
+        self.connections_spare = Counter(
+            "llmgate_upstream_connections_spare_total",
+            "Of those, the spares opened ahead of need (LLMGATE_POOL_SPARE_RATIO).",
+            registry=reg,
+        )
         self.pool = Gauge(
             "llmgate_upstream_pool_connections",
             "Upstream connections in use and idle in the pools, summed over live workers.",

@@ -61,6 +61,7 @@ class _GrowsAhead(HTTPConnectionPool):
     maxsize still bounds everything (a spare takes one of its free places)."""
 
     spare_ratio = 0.0
+    on_spare: Callable[[], None] | None = None  # told of each spare opened
     _growing = False
 
     def _new_conn(self) -> Any:
@@ -89,6 +90,8 @@ class _GrowsAhead(HTTPConnectionPool):
                     self._put_conn(None)
                     return
                 self._put_conn(conn)
+                if self.on_spare is not None:
+                    self.on_spare()
         finally:
             self._growing = False
 
@@ -147,11 +150,15 @@ def _take_free_place(slots: queue.LifoQueue) -> bool:
 
 
 def pool_classes(
-    on_connect: Callable[[], None] | None, *, spare_ratio: float = 0.0
+    on_connect: Callable[[], None] | None,
+    *,
+    spare_ratio: float = 0.0,
+    on_spare: Callable[[], None] | None = None,
 ) -> dict[str, type]:
     """Pool classes whose connections read answers through a small buffer (READ_BUFFER) and
     report each new TCP connection to ``on_connect`` (reuse shows as a flat count), opening
-    spares ahead of need (_GrowsAhead) when ``spare_ratio`` is above 0."""
+    spares ahead of need (_GrowsAhead) when ``spare_ratio`` is above 0, each also reported to
+    ``on_spare``."""
 
     class CountingHTTPConnection(HTTPConnection):
         response_class = _SmallBufferResponse
@@ -175,7 +182,9 @@ def pool_classes(
     class CountingHTTPSPool(_GrowsAhead, HTTPSConnectionPool):
         ConnectionCls = CountingHTTPSConnection
 
-    CountingHTTPPool.spare_ratio = CountingHTTPSPool.spare_ratio = spare_ratio
+    for pool in (CountingHTTPPool, CountingHTTPSPool):
+        pool.spare_ratio = spare_ratio
+        pool.on_spare = staticmethod(on_spare) if on_spare is not None else None
     return {"http": CountingHTTPPool, "https": CountingHTTPSPool}
 
 

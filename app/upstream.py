@@ -152,7 +152,9 @@ class Upstream:
         )
         opened = metrics.connections_opened.inc if metrics is not None else None
         self.pool.pool_classes_by_scheme = pools.pool_classes(
-            opened, spare_ratio=settings.pool_spare_ratio
+            opened,
+            spare_ratio=settings.pool_spare_ratio,
+            on_spare=metrics.connections_spare.inc if metrics is not None else None,
         )
         if metrics is not None:
             for spec in self.specs:

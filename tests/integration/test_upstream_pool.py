@@ -165,6 +165,11 @@ def test_a_worker_opens_spare_connections_ahead_of_a_busier_moment(make_stack) -
     opened = stats["connections_accepted"]
     assert 10 < opened <= 15, stats  # at most half the connections in use, on top
     assert stats["connections_open"] == opened  # all kept
+    # The worker's own counts agree: every connection the simulator saw, of which the spares
+    # are those no call opened on its way (one each at most).
+    spares = gw.metric("llmgate_upstream_connections_spare_total")
+    assert gw.metric("llmgate_upstream_connections_opened_total") == opened
+    assert spares > 0 and opened - spares <= 10
     # A busier moment, as many streams as there are connections: all found one ready.
     gw.sim_reset()
     assert set(_round_of_streams(gw, http, opened)) == {200}
