@@ -106,20 +106,19 @@ def _read_session_tickets(sock: Any, handshake_s: float) -> None:
         return
     wait = max(0.05, 2 * handshake_s)
     timeout = sock.gettimeout()
+    sock.settimeout(0.0)  # reads that take in what is there and never wait
     try:
         while True:
             try:
                 wait_read(sock.fileno(), timeout=wait)
             except TimeoutError:
                 return
-            sock.settimeout(0.0)
             try:
                 if not sock.recv(READ_SIZE):
                     raise ConnectionResetError("the upstream closed a new connection")
                 raise OSError("the upstream sent data nobody asked for")
             except ssl.SSLWantReadError:
                 pass  # the tickets were read; no data
-            sock.settimeout(timeout)
             wait = min(wait, 0.05)  # a ticket sent apart from the first
     finally:
         sock.settimeout(timeout)
