@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import urllib3
 
+from bench.proctree import connections_to
 from tests.integration.test_cache_backends import start_memcached
 from tests.support.calls import ManyStreams, Outcome, call, chat_body, raw_chat_request
 from tests.support.faultproxy import FaultProxy
@@ -52,26 +53,6 @@ def memcached_stats(port: int) -> dict[str, int]:
 def worker_pids(gw) -> list[int]:
     master = gw.stack.proc("gunicorn").popen.pid
     return [int(p) for p in Path(f"/proc/{master}/task/{master}/children").read_text().split()]
-
-
-def connections_to(pid: int, port: int) -> int:
-    """Established TCP connections process ``pid`` holds to loopback ``port``."""
-    inodes = set()
-    fd_dir = Path(f"/proc/{pid}/fd")
-    for fd in fd_dir.iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        remote, state, inode = fields[2], fields[3], fields[9]
-        if state == "01" and int(remote.split(":")[1], 16) == port and inode in inodes:
-            count += 1
-    return count
 
 
 class Load:
@@ -274,14 +255,19 @@ def _lease_round(gw, proxy: FaultProxy, prompt: str) -> tuple[list[Outcome], int
 def test_a_worker_killed_under_load_fails_only_its_in_flight_calls(make_stack) -> None:
     """Two workers, slow streams in flight on both; one worker gets SIGKILL.
 
-    A fresh stack with the cache off, so every upstream connection a worker holds is one of
-    these streams (counted per worker in /proc). The killed worker's streams may fail (its
-    sockets are gone, nothing can end them with an error event); the other worker's streams
-    finish with the right text, and calls made after the kill all succeed while the master
-    replaces the worker.
+    A fresh stack with the cache off and no spare connections, so every upstream connection a
+    worker holds is one of these streams (counted per worker in /proc). The killed worker's
+    streams may fail (its sockets are gone, nothing can end them with an error event); the
+    other worker's streams finish with the right text, and calls made after the kill all
+    succeed while the master replaces the worker.
     """
     gw = make_stack(
-        env={"LLMGATE_CACHE_MODE": "off", "LLMGATE_FAULT_MATRIX": "sigkill"},
+        # No spare connections: every upstream connection a worker holds is then a stream.
+        env={
+            "LLMGATE_CACHE_MODE": "off",
+            "LLMGATE_FAULT_MATRIX": "sigkill",
+            "LLMGATE_POOL_SPARE_RATIO": "0",
+        },
         memcached=False,
         workers=2,
     )
@@ -309,7 +295,7 @@ def test_a_worker_killed_under_load_fails_only_its_in_flight_calls(make_stack) -
     # A worker of a fresh stack may still be loading the app: top up until both hold streams.
     open_streams(16)
     for _ in range(4):
-        in_flight = {pid: connections_to(pid, sim_port) for pid in workers}
+        in_flight = {pid: connections_to([pid], sim_port) for pid in workers}
         if all(in_flight.values()):
             break
         open_streams(8)
