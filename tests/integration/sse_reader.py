@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import urllib3
 
 from app import sse
 
-CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "Tell me a story"}]}
+CHAT: dict[str, Any] = {
+    "model": "sim-model",
+    "messages": [{"role": "user", "content": "Tell me a story"}],
+}
 
 
 def chat(stream: bool = False, **fields) -> dict:

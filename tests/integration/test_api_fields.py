@@ -83,7 +83,10 @@ def test_a_responses_stream_logs_its_usage_tier_and_ttft_at_the_first_delta(clie
 
 
 def test_a_cache_hit_adds_no_billed_tokens(gw) -> None:
-    body = {"model": "sim-model", "messages": [{"role": "user", "content": _tag()}]}
+    body: dict[str, object] = {
+        "model": "sim-model",
+        "messages": [{"role": "user", "content": _tag()}],
+    }
     body |= {"temperature": 0, "max_tokens": 2}
     headers = {"x-sim-cached-tokens": "1"}
     assert gw.post("/v1/chat/completions", body, headers=headers).status == 200

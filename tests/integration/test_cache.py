@@ -9,6 +9,7 @@ import uuid
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletion
 
 from tests.integration.sse_reader import content_of, data_events, read_events
 
@@ -69,15 +70,20 @@ def test_one_stored_answer_serves_both_shapes_to_the_sdk(gw) -> None:
         payload = body()
         payload.pop("stream")
         create = client.chat.completions.with_raw_response.create
-        texts, statuses = [], []
+        texts: list[str] = []
+        statuses: list[str] = []
         for streamed in (first_stream, not first_stream):
             raw = create(**payload, stream=streamed)
             statuses.append(raw.headers[STATUS])
             item = raw.parse()  # a stream is read to its end before the next call
             if streamed:
+                assert isinstance(item, openai.Stream)
                 texts.append("".join(c.choices[0].delta.content or "" for c in item if c.choices))
             else:
-                texts.append(item.choices[0].message.content)
+                assert isinstance(item, ChatCompletion)
+                content = item.choices[0].message.content
+                assert content is not None
+                texts.append(content)
         assert statuses[0] == "MISS" and statuses[1].startswith("HIT")
         assert texts[0] == texts[1] and len(texts[0].split()) == 6
     assert gw.sim_stats()["requests"] == 2
@@ -194,12 +200,12 @@ def test_stream_hit_adapts_usage_to_the_caller(gw) -> None:
 
 
 def _memcached(runs_dir, name: str):
-    from runner.procs import Proc, find_binary, free_port
+    from runner.procs import Proc, free_port
     from tests.conftest import require_binary
 
-    require_binary("memcached")
+    binary = require_binary("memcached")
     port = free_port()
-    argv = [find_binary("memcached"), "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "16"]
+    argv = [binary, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "16"]
     if os.geteuid() == 0:
         argv += ["-u", "nobody"]
     proc = Proc(name, argv, log_path=runs_dir / f"{name}.log")

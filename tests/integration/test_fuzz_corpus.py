@@ -94,8 +94,8 @@ def _hostile_json(rng: random.Random, path: str) -> bytes:
         key = rng.choice([b"ttl", b"s-maxage", b"namespace"])
         return base[:-1] + b', "temperature": 0, "cache": {"' + key + b'": ' + ttl + b"}}"
     if choice == 8:  # fields that steer the upstream
-        field = rng.choice(["api_base", "base_url", "azure_endpoint"])
-        return json.dumps({**json.loads(base), field: "http://169.254.169.254/"}).encode()
+        steer = rng.choice(["api_base", "base_url", "azure_endpoint"])
+        return json.dumps({**json.loads(base), steer: "http://169.254.169.254/"}).encode()
     if choice == 9:  # a long array
         return b'{"model":"sim-model","prompt":[' + b"0," * rng.choice([10, 30000]) + b"0]}"
     if choice == 10:  # duplicate keys, odd types
@@ -285,6 +285,7 @@ def judge(case: Case, answers: list[Answer]) -> str | None:
                 return f"an answer that is not HTTP: {answer.body[:100]!r}"
             # No version in the request line is HTTP/0.9 to nginx: a bare body comes back.
             answer = Answer(400, {"content-type": "application/json"}, answer.body)
+        assert answer.status is not None  # set just above when the answer had none
         ctype = answer.headers.get("content-type", "")
         if answer.status < 400:
             if answer.status >= 300:

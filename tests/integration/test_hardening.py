@@ -20,7 +20,7 @@ from app.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from runner.procs import free_port
 from tests.integration.test_error_shapes import assert_json_error, request_head, send_raw
-from tests.support.scripted_server import LoopbackServer, completion, serve
+from tests.support.scripted_server import Exchange, LoopbackServer, Request, completion, serve
 
 CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
 METADATA = "169.254.169.254"
@@ -91,18 +91,19 @@ def test_paths_never_leave_v1(gw, target: str) -> None:
     """Dot segments, doubled slashes and their percent-encoded forms never reach the upstream
     outside /v1 (urllib3 resolves dot segments in the URL it is given, nginx passes the
     caller's target on as sent, gunicorn decodes it)."""
+    expected = PATHS[target]
     for name, url in bases(gw):
         gw.sim_reset()
         status, headers, body = send(url, "GET", target)
         seen = [(r["path"], r["query"]) for r in gw.sim_requests()]
-        if PATHS[target] is None:
+        if expected is None:
             assert seen == [FORWARDED[target]], (name, seen)
             assert status == 404 and json.loads(body)["error"], (name, status, body)
         else:
             if name == "nginx" and target in NGINX_REFUSES:
                 assert_json_error((status, headers, body), 400, "bad_request")
             else:
-                assert_json_error((status, headers, body), *PATHS[target])
+                assert_json_error((status, headers, body), *expected)
             assert seen == [], (name, seen)
 
 
@@ -268,10 +269,12 @@ def nginx_to_a_recorder() -> Iterator[tuple[str, LoopbackServer]]:
 def test_forwarding_headers_come_from_nginx_only(nginx_to_a_recorder) -> None:
     url, recorder = nginx_to_a_recorder
     seen: list[dict[str, str]] = []
-    recorder.app = lambda request, exchange: (
-        seen.append(request.headers),
-        exchange.respond(200, {"ok": True}),
-    )
+
+    def record(request: Request, exchange: Exchange) -> None:
+        seen.append(request.headers)
+        exchange.respond(200, {"ok": True})
+
+    recorder.app = record
     spoofed = [
         ("X-Forwarded-For", "6.6.6.6"),
         ("X-Real-IP", "6.6.6.6"),

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import urllib3
 
 from tests.integration.sse_reader import chat
 from tests.integration.test_upstreams import UPSTREAM, _stack, http, sim_stats, start_simulator
@@ -54,7 +55,7 @@ def _reset(*urls: str) -> None:
         http.request("POST", url + "/sim/reset")
 
 
-def _stream(gw, **headers: str) -> tuple[object, float, bytes]:
+def _stream(gw, **headers: str) -> tuple[urllib3.BaseHTTPResponse, float, bytes]:
     """The response, the seconds to its first data event, and every byte of the body."""
     started = time.monotonic()
     resp = gw.post("/v1/chat/completions", chat(True, max_tokens=5), headers=headers,

@@ -59,7 +59,7 @@ def test_function_call_arguments_are_relayed(client) -> None:
     stream = client.responses.create(
         model="sim-model",
         input=_prompt(),
-        tools=tools,  # type: ignore[arg-type]
+        tools=tools,
         max_output_tokens=3,
         stream=True,
         extra_headers={"x-sim-tool-call": "1"},

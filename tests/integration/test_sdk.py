@@ -97,4 +97,5 @@ def test_upstream_500_passes_through_with_its_body(client) -> None:
     with pytest.raises(openai.InternalServerError) as info:
         client.chat.completions.create(**CHAT, extra_headers={"x-sim-fault": "500"})
     assert info.value.status_code == 500
-    assert info.value.body["type"]  # the upstream's OpenAI error body, unchanged
+    body = info.value.body
+    assert isinstance(body, dict) and body["type"]  # the upstream's OpenAI error body, unchanged

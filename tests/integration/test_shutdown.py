@@ -157,7 +157,7 @@ def test_sighup_to_make_run_reloads_the_upstreams_without_failing_a_call(runs_di
             threads.append(thread)
         config.write_text(f'[[upstreams]]\nname = "after"\nbase_url = "{sim_url}/v1"\n')
         runner.send_signal(signal.SIGHUP)
-        answered_by = []
+        answered_by: list[str] = []
         give_up = time.monotonic() + 20
         while "after" not in answered_by:  # calls during the reload, until new workers answer
             assert time.monotonic() < give_up, answered_by

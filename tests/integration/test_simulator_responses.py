@@ -84,7 +84,7 @@ def test_event_sequence_of_a_text_stream(sim: SimProcess) -> None:
     assert [data["type"] for _, data in events] == names
     assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
     words = text.words(PROMPT, 3)
-    assert [data["delta"] for name, data in events if name.endswith(".delta")] == words
+    assert [data["delta"] for name, data in events if name and name.endswith(".delta")] == words
     item_id = events[2][1]["item"]["id"]
     assert {data.get("item_id") for _, data in events[3:-2]} == {item_id}
     completed = events[-1][1]["response"]

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
+import urllib3
 
 from app.config import Settings
 from app.errors import UpstreamProtocolError
@@ -43,7 +44,8 @@ def test_a_stream_is_read_through_a_small_buffer_to_its_end(sim: SimProcess) -> 
     deadline = Deadline.start(30)
     resp = upstream.open(req, deadline)
     try:
-        buffered = resp.raw._fp.fp  # http.client's file over the socket  # type: ignore[attr-defined]
+        assert isinstance(resp.raw, urllib3.HTTPResponse) and resp.raw._fp is not None
+        buffered = resp.raw._fp.fp  # http.client's file over the socket
         # A buffered reader's size counts its buffer: 8 KiB with http.client's default.
         assert sys.getsizeof(buffered) < READ_BUFFER + 1024 < 8192
         received = b""
@@ -78,7 +80,11 @@ def test_a_kept_connection_the_upstream_closed_is_not_used_again() -> None:
                 assert resp.status == 200
                 assert json.loads(upstream.read_all(resp, deadline, 1 << 20))["object"]
                 upstream.done_with(resp)
-                assert wait_for(lambda n=number: server.stats.connections == n)
+
+                def connected(n: int = number) -> bool:
+                    return server.stats.connections == n
+
+                assert wait_for(connected)
                 time.sleep(0.2)  # the server's FIN has reached the kept connection
         finally:
             upstream.pool.clear()

@@ -104,7 +104,7 @@ def test_tables_from_a_runs_numbers() -> None:
         "load": {"before": [1.0, 1.0, 1.0], "after": [1.0, 1.0, 1.0]},
     }
     main, rtt, memory = seed.sections(res, opts, out_dir=None)
-    by_row = {row[0][:3]: dict(zip(main.columns, row, strict=True)) for row in main.rows}
+    by_row = {str(row[0])[:3]: dict(zip(main.columns, row, strict=True)) for row in main.rows}
     assert by_row["(a)"]["x (a)"] == 1.0
     assert by_row["(b)"]["x (a)"] == pytest.approx(200 / 408)
     assert by_row["(c)"]["first token x (a)"] == pytest.approx(150 / 408)

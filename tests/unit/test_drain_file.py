@@ -18,7 +18,7 @@ def test_readyz_is_503_while_the_drain_file_exists(tmp_path: Path) -> None:
         assert client.get("/readyz").status_code == 200
         drain.touch()
         resp = client.get("/readyz")
-        assert resp.status_code == 503 and resp.json["checks"]["draining"] is True
+        assert resp.status_code == 503 and resp.get_json()["checks"]["draining"] is True
         assert client.get("/healthz").status_code == 200  # alive: the kubelet must not restart
         drain.unlink()
         assert client.get("/readyz").status_code == 200

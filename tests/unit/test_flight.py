@@ -9,7 +9,7 @@ import pytest
 from app import sse, streams
 from app.cache.store import entry_from_flight
 from app.coalesce import Flights
-from app.errors import ClientTooSlow, UpstreamProtocolError, UpstreamReset
+from app.errors import ClientTooSlow, GatewayError, UpstreamProtocolError, UpstreamReset
 from app.flight import ClientGone, Finished, Flight, Head
 from app.relay import relay
 
@@ -126,7 +126,7 @@ def test_past_the_log_limit_the_flight_stops_logging_takes_no_followers_and_is_n
     flights.put("k", flight)
     reader = flight.join()
     assert flights.get("k") is flight  # small so far: followers welcome
-    got = []
+    got: list[sse.Event | Finished | GatewayError | None] = []
     while len(got) < 20:
         got.append(reader.next_item(5))
     assert not flight.log_whole and not flight.keep_log

@@ -29,11 +29,11 @@ from app.paths import forwarded_path
 # data lines) but not CR, which the format cannot represent inside a line.
 # (Surrogates excluded: the decoder's text comes from UTF-8, which cannot hold them.)
 _NO_EOL = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=20
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n"), max_size=20
 )
-_DATA = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r"), max_size=40)
+_DATA = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\r"), max_size=40)
 _ID = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x00"), max_size=10
+    st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n\x00"), max_size=10
 )
 _EVENTS = st.lists(
     st.tuples(_DATA, st.none() | _NO_EOL.filter(bool), st.none() | _ID), min_size=1, max_size=12

@@ -7,6 +7,7 @@ tests/integration/test_gateway_keys.py for the real thing) and a pinned clock.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -305,7 +306,7 @@ CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"usag
 
 
 def test_the_usage_chunk_is_taken_out_and_kept_for_the_count() -> None:
-    seen = []
+    seen: list[dict[str, Any]] = []
     batches = [[CHUNK], [CHUNK, USAGE, b"data: [DONE]\n\n"], [USAGE]]
     out = list(without_usage_chunk(iter(batches), seen.append))
     assert out == [[CHUNK], [CHUNK, b"data: [DONE]\n\n"]]  # a batch left empty is no write

@@ -110,7 +110,9 @@ def test_a_complete_stream_is_stored_and_leaves_the_flight_map() -> None:
     flight = _run(gateway, KEY, STREAM_HEAD, GOOD, Finished(b""))
     assert l1.get(KEY) is not None
     assert gateway.flights.get(KEY) is None
-    assert entry_from_flight(flight, now=0).events == tuple(e.raw for e in sse.Decoder().feed(GOOD))
+    entry = entry_from_flight(flight, now=0)
+    assert entry is not None
+    assert entry.events == tuple(e.raw for e in sse.Decoder().feed(GOOD))
 
 
 @pytest.mark.parametrize(
@@ -146,6 +148,7 @@ def test_a_flight_abandoned_by_its_caller_is_not_stored() -> None:
         gevent.sleep(30)
 
     flight = gateway._start_flight(KEY, Directive(), produce, Deadline.start(60), True)
+    assert flight is not None
     listener = flight.join()
     assert listener.wait_first_event(5)
     listener.leave()
@@ -180,6 +183,7 @@ def test_followers_of_a_flight_share_it_and_each_read_every_event() -> None:
         flight.finish()
 
     leader = gateway._start_flight(KEY, Directive(), produce, Deadline.start(10), True)
+    assert leader is not None
     listeners = [leader.join()]
     listeners[0].wait_first_event(5)
     for _ in range(3):
@@ -220,6 +224,7 @@ def test_the_entry_is_stored_before_any_listener_learns_the_answer_is_complete(s
             flight.finish()
 
     flight = gateway._start_flight(KEY, Directive(), produce, Deadline.start(10), stream)
+    assert flight is not None
     listener = flight.join()
     listener.wait_complete(5)  # no yield after this: what the caller sees, it sees now
     assert l1.get(KEY) is not None
@@ -255,7 +260,7 @@ def test_a_stored_completion_reaches_a_stream_waiter_as_events() -> None:
 
     body = json.dumps(COMPLETION).encode()
     ok, flight = _published(True, Entry(0, 0, 60, 200, "application/json", body=body))
-    assert ok and flight.head.body is None
+    assert ok and flight.head is not None and flight.head.body is None
     assert flight.head.headers == [("Content-Type", "text/event-stream")]
     events = flight.events
     assert events[-1].is_done
@@ -273,7 +278,7 @@ def test_a_stored_stream_reaches_a_json_waiter_as_a_completion() -> None:
 
     events = tuple(chat_to_events(COMPLETION, include_usage=False))
     ok, flight = _published(False, Entry(0, 0, 60, 200, "text/event-stream", events=events))
-    assert ok and flight.head.body is not None
+    assert ok and flight.head is not None and flight.head.body is not None
     assert json.loads(flight.head.body)["choices"][0]["message"]["content"] == "hi there"
     assert flight.head.headers == [("Content-Type", "application/json")]
 

@@ -52,7 +52,8 @@ def test_a_finished_call_is_left_alone() -> None:
     lifecycle = Lifecycle()
     flight = lifecycle.track(Flight(lambda f: f.publish_head(Head(200, [], 1, b"{}"))))
     listener = flight.join()
-    assert listener.wait_head(5).body == b"{}"
+    head = listener.wait_head(5)
+    assert head is not None and head.body == b"{}"
     lifecycle.stop_calls()
     assert flight.failure is None and flight.complete
 
@@ -80,5 +81,5 @@ def test_readyz_is_503_while_draining() -> None:
     client = app.test_client()
     app.extensions["llmgate"].lifecycle.draining = True
     resp = client.get("/readyz")
-    assert resp.status_code == 503 and resp.json["checks"]["draining"] is True
-    assert resp.json["ready"] is False
+    assert resp.status_code == 503 and resp.get_json()["checks"]["draining"] is True
+    assert resp.get_json()["ready"] is False

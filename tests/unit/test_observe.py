@@ -43,7 +43,7 @@ def test_usage_is_read_from_the_end_of_a_large_answer() -> None:
 
 def test_a_generated_answers_usage_and_tier_are_its_top_level_members_only() -> None:
     nested = {"service_tier": "flex", "usage": {"total_tokens": 99}}
-    answer = {
+    answer: dict[str, Any] = {
         "choices": [{"message": {"content": '"service_tier": "priority"', "tool": nested}}],
         "usage": {"total_tokens": 5},
         "service_tier": "default",

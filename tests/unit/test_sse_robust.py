@@ -117,7 +117,7 @@ class _CountingBuffer(bytearray):
 
     searched = 0
 
-    def find(self, sub, start=0, *rest):  # type: ignore[no-untyped-def,override]
+    def find(self, sub, start=0, *rest):
         _CountingBuffer.searched += len(self) - start
         return super().find(sub, start, *rest)
 

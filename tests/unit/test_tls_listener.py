@@ -10,9 +10,14 @@ from app.config import Settings, SettingsError
 from runner.nginx import NginxParams, render_nginx
 
 
-def _conf(**tls: str) -> str:
+def _conf(tls_listen: str = "", tls_cert: str = "", tls_key: str = "") -> str:
     params = NginxParams.for_settings(
-        Settings(), listen="127.0.0.1:8080", app_servers=["127.0.0.1:8000"], **tls
+        Settings(),
+        listen="127.0.0.1:8080",
+        app_servers=["127.0.0.1:8000"],
+        tls_listen=tls_listen,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )
     return render_nginx(params)
 

@@ -131,7 +131,7 @@ class Scripted(Upstream):
         self.answers = answers
         self.sent_under: list[Any] = []
 
-    def _attempt_counted(self, spec, req, deadline):  # type: ignore[no-untyped-def]
+    def _attempt_counted(self, spec, req, deadline):
         self.sent_under.append(req.span)
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):

@@ -124,7 +124,7 @@ def test_azure_style_url_auth_query_and_alias() -> None:
         url == "https://r.example/openai/deployments/dep%201/chat/completions?x=1&api-version=2024"
     )
     assert headers == {"X-Other": "1", "api-key": "k"}  # the caller's key is replaced
-    assert json.loads(body) == {"model": "dep 1", "messages": []}
+    assert body is not None and json.loads(body) == {"model": "dep 1", "messages": []}
 
 
 def test_a_specs_pool_is_found_once_and_gets_origin_form_targets() -> None:
@@ -145,6 +145,7 @@ def test_a_specs_pool_is_found_once_and_gets_origin_form_targets() -> None:
     pool.close()  # closed all the same: looked up again
     assert upstream._pool_for(az, url)[0] is not pool
     capped_pool, target = upstream._pool_for(capped, _prepare(capped, _req())[0])
+    assert capped_pool.pool is not None
     assert (capped_pool.port, capped_pool.pool.maxsize, target) == (8080, 3, "/v1/chat/completions")
     host_pool, target = upstream._pool_for(per_host, _prepare(per_host, _req())[0])
     assert (host_pool.host, target) == ("gpt-4o-mini.example", "/v1/chat/completions")

@@ -18,12 +18,12 @@ class _Counted(_OneSendSocket):
     sends: list[int] = []  # one test at a time
     asked = 0
 
-    def send(self, data, flags=0, **kw):  # type: ignore[no-untyped-def]
+    def send(self, data, flags=0, **kw):
         sent = super().send(data, flags, **kw)
         _Counted.sends.append(sent)
         return sent
 
-    def getsockopt(self, *args):  # type: ignore[no-untyped-def]
+    def getsockopt(self, *args):
         _Counted.asked += 1
         return super().getsockopt(*args)
 
