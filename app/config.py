@@ -244,6 +244,13 @@ class Settings:
     memcached_connect_timeout_s: float = _setting(
         "LLMGATE_MEMCACHED_CONNECT_TIMEOUT_S", 0.1, "Memcached connect timeout."
     )
+    memcached_retry_s: float = _setting(
+        "LLMGATE_MEMCACHED_RETRY_S",
+        10.0,
+        "After a Memcached node fails (a timeout, a refused or broken connection), each worker "
+        "skips it for this long (the answers it holds are misses; the key limits it counts "
+        "fail as LLMGATE_LIMITS_FAIL says), then lets one call try it again.",
+    )
     cache_mode: str = _setting(
         "LLMGATE_CACHE_MODE",
         "deterministic",
@@ -401,8 +408,10 @@ class Settings:
                 "LLMGATE_RETRY_BUDGET_PERCENT must be between 0 and 100 and "
                 "LLMGATE_RETRY_BUDGET_MIN >= 0"
             )
-        if self.memcached_dns_refresh_s <= 0:
-            raise SettingsError("LLMGATE_MEMCACHED_DNS_REFRESH_S must be > 0")
+        if self.memcached_dns_refresh_s <= 0 or self.memcached_retry_s <= 0:
+            raise SettingsError(
+                "LLMGATE_MEMCACHED_DNS_REFRESH_S and LLMGATE_MEMCACHED_RETRY_S must be > 0"
+            )
         _ = self.memcached_nodes, self.memcached_dns  # a malformed entry stops the start
         if self.otel_endpoint:
             parts = urlsplit(self.otel_endpoint)

@@ -76,6 +76,7 @@ def build_access(settings: Settings, metrics: Metrics) -> Access | None:
             settings.memcached_nodes,
             connect_timeout=settings.memcached_connect_timeout_s,
             timeout=settings.memcached_timeout_s,
+            dead_timeout=settings.memcached_retry_s,
             name="limits",
         )
         if settings.memcached_nodes

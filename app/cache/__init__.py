@@ -40,6 +40,7 @@ def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> An
             nodes,
             connect_timeout=settings.memcached_connect_timeout_s,
             timeout=settings.memcached_timeout_s,
+            dead_timeout=settings.memcached_retry_s,
             max_value_bytes=settings.cache_max_entry_bytes,
             name="l2",
             discovered=bool(names),
