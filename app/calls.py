@@ -33,6 +33,7 @@ class Trace:
     attempts: int = 0
     upstream: str | None = None  # the configured name of the upstream that answered
     client_closed: bool = False
+    stream_error: str | None = None  # a 200 stream that ended in an error event: its type
     upstream_request_id: str | None = None
     # Gateway keys (app/access.py): the key's name; whether the stream's usage chunk is taken
     # out (the caller did not ask for it) and the usage it held; the rate-limit headers of

@@ -470,6 +470,7 @@ class Gateway:
                 heartbeat=self.settings.heartbeat_s,
                 # A stream cut before its route's end is reported as broken (app/streams.py).
                 end=END_OF_STREAM.get(route),
+                on_error=partial(setattr, trace, "stream_error"),
             )
             if trace.hide_usage:
                 chunks = without_usage_chunk(chunks, partial(setattr, trace, "usage"))

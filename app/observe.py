@@ -258,6 +258,7 @@ def _record(
         "upstream": trace.upstream,
         "bytes_out": facts.sent,
         "client_closed": trace.client_closed,
+        "stream_error": trace.stream_error,
         "key": trace.key,
     }
     if settings.log_prompts:
@@ -299,8 +300,8 @@ def _end_span(
         if facts.first is not None and ttft is not None:
             attributes = {"gen_ai.response.time_to_first_chunk": round(ttft, 6)}
             stream.event("first_token", attributes, at=facts.first)
-        stream.end(error="client_closed" if call.trace.client_closed else None)
-    span.end(error=tracing.status_error(reply.status))
+        stream.end(error="client_closed" if call.trace.client_closed else call.trace.stream_error)
+    span.end(error=tracing.status_error(reply.status) or call.trace.stream_error)
 
 
 def _response_model(reply: Reply, facts: StreamFacts) -> str | None:

@@ -221,6 +221,7 @@ def relay(
     heartbeat: float,
     end: StreamEnd | None,
     on_ping: Callable[[], None] = lambda: None,
+    on_error: Callable[[str], None] = lambda _: None,
 ) -> Iterator[list[bytes]]:
     """A listener's body: events as they arrive, pings between them, one error event at worst.
 
@@ -232,7 +233,8 @@ def relay(
     Used only after the 200 is decided, so the head may still be pending (we are already
     sending pings while the upstream has not answered). A stream that ends without its
     route's end (``end``: [DONE], or a Responses terminal event; app/streams.py) and without
-    an error event gets an error event: a stream never ends silently.
+    an error event gets an error event: a stream never ends silently. ``on_error`` hears the
+    error type of a stream that ends in an error event (its own or the upstream's), once.
     """
     timeout = heartbeat if heartbeat > 0 else None
     while True:
@@ -241,6 +243,7 @@ def relay(
         except ClientGone:
             return
         except GatewayError as exc:
+            on_error(error_type(exc))
             yield [error_event(exc)]
             return
         if head is not None:
@@ -251,6 +254,7 @@ def relay(
         # The upstream answered with a whole body after we had committed to a stream:
         # carry it over (an error becomes the final error event).
         if head.status >= 300:
+            on_error(str(head.status))
             yield [b"data: " + wrap_upstream_body(head.status, head.body) + b"\n\n"]
         else:
             yield [head.body]
@@ -268,18 +272,27 @@ def relay(
             batch = [item, *listener.ready_events()]
             for event in batch:
                 saw_end = saw_end or (end is not None and end.ends(event))
-                saw_error = saw_error or is_error_event(event)
+                if not saw_error and is_error_event(event):
+                    saw_error = True
+                    on_error("upstream_error")  # the upstream's own error event, relayed
             yield [event.raw for event in batch]
         elif isinstance(item, Finished):
             if end is not None and not (saw_end or saw_error):
                 cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
+                on_error(error_type(cut))
                 yield [error_event(cut)]
             elif item.leftover:
                 yield [item.leftover]
             return
         else:
+            on_error(error_type(item))
             yield [error_event(item)]
             return
+
+
+def error_type(exc: GatewayError) -> str:
+    """A broken stream's ``error.type``: the gateway's error code (``upstream_timeout``, …)."""
+    return exc.code or exc.type
 
 
 def error_event(exc: GatewayError) -> bytes:

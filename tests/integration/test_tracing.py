@@ -138,6 +138,7 @@ def test_a_streamed_miss_a_hit_and_a_coalesced_follower(traced, receiver) -> Non
     request = _request_span(spans, caller_span)
     assert request.attributes["llmgate.cache"] == "miss"
     assert request.attributes["llmgate.coalesced"] is False
+    assert request.status != 2 and "error.type" not in request.attributes  # a whole stream
     assert request.attributes["server.address"] == "127.0.0.1"
     assert request.attributes["server.port"] == sim_port
     lookup = _one(spans, name="cache lookup")
@@ -223,3 +224,41 @@ def test_a_call_without_traceparent_starts_a_trace_the_upstream_continues(traced
     assert request.attributes["gen_ai.operation.name"] == "embeddings"
     assert request.attributes["gen_ai.usage.input_tokens"] > 0
     assert _one(spans, kind="client").span_id == parent
+
+
+@pytest.mark.parametrize(
+    ("fault", "error_type"),
+    [("error-after", "upstream_error"), ("reset", "upstream_reset")],
+)
+def test_a_stream_that_breaks_after_its_first_token_is_an_error_span(
+    traced, receiver, fault: str, error_type: str
+) -> None:
+    """The answer's status is 200 by then; the error event that ends the stream (the
+    upstream's own, relayed, or ours for a cut connection) sets error.type on the request's
+    span and the stream's."""
+    gw = traced
+    trace_id, caller_span, traceparent = _traceparent()
+    headers = {"Content-Type": "application/json", "traceparent": traceparent, **AUTH}
+    headers |= {"x-sim-fault": fault, "x-sim-ttft-ms": "0"}
+    resp = gw.http.request(
+        "POST",
+        gw.url + "/v1/chat/completions",
+        body=_body(f"break me {uuid.uuid4().hex}"),
+        headers=headers,
+        preload_content=False,
+    )
+    events = data_events(read_events(resp))
+    last = events[-1].event.data or ""
+    assert resp.status == 200 and '"error"' in last  # the caller saw the stream end broken
+    spans = receiver.wait_for(trace_id, 4)
+    request = _one(spans, kind="server")
+    assert request.parent_span_id == caller_span
+    assert request.attributes["http.response.status_code"] == 200
+    assert (request.status, request.attributes["error.type"]) == (2, error_type)
+    stream = _one(spans, name="stream")
+    assert (stream.status, stream.attributes["error.type"]) == (2, error_type)
+    # The call's log line says so too (its status is the 200 the caller got).
+    request_id = resp.headers["X-LLMGate-Request-ID"]
+    logged = [ln for ln in gw.log("gunicorn").splitlines() if ln.startswith("{")]
+    lines = [json.loads(ln) for ln in logged if request_id in ln]
+    assert [(ln["status"], ln["stream_error"]) for ln in lines] == [(200, error_type)]

@@ -68,28 +68,36 @@ def test_an_unexpected_exception_before_the_head_is_a_502_protocol_error(error) 
 def test_an_unexpected_exception_mid_stream_ends_with_an_error_event() -> None:
     a, b = _events("a", "b")
     listener = Flight(_script(HEAD, a, b, "sleep", ValueError("x"))).join()
-    out = [chunk for batch in relay(listener, heartbeat=5, end=streams.DONE) for chunk in batch]
+    told: list[str] = []
+    batches = relay(listener, heartbeat=5, end=streams.DONE, on_error=told.append)
+    out = [chunk for batch in batches for chunk in batch]
     assert out[:2] == [a.raw, b.raw]
     last = sse.Decoder().feed(out[2])[0].json()
     assert last["error"]["code"] == "upstream_protocol_error"
     assert len(out) == 3
+    assert told == ["upstream_protocol_error"]  # for the trace (observe.py)
 
 
 def test_events_in_when_the_caller_reads_go_out_as_one_batch() -> None:
     """One write for what arrived together (or piled up), one per event when they trickle."""
     a, b, c, d, done = _events("a", "b", "c", "d", "[DONE]")
     listener = Flight(_script(HEAD, a, b, c, "sleep", d, "sleep", done, Finished(b""))).join()
-    batches = list(relay(listener, heartbeat=5, end=streams.DONE))
+    told: list[str] = []
+    batches = list(relay(listener, heartbeat=5, end=streams.DONE, on_error=told.append))
     assert batches == [[a.raw, b.raw, c.raw], [d.raw], [done.raw]]
+    assert told == []  # a whole stream
     assert listener.bytes_read == sum(len(e.raw) for e in (a, b, c, d, done))
 
 
 def test_a_stream_ending_without_done_gets_an_error_event() -> None:
     (a,) = _events("a")
     listener = Flight(_script(HEAD, a, Finished(b""))).join()
-    out = [chunk for batch in relay(listener, heartbeat=5, end=streams.DONE) for chunk in batch]
+    told: list[str] = []
+    batches = relay(listener, heartbeat=5, end=streams.DONE, on_error=told.append)
+    out = [chunk for batch in batches for chunk in batch]
     assert out[0] == a.raw
     assert sse.Decoder().feed(out[1])[0].json()["error"]["code"] == UpstreamReset.code
+    assert told == [UpstreamReset.code]
 
 
 def test_a_late_joiner_reads_every_event_from_the_first() -> None:
