@@ -34,7 +34,7 @@ from app.errors import (
 )
 from app.flight import ClientGone, Finished, Flight, Head, Listener, Producer
 from app.policy import Deadline
-from app.streams import StreamEnd
+from app.streams import StreamEnd, typed
 from app.upstream import Upstream, UpstreamRequest, UpstreamResponse
 from app.upstreams import UpstreamSpec
 
@@ -234,7 +234,8 @@ def relay(
     sending pings while the upstream has not answered). A stream that ends without its
     route's end (``end``: [DONE], or a Responses terminal event; app/streams.py) and without
     an error event gets an error event: a stream never ends silently. ``on_error`` hears the
-    error type of a stream that ends in an error event (its own or the upstream's), once.
+    error type of a stream that ends in an error event (its own or the upstream's) or in a
+    Responses ``response.failed``, once.
     """
     timeout = heartbeat if heartbeat > 0 else None
     while True:
@@ -271,10 +272,13 @@ def relay(
         elif isinstance(item, sse.Event):
             batch = [item, *listener.ready_events()]
             for event in batch:
-                saw_end = saw_end or (end is not None and end.ends(event))
                 if not saw_error and is_error_event(event):
                     saw_error = True
                     on_error("upstream_error")  # the upstream's own error event, relayed
+                if not saw_end and end is not None and end.ends(event):
+                    saw_end = True
+                    if not saw_error and typed(event) == "response.failed":
+                        on_error("upstream_error")  # a Responses stream that ended failed
             yield [event.raw for event in batch]
         elif isinstance(item, Finished):
             if end is not None and not (saw_end or saw_error):

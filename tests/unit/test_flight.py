@@ -3,6 +3,8 @@ so the ordering, the error paths and the memory bound are checked without socket
 
 from __future__ import annotations
 
+import json
+
 import gevent
 import pytest
 
@@ -98,6 +100,18 @@ def test_a_stream_ending_without_done_gets_an_error_event() -> None:
     assert out[0] == a.raw
     assert sse.Decoder().feed(out[1])[0].json()["error"]["code"] == UpstreamReset.code
     assert told == [UpstreamReset.code]
+
+
+@pytest.mark.parametrize(("kind", "told"), [("response.failed", ["upstream_error"]),
+                                            ("response.completed", [])])  # fmt: skip
+def test_a_responses_stream_that_ends_failed_is_reported_broken(kind: str, told: list[str]) -> None:
+    raw = sse.encode('{"type": "response.created"}', event="response.created")
+    raw += sse.encode(json.dumps({"type": kind}), event=kind)
+    events = sse.Decoder().feed(raw)
+    listener = Flight(_script(HEAD, *events, Finished(b""))).join()
+    heard: list[str] = []
+    out = list(relay(listener, heartbeat=5, end=streams.TERMINAL, on_error=heard.append))
+    assert out == [[e.raw for e in events]] and heard == told  # relayed as is, either way
 
 
 def test_a_late_joiner_reads_every_event_from_the_first() -> None:
