@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import gevent
 
-from app import race, sse
+from app import race, sse, tracing
 from app.errors import (
     GatewayError,
     UpstreamEventTooLarge,
@@ -244,7 +244,7 @@ def relay(
         except ClientGone:
             return
         except GatewayError as exc:
-            on_error(error_type(exc))
+            on_error(tracing.error_type(exc))
             yield [error_event(exc)]
             return
         if head is not None:
@@ -283,20 +283,15 @@ def relay(
         elif isinstance(item, Finished):
             if end is not None and not (saw_end or saw_error):
                 cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
-                on_error(error_type(cut))
+                on_error(tracing.error_type(cut))
                 yield [error_event(cut)]
             elif item.leftover:
                 yield [item.leftover]
             return
         else:
-            on_error(error_type(item))
+            on_error(tracing.error_type(item))
             yield [error_event(item)]
             return
-
-
-def error_type(exc: GatewayError) -> str:
-    """A broken stream's ``error.type``: the gateway's error code (``upstream_timeout``, …)."""
-    return exc.code or exc.type
 
 
 def error_event(exc: GatewayError) -> bytes:
