@@ -37,8 +37,6 @@ def json_depth_exceeds(raw: bytes, max_depth: int) -> bool:
     (``_brackets``); only the counting of the brackets it finds runs in Python.
     For invalid JSON the answer does not matter: json.loads rejects it anyway.
     """
-    if raw.count(b"[") + raw.count(b"{") <= max_depth:
-        return False  # too few brackets in all to nest that deep (the usual body)
     depth = 0
     for brackets in _brackets(raw):
         for byte in brackets:
@@ -55,8 +53,6 @@ def json_containers_exceed(raw: bytes, max_containers: int) -> bool:
     """Whether ``raw`` holds more than ``max_containers`` arrays and objects, without parsing
     it. Each costs json.loads far more than its two bytes: a 20 MiB body of ``{},{},...``
     parses into ~500 MiB of dicts. Brackets inside strings do not count (``_brackets``)."""
-    if raw.count(b"[") + raw.count(b"{") <= max_containers:
-        return False  # the usual body: no need to tell strings apart
     count = 0
     for brackets in _brackets(raw):
         count += brackets.count(b"[") + brackets.count(b"{")
@@ -108,13 +104,16 @@ def parse_body(
     """The request body as a JSON object, or BadRequest saying what is wrong with it."""
     if not raw.strip():
         raise BadRequest("The request body is empty; send a JSON object.", code="invalid_json")
-    if json_depth_exceeds(raw, max_depth):
+    # Fewer brackets in all than a limit (strings' too): that scan cannot find it exceeded.
+    # The usual body is scanned by neither.
+    brackets = raw.count(b"[") + raw.count(b"{")
+    if brackets > max_depth and json_depth_exceeds(raw, max_depth):
         raise BadRequest(
             f"The request body nests JSON arrays or objects deeper than the limit of "
             f"{max_depth} levels.",
             code="invalid_json",
         )
-    if json_containers_exceed(raw, max_containers):
+    if brackets > max_containers and json_containers_exceed(raw, max_containers):
         raise BadRequest(
             f"The request body has more than {max_containers} JSON arrays and objects.",
             code="invalid_json",
