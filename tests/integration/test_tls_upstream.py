@@ -8,9 +8,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import urllib3
 
 from tests.conftest import require_binary
 from tests.integration.sse_reader import chat, data_events, read_events
+from tests.integration.test_upstream_pool import round_of_streams
 from tests.support.sim import SimProcess
 from tests.support.tls import TLSFront, make_certificate
 
@@ -69,10 +71,6 @@ def test_spare_connections_are_opened_with_their_tls_handshake_done(
 ) -> None:
     # TLS 1.3 servers send session tickets after the handshake: a spare nobody has used yet
     # must have read them, or urllib3 takes it for a closed connection and opens another.
-    from concurrent.futures import ThreadPoolExecutor
-
-    import urllib3
-
     sim, _, cert = tls_upstream
     front = TLSFront(sim.port, cert, cert.with_name("upstream.key"), max_version=version)
     gw = make_stack(
@@ -82,26 +80,12 @@ def test_spare_connections_are_opened_with_their_tls_handshake_done(
         env={"LLMGATE_UPSTREAM_CA_BUNDLE": str(cert), "LLMGATE_POOL_SPARE_RATIO": "0.5"},
     )
     http = urllib3.PoolManager(maxsize=40, retries=False)
-
-    def streams(count: int) -> set[int]:
-        def one(_: int) -> int:
-            resp = http.request(
-                "POST",
-                gw.url + "/v1/chat/completions",
-                body=json.dumps(chat(True, max_tokens=3)).encode(),
-                headers={"Content-Type": "application/json", "x-sim-ttft-ms": "1000"},
-            )
-            return resp.status if resp.data.endswith(b"data: [DONE]\n\n") else -resp.status
-
-        with ThreadPoolExecutor(count) as pool:
-            return set(pool.map(one, range(count)))
-
     try:
         before = front.handshakes
-        assert streams(10) == {200}
+        assert set(round_of_streams(gw, http, 10)) == {200}
         made = front.handshakes - before
         assert 10 < made <= 15  # the spares' handshakes were made with the others'
-        assert streams(made) == {200}  # each later stream found a connection ready
+        assert set(round_of_streams(gw, http, made)) == {200}  # each found a connection ready
         assert front.handshakes - before == made
         assert set(front.versions) == {version.name.replace("_", ".")}  # "TLSv1.3"
     finally:

@@ -116,7 +116,7 @@ def one_worker(make_stack):
     return make_stack(workers=1, env={"LLMGATE_CACHE_MODE": "off"})
 
 
-def _round_of_streams(gw, http, callers: int) -> list[int]:
+def round_of_streams(gw, http, callers: int) -> list[int]:
     def one(_: int) -> int:
         resp = http.request("POST", gw.url + "/v1/chat/completions",
                             body=json.dumps(chat(True, max_tokens=3)).encode(),
@@ -140,12 +140,12 @@ def test_steady_load_of_200_streams_opens_no_new_connections(one_worker) -> None
     # at first, so up to two more warm-up rounds, until one opens no connection.
     for _ in range(3):
         gw.sim_reset()  # zeroes the simulator's accept count; pooled connections stay open
-        assert set(_round_of_streams(gw, http, callers)) == {200}
+        assert set(round_of_streams(gw, http, callers)) == {200}
         if gw.sim_stats()["connections_accepted"] == 0:
             break
     gw.sim_reset()
     for _ in range(5):
-        assert set(_round_of_streams(gw, http, callers)) == {200}
+        assert set(round_of_streams(gw, http, callers)) == {200}
     stats = gw.sim_stats()
     assert stats["requests"] == 5 * callers
     # 1,000 streams, 200 at a time (a 1 s TTFT keeps all 200 of a round overlapping, on a
@@ -159,7 +159,7 @@ def test_a_worker_opens_spare_connections_ahead_of_a_busier_moment(make_stack) -
     gw = make_stack(workers=1, env={"LLMGATE_CACHE_MODE": "off", "LLMGATE_POOL_SPARE_RATIO": "0.5"})
     http = urllib3.PoolManager(maxsize=40, retries=False)
     gw.sim_reset()
-    assert set(_round_of_streams(gw, http, 10)) == {200}
+    assert set(round_of_streams(gw, http, 10)) == {200}
     # 10 streams at once, each needing a connection: spares were opened behind them.
     stats = gw.sim_stats()
     opened = stats["connections_accepted"]
@@ -172,7 +172,7 @@ def test_a_worker_opens_spare_connections_ahead_of_a_busier_moment(make_stack) -
     assert spares > 0 and opened - spares <= 10
     # A busier moment, as many streams as there are connections: all found one ready.
     gw.sim_reset()
-    assert set(_round_of_streams(gw, http, opened)) == {200}
+    assert set(round_of_streams(gw, http, opened)) == {200}
     assert gw.sim_stats()["connections_accepted"] == 0
 
 
@@ -187,7 +187,7 @@ def test_spare_connections_stay_within_the_pool_size(make_stack) -> None:
     )
     http = urllib3.PoolManager(maxsize=40, retries=False)
     gw.sim_reset()
-    assert set(_round_of_streams(gw, http, 10)) == {200}
+    assert set(round_of_streams(gw, http, 10)) == {200}
     stats = gw.sim_stats()
     # Ten spares wanted, two free places in a pool of 12.
     assert stats["connections_accepted"] == stats["connections_open"] == 12, stats
