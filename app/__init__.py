@@ -15,7 +15,8 @@ Layers, imports flow downwards only:
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py, budget.py, jsonedit.py, streams.py,
                    status.py, upstreams.py, breaker.py, hedge.py, paths.py,
-                   keyring.py, limits.py, tracing.py,
+                   keyring.py, limits.py, bounds.py, prices.py,
+                   metering.py, tracing.py,
                    cache/{policy,entry,shapes,chunks}.py
 
 Nothing here is created at import time: the app factory builds the urllib3 PoolManager,

@@ -14,18 +14,18 @@ longer parses is ignored, loudly, and the keys in force stay in force.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app import jsonedit, limits
-from app.errors import LimitsUnavailable, RateLimited
+from app import bounds, limits
+from app.errors import LimitsUnavailable, ModelNotPriced, RateLimited
 from app.keyring import GatewayKey, KeyRing, KeysFileError, load
 from app.limits import Counters, Window
+from app.prices import Price, PriceTable, to_pico, usd
 
 log = logging.getLogger("llmgate.access")
 CHECK_EVERY_S = 0.25
@@ -80,10 +80,23 @@ class Grant:
 
     key: GatewayKey
     headers: list[tuple[str, str]] = field(default_factory=list)
-    reserved: int = 0
+    tokens: int = 0  # reserved: the most the call can be billed (app/bounds.py)
+    cost: int = 0  # reserved, in picodollars (app/prices.py)
+    price: Price | None = None  # the model's, when the config file has prices
+    # The output bound the call is sent: the key's max_tokens, for a call naming none.
+    output_cap: int | None = None
     token_windows: list[Window] = field(default_factory=list)
+    cost_windows: list[Window] = field(default_factory=list)
+    request_window: Window | None = None
     stream_window: Window | None = None
     settled: bool = False
+
+
+@dataclass(frozen=True)
+class _Budget:
+    window: Window
+    limit: int
+    quota: bool  # a day's or a month's: spent until it resets, hours away
 
 
 class Access:
@@ -95,15 +108,19 @@ class Access:
         counters: Counters,
         *,
         fail_open: bool = True,
-        deadline_s: float = 600.0,
-        on_usage: Callable[[GatewayKey, int, dict[str, Any] | None], None] | None = None,
+        stream_hold_s: float = 600.0,
+        prices: PriceTable | None = None,
+        default_output_tokens: int = 16384,
+        on_usage: Callable[[GatewayKey, dict[str, Any] | None, int], None] | None = None,
         on_counter_error: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.source = source
         self.counters = counters
         self.fail_open = fail_open
-        self.deadline_s = deadline_s
+        self.stream_hold_s = stream_hold_s  # the longest a stream can last
+        self.prices = prices
+        self.default_output_tokens = default_output_tokens
         self._on_usage = on_usage
         self._on_counter_error = on_counter_error
         self._clock = clock
@@ -114,18 +131,33 @@ class Access:
         return self.source.current().authenticate(headers, self._clock())
 
     def admit(
-        self, key: GatewayKey, model: str | None, body: Mapping[str, Any] | None, *, stream: bool
+        self,
+        key: GatewayKey,
+        model: str | None,
+        body: Mapping[str, Any] | None,
+        *,
+        stream: bool,
+        route: str = "",
+        size: int = 0,
     ) -> Grant:
         """The call's grant, or the error to answer with: 403, 400, 429 (or 503 when the
-        counters are down and limits fail closed)."""
+        counters are down and limits fail closed). ``size``: the body's bytes."""
         now = self._clock()
         if model is not None or body is not None:
             key.check_request(model, body)
-        grant = Grant(key)
+        grant = Grant(key, price=self.prices.price_of(model) if self.prices else None)
+        if key.counts_money and grant.price is None:
+            raise ModelNotPriced(
+                f"The key {key.name!r} has a budget in money and the gateway has no price "
+                f"for the model {model!r}.",
+                param="model",
+            )
+        if body is not None:
+            self._reserve(grant, route, body, size)
         taken: list[tuple[str, int]] = []  # given back if a later limit refuses the call
         try:
             if stream and key.max_streams:
-                window = limits.streams(self.deadline_s)
+                window = limits.streams(self.stream_hold_s)
                 count = self._take(key.name, window, 1, now, taken)
                 if count is not None and count > key.max_streams:
                     raise RateLimited(
@@ -135,54 +167,88 @@ class Access:
                     )
                 grant.stream_window = window if count is not None else None
             if key.requests_per_minute:
-                window = limits.minute("requests", now)
-                count = self._take(key.name, window, 1, now, taken)
-                if count is not None:
-                    remaining = max(0, key.requests_per_minute - count)
-                    reset = window.reset_s(now)
-                    if count > key.requests_per_minute:
-                        raise RateLimited(
-                            f"Rate limit reached for key {key.name!r}: "
-                            f"{key.requests_per_minute} requests per minute.",
-                            kind="requests",
-                            retry_after_s=int(reset + 0.999),
-                        )
-                    grant.headers += _trio("requests", key.requests_per_minute, remaining, reset)
-            grant.reserved = key.reservation(body)
-            self._take_tokens(grant, now, taken)
+                self._take_request(grant, now, taken)
+            grant.token_windows = self._take_budgets(
+                grant, _token_budgets(key, now), grant.tokens, now, taken
+            )
+            grant.cost_windows = self._take_budgets(
+                grant, _cost_budgets(key, now), grant.cost, now, taken
+            )
         except BaseException:
             for counter, delta in taken:
                 self.counters.decr(counter, delta)
             raise
         return grant
 
-    def _take_tokens(self, grant: Grant, now: float, taken: list[tuple[str, int]]) -> None:
-        key, want = grant.key, grant.reserved
-        budgets = [
-            (limits.minute("tokens", now), key.tokens_per_minute, False),
-            (limits.day(now), key.tokens_per_day, True),
-            (limits.month(now), key.tokens_per_month, True),
-        ]
-        for window, limit, quota in budgets:
-            if not limit:
-                continue
-            used = self._take(key.name, window, want, now, taken)
+    def _reserve(self, grant: Grant, route: str, body: Mapping[str, Any], size: int) -> None:
+        """The most the call can be billed, in tokens and money; the cap it is sent."""
+        key, price = grant.key, grant.price
+        if (
+            key.max_tokens
+            and route in bounds.OUTPUT_FIELD
+            and bounds.own_output_bound(body) is None
+        ):
+            grant.output_cap = key.max_tokens  # the cap holds for calls that name none too
+        if not key.counts_tokens:
+            return
+        ceiling = grant.output_cap or (price.max_output_tokens if price else 0)
+        prompt = bounds.prompt_bound(size, body)
+        output = bounds.output_bound(route, body, ceiling or self.default_output_tokens)
+        grant.tokens = prompt + output
+        if key.counts_money and price is not None:
+            grant.cost = price.bound(prompt, output)
+
+    def _take_request(self, grant: Grant, now: float, taken: list[tuple[str, int]]) -> None:
+        key = grant.key
+        window = limits.minute("requests", now)
+        count = self._take(key.name, window, 1, now, taken)
+        if count is None:
+            return
+        grant.request_window = window
+        reset = window.reset_s(now)
+        if count > key.requests_per_minute:
+            raise RateLimited(
+                f"Rate limit reached for key {key.name!r}: "
+                f"{key.requests_per_minute} requests per minute.",
+                kind="requests",
+                retry_after_s=int(reset + 0.999),
+            )
+        remaining = max(0, key.requests_per_minute - count)
+        grant.headers += _trio("requests", key.requests_per_minute, remaining, reset)
+
+    def _take_budgets(
+        self,
+        grant: Grant,
+        budgets: list[_Budget],
+        want: int,
+        now: float,
+        taken: list[tuple[str, int]],
+    ) -> list[Window]:
+        """Take ``want`` from each budget (tokens or picodollars): the windows counted in, or
+        RateLimited for the first that cannot hold it."""
+        counted = []
+        for budget in budgets:
+            window, limit = budget.window, budget.limit
+            if want > limit:
+                raise _too_large(grant.key.name, window, limit, want)
+            used = self._take(grant.key.name, window, want, now, taken)
             if used is None:
                 continue
-            grant.token_windows.append(window)
+            counted.append(window)
             # Refused: a call that would cross the limit, or any once it is reached.
             if used > limit or (want == 0 and used >= limit):
-                per = {"tokens": "minute", "tokens_day": "day", "tokens_month": "month"}
                 raise RateLimited(
-                    f"Token limit reached for key {key.name!r}: {limit} tokens per "
-                    f"{per[window.what]} ({used - want} used, {want} asked for).",
+                    f"{_PER[window.what]} reached for key {grant.key.name!r}: "
+                    f"{_amount(window, limit)} ({_amount(window, used - want)} used, "
+                    f"{_amount(window, want)} held for this call).",
                     kind="tokens",
                     retry_after_s=int(window.reset_s(now) + 0.999),
-                    quota=quota,
+                    quota=budget.quota,
                 )
             if window.what == "tokens":
                 reset = window.reset_s(now)
                 grant.headers += _trio("tokens", limit, max(0, limit - used), reset)
+        return counted
 
     def _take(
         self, name: str, window: Window, delta: int, now: float, taken: list[tuple[str, int]]
@@ -190,7 +256,7 @@ class Access:
         """Add ``delta`` to the key's counter of ``window``: its new value, or None when the
         counters are down and limits fail open (LimitsUnavailable when they fail closed)."""
         counter = window.key(name)
-        value = self.counters.incr(counter, delta, window.ttl(now))
+        value = self.counters.incr(counter, delta, window.ttl(now), renew=bool(window.hold))
         if value is None:
             if self._on_counter_error is not None:
                 self._on_counter_error()
@@ -205,27 +271,40 @@ class Access:
             taken.append((counter, delta))
         return value
 
-    def settle(self, grant: Grant, usage: dict[str, Any] | None, billed: bool) -> None:
-        """The call is over: count its real tokens (none when nothing was billed, a cache hit
-        say) in place of the reservation, and free its stream slot. Runs once. A billed call
-        whose usage never came (the caller left mid-stream, before the usage chunk) keeps its
-        reservation: leaving early must not make a call free."""
+    def settle(
+        self, grant: Grant, usage: dict[str, Any] | None, billed: bool, *, served: bool = True
+    ) -> None:
+        """The call is over: count its real tokens and cost (none when nothing was billed, a
+        cache hit say) in place of the reservation, and free its stream slot. Runs once.
+
+        A billed call whose usage never came (the caller left mid-stream, before the usage
+        chunk) keeps its reservation: leaving early must not make a call free. A call not
+        ``served`` (the gateway's own refusal or failure before any upstream answer: busy,
+        draining, the upstream unreachable) gives its request back too: it is not the
+        caller's."""
         if grant.settled:
             return
         grant.settled = True
-        spent = 0
-        if billed:
-            spent = _total_tokens(usage) if usage else grant.reserved
-        delta = spent - grant.reserved
-        for window in grant.token_windows:
-            if delta > 0:
-                self.counters.incr(window.key(grant.key.name), delta, window.ttl(self._clock()))
-            elif delta < 0:
-                self.counters.decr(window.key(grant.key.name), -delta)
+        spent, cost = 0, 0
+        if billed and usage:
+            spent = _total_tokens(usage)
+            cost = grant.price.cost(usage) if grant.price is not None else 0
+        elif billed:
+            spent, cost = grant.tokens, grant.cost
+        name, now = grant.key.name, self._clock()
+        for windows, delta in ((grant.token_windows, spent - grant.tokens),
+                               (grant.cost_windows, cost - grant.cost)):  # fmt: skip
+            for window in windows:
+                if delta > 0:
+                    self.counters.incr(window.key(name), delta, window.ttl(now))
+                elif delta < 0:
+                    self.counters.decr(window.key(name), -delta)
         if grant.stream_window is not None:
-            self.counters.decr(grant.stream_window.key(grant.key.name), 1)
+            self.counters.decr(grant.stream_window.key(name), 1)
+        if not served and grant.request_window is not None:
+            self.counters.decr(grant.request_window.key(name), 1)
         if self._on_usage is not None:
-            self._on_usage(grant.key, spent, usage if billed else None)
+            self._on_usage(grant.key, usage if billed else None, cost)
 
     def usage(self) -> dict[str, Any]:
         """Every key's counts in the current windows, with its limits (GET /admin/usage)."""
@@ -234,9 +313,11 @@ class Access:
         windows = [
             limits.minute("requests", now),
             limits.minute("tokens", now),
-            limits.day(now),
-            limits.month(now),
-            limits.streams(self.deadline_s),
+            limits.day("tokens_day", now),
+            limits.month("tokens_month", now),
+            limits.day("usd_day", now),
+            limits.month("usd_month", now),
+            limits.streams(self.stream_hold_s),
         ]
         wanted = [w.key(k.name) for k in ring.keys for w in windows]
         counts = self.counters.read(wanted) if wanted else {}
@@ -251,6 +332,8 @@ class Access:
                     "tokens_this_minute": got["tokens"],
                     "tokens_today": got["tokens_day"],
                     "tokens_this_month": got["tokens_month"],
+                    "usd_today": usd(got["usd_day"]),
+                    "usd_this_month": usd(got["usd_month"]),
                     "streams_open": got["streams"],
                     "limits": {
                         "requests_per_minute": k.requests_per_minute,
@@ -258,10 +341,61 @@ class Access:
                         "max_streams": k.max_streams,
                         "tokens_per_day": k.tokens_per_day,
                         "tokens_per_month": k.tokens_per_month,
+                        "usd_per_day": k.usd_per_day,
+                        "usd_per_month": k.usd_per_month,
                     },
                 }
             )
-        return {"counters_available": counts is not None, "keys": keys}
+        return {
+            "counters_available": counts is not None,
+            "prices_version": None if self.prices is None else self.prices.version,
+            "keys": keys,
+        }
+
+
+_PER = {
+    "tokens": "Token limit per minute",
+    "tokens_day": "Token budget per day",
+    "tokens_month": "Token budget per month",
+    "usd_day": "Budget per day",
+    "usd_month": "Budget per month",
+}
+
+
+def _token_budgets(key: GatewayKey, now: float) -> list[_Budget]:
+    budgets = [
+        _Budget(limits.minute("tokens", now), key.tokens_per_minute, False),
+        _Budget(limits.day("tokens_day", now), key.tokens_per_day, True),
+        _Budget(limits.month("tokens_month", now), key.tokens_per_month, True),
+    ]
+    return [b for b in budgets if b.limit]
+
+
+def _cost_budgets(key: GatewayKey, now: float) -> list[_Budget]:
+    budgets = [
+        _Budget(limits.day("usd_day", now), to_pico(key.usd_per_day), True),
+        _Budget(limits.month("usd_month", now), to_pico(key.usd_per_month), True),
+    ]
+    return [b for b in budgets if b.limit]
+
+
+def _amount(window: Window, value: int) -> str:
+    """A count of the window's unit, as a person reads it."""
+    return f"{usd(value):.6f} USD" if window.what.startswith("usd") else f"{value} tokens"
+
+
+def _too_large(name: str, window: Window, limit: int, want: int) -> RateLimited:
+    """A call that could never fit: however long the caller waits, the answer stays no."""
+    error = RateLimited(
+        f"Request too large for key {name!r}: it may cost up to {_amount(window, want)} "
+        f"(its prompt's bound and its output's, docs/security.md), more than the whole "
+        f"{_PER[window.what].lower()} of {_amount(window, limit)}. Send a shorter prompt or "
+        f"a smaller max_tokens.",
+        kind="tokens",
+        retry_after_s=1,
+    )
+    error.retryable, error.headers = False, {}  # no wait makes it fit
+    return error
 
 
 def _trio(what: str, limit: int, remaining: int, reset_s: float) -> list[tuple[str, str]]:
@@ -281,50 +415,3 @@ def _total_tokens(usage: dict[str, Any] | None) -> int:
     parts = [usage.get(k) for k in ("prompt_tokens", "completion_tokens", "input_tokens",
                                      "output_tokens")]  # fmt: skip
     return sum(p for p in parts if isinstance(p, int) and not isinstance(p, bool) and p > 0)
-
-
-def is_usage_chunk(chunk: bytes) -> dict[str, Any] | None:
-    """The usage of a chat/completions stream's usage chunk (``"choices": []`` and a usage
-    object), None for any other bytes. Cheap for the chunks that are not it."""
-    if not chunk.startswith(b"data: {") or b'"usage"' not in chunk:
-        return None
-    try:
-        doc = json.loads(chunk[6:])
-    except ValueError:
-        return None
-    usage = doc.get("usage") if isinstance(doc, dict) else None
-    if doc.get("choices") == [] and isinstance(usage, dict):
-        return usage
-    return None
-
-
-def without_usage_chunk(
-    batches: Iterator[list[bytes]], on_usage: Callable[[dict[str, Any]], None]
-) -> Iterator[list[bytes]]:
-    """A stream without its usage chunk, for a caller who did not ask for it (the gateway
-    asked the upstream for it, to count the key's tokens): the usage goes to ``on_usage``."""
-    for batch in batches:
-        kept = []
-        for chunk in batch:
-            usage = is_usage_chunk(chunk)
-            if usage is None:
-                kept.append(chunk)
-            else:
-                on_usage(usage)
-        if kept:
-            yield kept
-
-
-def with_usage_requested(raw: bytes, body: Mapping[str, Any]) -> bytes:
-    """The caller's body asking for ``stream_options.include_usage``, every other byte kept
-    (app/jsonedit.py); the body itself when it already asks or cannot be edited."""
-    options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage") is True:
-        return raw
-    wanted = {**options, "include_usage": True} if isinstance(options, dict) else None
-    try:
-        if wanted is not None:
-            return jsonedit.with_value(raw, "stream_options", json.dumps(wanted).encode())
-        return jsonedit.with_member(raw, "stream_options", b'{"include_usage":true}')
-    except ValueError:
-        return raw

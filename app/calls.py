@@ -37,13 +37,16 @@ class Trace:
     upstream_request_id: str | None = None
     # Gateway keys (app/access.py): the key's name; whether the stream's usage chunk is taken
     # out (the caller did not ask for it) and the usage it held; the rate-limit headers of
-    # the answer; the settlement the end of the call runs once with the usage and whether
-    # the call was billed.
+    # the answer; the settlement the end of the call runs once with the usage, whether the
+    # call was billed and whether it was served (not the gateway's own error).
     key: str | None = None
     hide_usage: bool = False
     usage: dict[str, Any] | None = None
     limit_headers: list[tuple[str, str]] | None = None
-    settle: Callable[[dict[str, Any] | None, bool], None] | None = None
+    settle: Callable[[dict[str, Any] | None, bool, bool], None] | None = None
+    # The answer is the gateway's own error (routes.py): nothing of the upstream reached the
+    # caller, so the call is given back to its key's limits whole.
+    own_error: bool = False
     # The request's span when tracing is on (app/tracing.py), ended by app/observe.py.
     span: Span | None = None
 

@@ -61,6 +61,14 @@ class Settings:
         "open | closed: what a gateway key's limits do when Memcached cannot be reached: let "
         "calls pass uncounted (logged and counted), or refuse them with 503.",
     )
+    default_max_output_tokens: int = _setting(
+        "LLMGATE_DEFAULT_MAX_OUTPUT_TOKENS",
+        16384,
+        "Output tokens a gateway key's token or money budget holds for a call that names no "
+        "max_tokens, when neither the key's max_tokens nor the price table's "
+        "max_output_tokens for the model says (app/bounds.py). Set it to the largest output "
+        "of the models you serve: a model that writes more overspends by the difference.",
+    )
     operator_token: str = _setting(
         "LLMGATE_OPERATOR_TOKEN",
         "",
@@ -373,6 +381,8 @@ class Settings:
                 raise SettingsError(f"{_env(name)} must be > 0")
         if self.limits_fail not in ("open", "closed"):
             raise SettingsError("LLMGATE_LIMITS_FAIL must be open or closed")
+        if self.default_max_output_tokens < 1:
+            raise SettingsError("LLMGATE_DEFAULT_MAX_OUTPUT_TOKENS must be >= 1")
         if self.cache_mode not in ("off", "deterministic", "all"):
             raise SettingsError("LLMGATE_CACHE_MODE must be off, deterministic or all")
         if self.cache_l1_bytes < 1024:

@@ -99,6 +99,13 @@ class ModelNotAllowed(Forbidden):
     code = "model_not_allowed"
 
 
+class ModelNotPriced(Forbidden):
+    """The caller's gateway key has a budget in money and the price table names no price
+    for the model (nor a ``"*"`` one): its cost could not be held against the budget."""
+
+    code = "model_not_priced"
+
+
 class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"

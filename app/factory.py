@@ -24,6 +24,7 @@ from app.gateway import Gateway
 from app.keyring import KeysFileError
 from app.limits import Counters, MemoryCounters
 from app.metrics import Metrics
+from app.prices import PriceTable
 from app.routes import api, register_error_handlers, register_operator_guard
 from app.statuspage import status_page
 from app.tracing import Tracer
@@ -34,7 +35,7 @@ from app.upstreams import UpstreamSpec
 def create_app(settings: Settings | None = None, environ: Mapping[str, str] | None = None) -> Flask:
     environ = os.environ if environ is None else environ
     settings = settings or Settings.from_env(environ)
-    specs = load_upstreams(settings, environ)
+    specs, prices = load_upstreams(settings, environ)
     app = Flask("llmgate")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -45,8 +46,9 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
         Upstream(settings, specs, metrics=metrics, breaker_policy=breaker_policy(settings)),
         build_answer_cache(settings, metrics),
         metrics,
-        build_access(settings, metrics),
+        build_access(settings, metrics, prices),
         build_tracer(settings),
+        prices,
     )
     # This worker's admission limits (app/admission.py), taken by each API call's ticket.
     app.extensions["llmgate.admission"] = Gate(
@@ -64,7 +66,9 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     return app
 
 
-def build_access(settings: Settings, metrics: Metrics) -> Access | None:
+def build_access(
+    settings: Settings, metrics: Metrics, prices: PriceTable | None = None
+) -> Access | None:
     """Gateway keys and their limits, when LLMGATE_KEYS_FILE is set: counted in Memcached
     when there is one (shared by every worker and instance), else in this worker."""
     if not settings.keys_file:
@@ -90,8 +94,12 @@ def build_access(settings: Settings, metrics: Metrics) -> Access | None:
         source,
         counters,
         fail_open=settings.limits_fail == "open",
-        deadline_s=settings.deadline_s,
-        on_usage=lambda key, spent, usage: metrics.observe_key_usage(key.name, usage),
+        # A stream lasts at most the deadline, and its last writes to a slow caller each
+        # wait at most the send timeout (app/flight.py).
+        stream_hold_s=settings.deadline_s + settings.send_timeout_s,
+        prices=prices,
+        default_output_tokens=settings.default_max_output_tokens,
+        on_usage=lambda key, usage, cost: metrics.observe_key_usage(key.name, usage, cost),
         on_counter_error=metrics.limit_counter_errors.inc,
     )
 
@@ -114,20 +122,24 @@ def breaker_policy(settings: Settings) -> BreakerPolicy:
     )
 
 
-def load_upstreams(settings: Settings, environ: Mapping[str, str]) -> list[UpstreamSpec]:
-    """The upstreams from LLMGATE_CONFIG's file, else the one of LLMGATE_UPSTREAM_URL."""
+def load_upstreams(
+    settings: Settings, environ: Mapping[str, str]
+) -> tuple[list[UpstreamSpec], PriceTable | None]:
+    """The upstreams and prices from LLMGATE_CONFIG's file, else the one upstream of
+    LLMGATE_UPSTREAM_URL and no prices."""
     if settings.config_file:
         try:
             text = Path(settings.config_file).read_text()
         except OSError as exc:
             message = f"LLMGATE_CONFIG: cannot read {settings.config_file}: {exc}"
             raise SettingsError(message) from None
-        return upstreams.load(text, environ, path=settings.config_file)
+        specs = upstreams.load(text, environ, path=settings.config_file)
+        return specs, upstreams.prices_of(text, path=settings.config_file)
     if not settings.upstream_url:
         raise SettingsError(
             "Neither LLMGATE_CONFIG nor LLMGATE_UPSTREAM_URL is set (make run starts a simulator)."
         )
-    return upstreams.from_environment(settings.upstream_url, settings.upstream_api_key)
+    return upstreams.from_environment(settings.upstream_url, settings.upstream_api_key), None
 
 
 def _log_to_stderr() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import gevent
 
 from app import jsonedit, keys, schema, tracing
-from app.access import Access, Grant, with_usage_requested, without_usage_chunk
+from app.access import Access, Grant
 from app.cache import policy as cache_policy
 from app.cache.entry import Entry
 from app.cache.policy import BYPASS, COALESCED, STATUS_HEADER, Directive
@@ -30,8 +30,10 @@ from app.flight import ClientGone, Flight, Head, Listener, Producer
 from app.headers import downstream_headers, upstream_request_headers, without_credentials
 from app.keyring import GatewayKey
 from app.lifecycle import Lifecycle
+from app.metering import with_output_cap, with_usage_requested, without_usage_chunk
 from app.metrics import Metrics
 from app.policy import Deadline
+from app.prices import PriceTable
 from app.relay import DisconnectWatcher, relay, upstream_producer
 from app.replay import reply_from_entry
 from app.streams import END_OF_STREAM
@@ -54,6 +56,7 @@ class Gateway:
         metrics: Metrics | None = None,
         access: Access | None = None,
         tracer: Tracer | None = None,
+        prices: PriceTable | None = None,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
@@ -61,6 +64,7 @@ class Gateway:
         self.metrics = metrics
         self.access = access  # gateway keys and their limits; None: callers pass through
         self.tracer = tracer  # None: tracing is off (LLMGATE_OTEL_ENDPOINT unset)
+        self.prices = prices  # the config file's price table: each call's cost (observe.py)
         self.flights = Flights()
         self.lifecycle = Lifecycle()
 
@@ -94,12 +98,13 @@ class Gateway:
             if "cache" in body:
                 # Our control object, not the provider's: it never goes upstream.
                 forward = _without_cache(call.body, body)
+        # Admission control (app/admission.py): a slot, and a stream slot for a stream, or a
+        # 429 now; routes.py gives them back when the response body is closed. Before the
+        # key's grant: a call this worker cannot take costs its caller nothing.
+        call.admission.admit(stream)
         grant = None
         if caller is not None:
             forward, grant = self._grant(call, caller, body, stream, forward)
-        # Admission control (app/admission.py): a slot, and a stream slot for a stream, or a
-        # 429 now; routes.py gives them back when the response body is closed.
-        call.admission.admit(stream)
         headers = upstream_request_headers(call.headers, stream=stream)
         req = UpstreamRequest(
             method=call.method,
@@ -188,10 +193,17 @@ class Gateway:
                 f"No upstream the key {key.name!r} may use serves the model {model!r}.",
                 param="model",
             )
-        grant = self.access.admit(key, model, body, stream=stream)
+        grant = self.access.admit(
+            key, model, body, stream=stream, route=call.route, size=len(forward)
+        )
         access, trace = self.access, call.trace
         trace.limit_headers = grant.headers
-        trace.settle = lambda usage, billed: access.settle(grant, usage, billed)
+        trace.settle = lambda usage, billed, served: access.settle(
+            grant, usage, billed, served=served
+        )
+        if grant.output_cap is not None and body is not None:
+            # The key's max_tokens holds for a call that names none: it is sent one.
+            forward = with_output_cap(forward, body, call.route, grant.output_cap)
         if stream and body is not None and call.route in USAGE_ROUTES:
             # The key's tokens are counted from the stream's usage chunk: asked for here,
             # and taken out again for a caller who did not ask (Gateway._stream).

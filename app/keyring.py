@@ -16,8 +16,10 @@ OpenAI and Azure SDKs send one). An unknown, revoked or expired key is a 401
     max_streams = 20
     tokens_per_day = 5000000
     tokens_per_month = 100000000
-    max_tokens = 4096                  # caps on a request's max_tokens and n
-    max_n = 1
+    usd_per_day = 50.0                 # money budgets: need the config file's [prices]
+    usd_per_month = 1000.0
+    max_tokens = 4096                  # caps on a request's max_tokens and n; a call that
+    max_n = 1                          # names no max_tokens is sent this one
     cache_namespace = "search"         # keys naming one namespace share cached answers
     expires = 2027-01-01T00:00:00Z     # optional
     revoked = false
@@ -38,8 +40,9 @@ import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
+from app.bounds import MAX_TOKEN_FIELDS, is_count
 from app.errors import BadRequest, InvalidApiKey, ModelNotAllowed
 from app.upstreams import check_types
 
@@ -55,6 +58,7 @@ _LIMITS = (
     "max_tokens",
     "max_n",
 )
+_BUDGETS = ("usd_per_day", "usd_per_month")
 _FIELDS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "sha256": str,
@@ -64,9 +68,8 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "expires": (datetime.datetime, datetime.date),
     "revoked": bool,
     **dict.fromkeys(_LIMITS, int),
+    **dict.fromkeys(_BUDGETS, (int, float)),
 }
-# Body fields that bound how many tokens one call may generate, by API surface.
-MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
 class KeysFileError(ValueError):
@@ -86,6 +89,8 @@ class GatewayKey:
     tokens_per_month: int = 0
     max_tokens: int = 0
     max_n: int = 0
+    usd_per_day: float = 0.0  # 0: no money budget
+    usd_per_month: float = 0.0
     cache_namespace: str = ""
     expires: float | None = None  # Unix time
     revoked: bool = False
@@ -101,16 +106,18 @@ class GatewayKey:
     def allows_upstream(self, name: str) -> bool:
         return "*" in self.upstreams or name in self.upstreams
 
-    def reservation(self, body: Mapping[str, Any] | None) -> int:
-        """Tokens to hold for the call before its usage is known: its own token bound (the
-        key's cap when it names none), times ``n``. 0: unknown, settled afterwards."""
-        if body is None:
-            return 0
-        bound = next((body[f] for f in MAX_TOKEN_FIELDS if _is_count(body.get(f))), None)
-        if bound is None:
-            bound = self.max_tokens
-        n = body.get("n")
-        return int(bound) * (int(n) if _is_count(n) and n > 1 else 1)
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether the key has a token limit or a money budget: its calls reserve their
+        bound (app/bounds.py) before they go upstream."""
+        return (
+            bool(self.tokens_per_minute or self.tokens_per_day or self.tokens_per_month)
+            or self.counts_money
+        )
+
+    @property
+    def counts_money(self) -> bool:
+        return bool(self.usd_per_day or self.usd_per_month)
 
     def check_request(self, model: str | None, body: Mapping[str, Any] | None) -> None:
         """ModelNotAllowed (403) or BadRequest (400) when the call exceeds what the key may."""
@@ -123,14 +130,14 @@ class GatewayKey:
         if self.max_tokens:
             for field_name in MAX_TOKEN_FIELDS:
                 value = body.get(field_name)
-                if _is_count(value) and value > self.max_tokens:
+                if is_count(value) and value > self.max_tokens:
                     raise BadRequest(
                         f"{field_name} is {value}; this key allows at most {self.max_tokens}.",
                         param=field_name,
                         code="max_tokens_above_limit",
                     )
         n = body.get("n")
-        if self.max_n and _is_count(n) and n > self.max_n:
+        if self.max_n and is_count(n) and n > self.max_n:
             raise BadRequest(
                 f"n is {n}; this key allows at most {self.max_n}.", param="n", code="n_above_limit"
             )
@@ -217,6 +224,9 @@ def _key(table: dict[str, Any], index: int, path: str) -> GatewayKey:
     for limit in _LIMITS:
         if table.get(limit, 0) < 0:
             raise fail(limit, "must be >= 0 (0: no limit)")
+    for budget in _BUDGETS:
+        if not 0 <= table.get(budget, 0) < 1e7:  # NaN and inf too
+            raise fail(budget, "must be a number of USD >= 0 and < 10,000,000 (0: none)")
     lists = {}
     for list_name in ("models", "upstreams"):
         values = table.get(list_name, ["*"])
@@ -234,6 +244,8 @@ def _key(table: dict[str, Any], index: int, path: str) -> GatewayKey:
         cache_namespace=namespace,
         expires=_unix_time(table["expires"]) if "expires" in table else None,
         revoked=table.get("revoked", False),
+        usd_per_day=float(table.get("usd_per_day", 0)),
+        usd_per_month=float(table.get("usd_per_month", 0)),
         **{limit: table.get(limit, 0) for limit in _LIMITS},
     )
 
@@ -245,10 +257,6 @@ def _unix_time(value: datetime.datetime | datetime.date) -> float:
     if value.tzinfo is None:
         value = value.replace(tzinfo=datetime.UTC)
     return value.timestamp()
-
-
-def _is_count(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def new_key() -> str:

@@ -13,14 +13,17 @@ The trade-offs, written down because they are real:
 - **Fixed windows**: a minute's count restarts on the minute (UTC), so up to twice the
   per-minute limit can pass within 60 s straddling the edge. Sliding windows would need two
   counters read per call; fixed windows are what the limit headers can state exactly.
-- **Streams** are counted up on start and down on end. A worker killed mid-stream never
-  counts down: the counter's TTL (the deadline plus a minute) ends the leak.
+- **Streams** are counted up on start and down on end, in one counter per key that never
+  rolls over. Each start renews its TTL to the longest a stream can last (the deadline, the
+  send timeout and a minute), so it expires only when no stream of the key can still be
+  open: a worker killed mid-stream leaks its slots until then, never longer.
 - **A lost Memcached node** loses the counters it held: those keys start again from zero
   (more admitted, never fewer), and while the node is being skipped the limits fail open or
   closed as ``LLMGATE_LIMITS_FAIL`` says.
-- **Tokens** are reserved from the call's own bound (``max_tokens`` and its kin, times
-  ``n``) and settled from the answer's ``usage``; a call with no bound reserves nothing and
-  is admitted while the window still has room, so one call can overshoot by its own size.
+- **Tokens and money** are reserved from the most the call can be billed (app/bounds.py:
+  its prompt's bound plus its output's) and settled from the answer's ``usage``; a call the
+  gateway does not parse (a passthrough) reserves nothing and is admitted while the window
+  still has room, so it can overshoot by its own size.
 """
 
 from __future__ import annotations
@@ -37,7 +40,10 @@ PREFIX = "llmgate:rl:v1:"
 class Counters(Protocol):
     """Shared integer counters; None from a call: the store could not be reached."""
 
-    def incr(self, key: str, delta: int, ttl: int) -> int | None: ...
+    def incr(self, key: str, delta: int, ttl: int, *, renew: bool = False) -> int | None:
+        """Add ``delta``; a counter created here lives ``ttl`` seconds (``renew``: an
+        existing one's TTL starts again too)."""
+        ...
 
     def decr(self, key: str, delta: int) -> int | None: ...
 
@@ -48,15 +54,18 @@ class Counters(Protocol):
 class Window:
     """One counting period: ``what`` counted from ``start`` until ``end`` (Unix seconds)."""
 
-    what: str  # requests | tokens | tokens_day | tokens_month | streams
+    what: str  # requests | tokens | tokens_day | tokens_month | usd_day | usd_month | streams
     start: int
     end: int
+    hold: int = 0  # > 0: a counter with no end, kept this long after its last use (streams)
 
     def key(self, name: str) -> str:
         return f"{PREFIX}{name}:{self.what}:{self.start}"
 
     def ttl(self, now: float) -> int:
         """How long the counter must live: to the window's end, plus a margin for clocks."""
+        if self.hold:
+            return self.hold
         return max(1, int(self.end - now) + 60)
 
     def reset_s(self, now: float) -> float:
@@ -68,21 +77,25 @@ def minute(what: str, now: float) -> Window:
     return Window(what, start, start + 60)
 
 
-def day(now: float) -> Window:
+def day(what: str, now: float) -> Window:
+    """The UTC day of ``now`` (``what``: tokens_day or usd_day)."""
     start = int(now) - int(now) % 86400
-    return Window("tokens_day", start, start + 86400)
+    return Window(what, start, start + 86400)
 
 
-def month(now: float) -> Window:
+def month(what: str, now: float) -> Window:
+    """The UTC calendar month of ``now`` (``what``: tokens_month or usd_month)."""
     t = time.gmtime(now)
     start = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0))
     year, mon = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
-    return Window("tokens_month", start, calendar.timegm((year, mon, 1, 0, 0, 0)))
+    return Window(what, start, calendar.timegm((year, mon, 1, 0, 0, 0)))
 
 
-def streams(deadline_s: float) -> Window:
-    """Concurrent streams: one counter that never rolls over; its TTL ends a leaked count."""
-    return Window("streams", 0, int(deadline_s) + 60)
+def streams(longest_s: float) -> Window:
+    """Concurrent streams: one counter that never rolls over. ``longest_s`` is the longest a
+    stream can last; the counter is kept a minute beyond it after each start (``renew``), so
+    it expires only once every stream it counts has ended, or its worker died."""
+    return Window("streams", 0, 0, hold=int(longest_s) + 60)
 
 
 def reset_text(seconds: float) -> str:
@@ -105,11 +118,13 @@ class MemoryCounters:
         self._clock = clock
         self._values: dict[str, tuple[int, float]] = {}
 
-    def incr(self, key: str, delta: int, ttl: int) -> int:
+    def incr(self, key: str, delta: int, ttl: int, *, renew: bool = False) -> int:
         now = self._clock()
         value, expires = self._values.get(key, (0, now + ttl))
         if expires <= now:
             value, expires = 0, now + ttl
+        if renew:
+            expires = now + ttl
         value += delta
         self._values[key] = (value, expires)
         if len(self._values) > 10_000:

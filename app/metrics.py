@@ -159,6 +159,13 @@ class Metrics:
             ["key", "kind"],
             registry=reg,
         )
+        self.key_cost = Counter(
+            "llmgate_key_cost_usd_total",
+            "What each gateway key's calls cost, in USD, from their usage and the config "
+            "file's price table (only with one; cache hits and coalesced followers add none).",
+            ["key"],
+            registry=reg,
+        )
         self.limit_counter_errors = Counter(
             "llmgate_limit_counter_errors_total",
             "Limit checks that could not reach the shared counters (Memcached); the call "
@@ -259,8 +266,13 @@ class Metrics:
         for state in ("in_use", "idle"):
             self.pool.labels(state)
 
-    def observe_key_usage(self, key: str, usage: dict[str, Any] | None) -> None:
-        """A billed call of gateway key ``key`` ended: its prompt and completion tokens."""
+    def observe_key_usage(
+        self, key: str, usage: dict[str, Any] | None, picodollars: int = 0
+    ) -> None:
+        """A call of gateway key ``key`` ended: its billed prompt and completion tokens and
+        what they cost (app/prices.py)."""
+        if picodollars > 0:
+            self.key_cost.labels(key).inc(picodollars / 1e12)
         usage = usage or {}
         for kind, names in (("prompt", ("prompt_tokens", "input_tokens")),
                             ("completion", ("completion_tokens", "output_tokens"))):  # fmt: skip

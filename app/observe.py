@@ -17,7 +17,8 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from app import jsonedit, sse, streams, tracing
@@ -25,6 +26,7 @@ from app.cache.policy import STATUS_HEADER
 from app.calls import Call, Reply, Trace
 from app.config import Settings
 from app.metrics import Metrics
+from app.prices import PriceTable, usd
 from app.tracing import Span
 
 log = logging.getLogger("llmgate.access")
@@ -41,7 +43,11 @@ def cache_outcome(reply: Reply) -> str:
 
 
 def finish(
-    call: Call, reply: Reply, settings: Settings, metrics: Metrics | None
+    call: Call,
+    reply: Reply,
+    settings: Settings,
+    metrics: Metrics | None,
+    prices: PriceTable | None = None,
 ) -> tuple[Reply, bytes | Iterator[bytes]]:
     """The reply with its last headers, and the body to send: a stream's batches joined,
     one write each, every event observed on its way out (counted and logged at the end)."""
@@ -58,12 +64,13 @@ def finish(
         # A gateway key's limits, not the provider key's (which are the operator's business).
         kept = [(k, v) for k, v in reply.headers if not k.lower().startswith("x-ratelimit-")]
         reply.headers = kept + trace.limit_headers
+    record = partial(_record, settings=settings, metrics=metrics, prices=prices)
     if isinstance(reply.body, bytes):
-        _record(call, reply, settings, metrics, StreamFacts(sent=len(reply.body)))
+        record(call, reply, StreamFacts(sent=len(reply.body)))
         return reply, reply.body
     # The stream may last minutes: its log line keeps the request body only to log it.
     held = call if settings.log_prompts else dataclasses.replace(call, body=b"")
-    return reply, _watched(held, reply, reply.body, settings, metrics)
+    return reply, _watched(held, reply, reply.body, metrics, record)
 
 
 def _server_timing(trace: Trace) -> str:
@@ -124,8 +131,8 @@ def _watched(
     call: Call,
     reply: Reply,
     batches: Iterator[list[bytes]],
-    settings: Settings,
     metrics: Metrics | None,
+    record: Callable[[Call, Reply, StreamFacts], None],
 ) -> Iterator[bytes]:
     facts = StreamFacts()
     typed = call.route == "responses"
@@ -151,7 +158,7 @@ def _watched(
     finally:
         if metrics is not None:
             metrics.active_streams.dec()
-        _record(call, reply, settings, metrics, facts)
+        record(call, reply, facts)
 
 
 def _usage_of(data: bytes) -> dict[str, Any] | None:
@@ -194,7 +201,13 @@ def _usage_in_body(body: bytes) -> dict[str, Any] | None:
 
 
 def _record(
-    call: Call, reply: Reply, settings: Settings, metrics: Metrics | None, facts: StreamFacts
+    call: Call,
+    reply: Reply,
+    facts: StreamFacts,
+    *,
+    settings: Settings,
+    metrics: Metrics | None,
+    prices: PriceTable | None,
 ) -> None:
     trace = call.trace
     duration = time.monotonic() - trace.started
@@ -209,10 +222,12 @@ def _record(
             facts.usage = _usage_in_body(reply.body)
     usage = streams.usage_details(facts.usage or {})
     tokens_in, tokens_out, tokens_cached = usage
+    # What the provider billed this caller for: a replay or a follower billed none.
+    billed = reply.status < 400 and outcome in _UPSTREAM_OUTCOMES
     if trace.settle is not None:
-        # The key's tokens: what the provider billed; a replay or a follower billed none.
-        billed = reply.status < 400 and not outcome.startswith("hit") and outcome != "coalesced"
-        trace.settle(facts.usage, billed)
+        trace.settle(facts.usage, billed, not trace.own_error)
+    price = prices.price_of(trace.model) if prices is not None else None
+    cost = price.cost(facts.usage) if price is not None and billed and facts.usage else None
     if metrics is not None:
         route = call.route
         metrics.duration.labels(route, "true" if streamed else "false").observe(duration)
@@ -260,6 +275,11 @@ def _record(
         "client_closed": trace.client_closed,
         "stream_error": trace.stream_error,
         "key": trace.key,
+        # The receipt: the provider's usage as it sent it, its price and the table's version,
+        # to be matched with the provider's invoice by upstream_request_id.
+        "usage": facts.usage if billed else None,
+        "cost_usd": None if cost is None else usd(cost),
+        "prices_version": None if prices is None else prices.version,
     }
     if settings.log_prompts:
         line["request_body"] = call.body.decode("utf-8", errors="replace")

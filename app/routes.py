@@ -104,16 +104,21 @@ def _forward(route: str) -> Response:
         )
         reply = gateway.handle(call)
     except errors.GatewayError as exc:
+        call.trace.own_error = True
         reply = error_reply(exc)
     except HTTPException as exc:
+        call.trace.own_error = True
         reply = error_reply(_translate(exc))
     except Exception:
         # A bug of ours: the caller gets a JSON 500, the log gets the traceback, and the
         # request is still counted and logged like every other.
         log.exception("unhandled error on %s %s", request.method, request.path)
+        call.trace.own_error = True
         reply = error_reply(errors.GatewayError("Internal gateway error."))
     return _release_when_closed(
-        lambda: to_response(*finish(call, reply, gateway.settings, gateway.metrics)),
+        lambda: to_response(
+            *finish(call, reply, gateway.settings, gateway.metrics, gateway.prices)
+        ),
         call.admission,
     )
 

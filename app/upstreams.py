@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from app import prices
 from app.hedge import HedgePolicy
 
 AUTH_STYLES = ("bearer", "api-key")
@@ -88,12 +89,10 @@ def from_environment(upstream_url: str, api_key: str) -> list[UpstreamSpec]:
 
 
 def load(text: str, environ: Mapping[str, str], *, path: str = "config") -> list[UpstreamSpec]:
-    """The upstreams of a config file's text, or ConfigError naming the line and field."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(doc) - {"upstreams"}
+    """The upstreams of a config file's text, or ConfigError naming the line and field (its
+    ``[prices]`` table is checked too: ``prices_of`` reads it)."""
+    doc = _parse(text, path)
+    unknown = set(doc) - {"upstreams", "prices"}
     if unknown:
         name = sorted(unknown)[0]
         raise ConfigError(f"{path}:{_line_of(text, name)}: unknown section or key {name!r}")
@@ -107,7 +106,29 @@ def load(text: str, environ: Mapping[str, str], *, path: str = "config") -> list
             where = _line_of(text, "name", table=i)
             raise ConfigError(f"{path}:{where}: upstreams.name {spec.name!r} is used twice")
         seen.add(spec.name)
+    prices_of(text, path=path, doc=doc)
     return specs
+
+
+def prices_of(
+    text: str, *, path: str = "config", doc: dict[str, Any] | None = None
+) -> prices.PriceTable | None:
+    """The config file's price table (app/prices.py), None when it has none."""
+    doc = _parse(text, path) if doc is None else doc
+    if "prices" not in doc:
+        return None
+
+    def fail(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{path}:{_line_of(text, key.rpartition('.')[2])}: {key} {why}")
+
+    return prices.load(doc["prices"], fail)
+
+
+def _parse(text: str, path: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
 def _spec(

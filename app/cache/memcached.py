@@ -144,6 +144,9 @@ class _GuardedClient(Client):
     def decr(self, *args: Any, **kwargs: Any) -> Any:
         return self._guard(super().decr, *args, **kwargs)
 
+    def touch(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().touch, *args, **kwargs)
+
 
 class _HashClient(HashClient):
     client_class = _GuardedClient  # PooledClient builds its connections from this class
@@ -309,9 +312,10 @@ class MemcachedBackend:
         return self._breaker.dead()
 
     # -- counters (app/limits.py) -----------------------------------------------------------
-    def incr(self, key: str, delta: int, ttl: int) -> int | None:
+    def incr(self, key: str, delta: int, ttl: int, *, renew: bool = False) -> int | None:
         """Add ``delta`` to the counter ``key``, created at 0 to live ``ttl`` seconds when
-        absent. The new value, or None when its node cannot be reached (counted)."""
+        absent (``renew``: an existing counter's TTL starts again, one ``touch`` more). The
+        new value, or None when its node cannot be reached (counted)."""
         validate_key(key)
 
         def op() -> int | None:
@@ -321,6 +325,8 @@ class MemcachedBackend:
                     key, b"0", expire=clamp_ttl(ttl), noreply=False, flags=FLAG_COUNTER
                 )
                 value = self._client.incr(key, delta, noreply=False)
+            elif renew:
+                self._client.touch(key, expire=clamp_ttl(ttl), noreply=False)
             return None if value is None else int(value)
 
         return self._call([key], op, None)

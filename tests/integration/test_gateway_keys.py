@@ -17,6 +17,7 @@ import pytest
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.bounds import PROMPT_OVERHEAD
 from app.keyring import hash_key
 from runner.procs import free_port
 from tests.integration.sse_reader import chat
@@ -170,12 +171,14 @@ def test_a_token_budget_refuses_the_call_that_would_cross_it(keyed) -> None:
                     messages=[{"role": "user", "content": f"budget {i}"}])  # fmt: skip
         resp = _post(keyed.url, body, "budget")
         statuses.append(resp.status)
+        # Held before the call: the body's bytes bound its prompt (app/bounds.py), plus 300.
+        held = len(json.dumps(body).encode()) + PROMPT_OVERHEAD + 300
         if resp.status == 200:
             # The answer's own usage: what the simulator says it spent.
-            assert spent + 300 <= 1000  # admitted only while the reservation fitted
+            assert spent + held <= 1000  # admitted only while the reservation fitted
             spent += json.loads(resp.data)["usage"]["total_tokens"]
         else:
-            assert resp.status == 429 and spent + 300 > 1000
+            assert resp.status == 429 and spent + held > 1000
             assert _error(resp)["code"] == "insufficient_quota"
             assert resp.headers["x-should-retry"] == "false"
     assert statuses[0] == 200 and 429 in statuses

@@ -5,6 +5,8 @@ contents are read with a plain client of the test's, not through the code under 
 
 from __future__ import annotations
 
+import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,3 +69,25 @@ def test_an_unreachable_node_is_none_never_an_exception() -> None:
     assert down.decr(key, 1) is None
     assert down.read([key]) is None
     down.close()
+
+
+def _ttl(port: int, key: str) -> int:
+    """The item's remaining TTL as memcached itself reports it (meta get, flag t)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.sendall(f"mg {key} t\r\n".encode())
+        reply = sock.recv(4096).decode()
+    match = re.match(r"HD t(-?\d+)", reply)
+    assert match, reply
+    return int(match.group(1))
+
+
+def test_a_renewed_counter_lives_its_whole_ttl_again(mc) -> None:
+    counters = MemcachedBackend([("127.0.0.1", mc)], timeout=1.0, name="limits")
+    key = "llmgate:rl:v1:t:renew:streams:0"
+    counters.incr(key, 1, ttl=5)
+    counters.incr(key, 1, ttl=700)  # not renewed: the TTL it was made with stays
+    assert _ttl(mc, key) <= 5
+    counters.incr(key, 1, ttl=700, renew=True)
+    assert 690 <= _ttl(mc, key) <= 700
+    assert counters.read([key]) == {key: 3}
+    counters.close()

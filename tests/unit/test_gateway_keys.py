@@ -11,17 +11,20 @@ from typing import Any
 
 import pytest
 
-from app import keyring, limits
-from app.access import (
-    Access,
-    KeySource,
-    is_usage_chunk,
-    with_usage_requested,
-    without_usage_chunk,
+from app import bounds, keyring, limits
+from app.access import Access, KeySource
+from app.errors import (
+    BadRequest,
+    InvalidApiKey,
+    LimitsUnavailable,
+    ModelNotAllowed,
+    ModelNotPriced,
+    RateLimited,
 )
-from app.errors import BadRequest, InvalidApiKey, LimitsUnavailable, ModelNotAllowed, RateLimited
 from app.jsonedit import with_member
 from app.keyring import GatewayKey, KeyRing, KeysFileError, hash_key, load, presented_key
+from app.metering import is_usage_chunk, with_usage_requested, without_usage_chunk
+from app.prices import Price, PriceTable
 
 SECRET = "llmg-test-secret"
 T0 = 1_790_000_020.0  # 40 s into a minute of 2026-09-21 (UTC)
@@ -135,24 +138,17 @@ def test_models_and_caps() -> None:
         assert bad.value.param == param
 
 
-def test_the_reservation_is_the_calls_own_bound_times_n_else_the_cap() -> None:
-    assert _key().reservation({"max_tokens": 50, "n": 3}) == 150
-    assert _key().reservation({"max_completion_tokens": 70}) == 70
-    assert _key(max_tokens=200).reservation({"messages": []}) == 200
-    assert _key().reservation({"max_tokens": True}) == 0  # a bool is not a count
-    assert _key().reservation(None) == 0
-
-
 # -- windows ---------------------------------------------------------------------------------
 def test_windows_and_reset_texts() -> None:
     now = T0 + 0.5
     m = limits.minute("requests", now)
     assert (m.end - m.start, m.start % 60, m.reset_s(now)) == (60, 0, 19.5)
     assert m.key("team") == f"llmgate:rl:v1:team:requests:{m.start}"
-    d, mo = limits.day(now), limits.month(now)
+    d, mo = limits.day("tokens_day", now), limits.month("usd_month", now)
     assert d.start % 86400 == 0 and d.end - d.start == 86400
     assert mo.start == 1788220800 and mo.end == 1790812800  # 2026-09-01 .. 2026-10-01 UTC
-    assert limits.month(1796083200.0).end == 1798761600  # December rolls into January
+    assert mo.key("team") == f"llmgate:rl:v1:team:usd_month:{mo.start}"
+    assert limits.month("tokens_month", 1796083200.0).end == 1798761600  # December: January
     assert [limits.reset_text(s) for s in (0.02, 1, 59.5, 360, 3725)] == [
         "20ms", "1s", "1m0s", "6m0s", "1h2m5s"]  # fmt: skip
 
@@ -176,7 +172,7 @@ class FixedSource(KeySource):
 
 
 class DownCounters:
-    def incr(self, key, delta, ttl):
+    def incr(self, key, delta, ttl, *, renew=False):
         return None
 
     def decr(self, key, delta):
@@ -206,20 +202,24 @@ def test_requests_per_minute_admit_exactly_the_limit_and_count_down() -> None:
     assert error.headers["retry-after"] == "20" and error.retryable
 
 
+OVER = bounds.PROMPT_OVERHEAD  # what an empty body's prompt reserves
+
+
 def test_tokens_are_reserved_then_settled_from_usage() -> None:
     counters = limits.MemoryCounters()
-    gate = _gate(_key(tokens_per_minute=1000, tokens_per_day=1000), counters)
+    gate = _gate(_key(tokens_per_minute=1400, tokens_per_day=1400), counters)
     key = gate.authenticate(_bearer())
-    first = gate.admit(key, "m", {"max_tokens": 600}, stream=False)
-    assert dict(first.headers)["x-ratelimit-remaining-tokens"] == "400"
-    with pytest.raises(RateLimited) as caught:  # 600 + 600 would cross 1000
-        gate.admit(key, "m", {"max_tokens": 600}, stream=False)
-    assert caught.value.type == "tokens"
+    first = gate.admit(key, "m", {"max_tokens": 600}, stream=False, route="chat", size=100)
+    assert first.tokens == 100 + OVER + 600  # the body's bytes, the overhead, the output
+    assert dict(first.headers)["x-ratelimit-remaining-tokens"] == str(1400 - first.tokens)
+    with pytest.raises(RateLimited) as caught:  # 764 + 764 would cross 1400
+        gate.admit(key, "m", {"max_tokens": 600}, stream=False, route="chat", size=100)
+    assert caught.value.type == "tokens" and caught.value.retryable
     gate.settle(first, {"prompt_tokens": 10, "completion_tokens": 90, "total_tokens": 100}, True)
     gate.settle(first, {"total_tokens": 999}, True)  # once only
-    windows = [limits.minute("tokens", T0), limits.day(T0)]
+    windows = [limits.minute("tokens", T0), limits.day("tokens_day", T0)]
     assert counters.read([w.key("team") for w in windows]) == {w.key("team"): 100 for w in windows}
-    second = gate.admit(key, "m", {"max_tokens": 600}, stream=False)  # 100 + 600 fits
+    second = gate.admit(key, "m", {"max_tokens": 600}, stream=False, route="chat", size=100)
     gate.settle(second, None, False)  # a cache hit: nothing billed, the reservation freed
     assert counters.read([windows[0].key("team")]) == {windows[0].key("team"): 100}
 
@@ -228,37 +228,142 @@ def test_a_billed_call_without_usage_keeps_its_reservation() -> None:
     counters = limits.MemoryCounters()
     gate = _gate(_key(tokens_per_day=10_000), counters)
     key = gate.authenticate(_bearer())
-    grant = gate.admit(key, "m", {"max_tokens": 700}, stream=True)
+    grant = gate.admit(key, "m", {"max_tokens": 700}, stream=True, route="chat", size=36)
     gate.settle(grant, None, True)  # the caller left before the usage chunk
-    assert counters.read([limits.day(T0).key("team")]) == {limits.day(T0).key("team"): 700}
+    day = limits.day("tokens_day", T0).key("team")
+    assert counters.read([day]) == {day: 36 + OVER + 700}
 
 
 def test_a_budget_is_a_quota_the_sdk_must_not_retry() -> None:
     gate = _gate(_key(tokens_per_day=100))
     key = gate.authenticate(_bearer())
-    grant = gate.admit(key, "m", {}, stream=False)  # no bound: nothing reserved
+    grant = gate.admit(key, "m", None, stream=False)  # a passthrough: nothing reserved
     gate.settle(grant, {"total_tokens": 100}, True)
     with pytest.raises(RateLimited) as caught:  # the budget is spent: refused
-        gate.admit(key, "m", {}, stream=False)
+        gate.admit(key, "m", None, stream=False)
     error = caught.value
     assert (error.code, error.retryable, error.type) == ("insufficient_quota", False, "tokens")
     assert int(error.headers["retry-after"]) > 3600  # the next UTC day
 
 
+def test_a_call_larger_than_the_whole_limit_is_refused_for_good() -> None:
+    counters = limits.MemoryCounters()
+    gate = _gate(_key(tokens_per_minute=1000), counters)
+    key = gate.authenticate(_bearer())
+    with pytest.raises(RateLimited) as caught:
+        gate.admit(key, "m", {"max_tokens": 10}, stream=False, route="chat", size=5000)
+    error = caught.value
+    assert (error.status, error.type, error.retryable) == (429, "tokens", False)
+    assert "retry-after" not in error.headers and "Request too large" in error.message
+    assert counters.read([limits.minute("tokens", T0).key("team")]) == {}  # nothing taken
+
+
 def test_a_refused_call_gives_back_what_it_took() -> None:
     counters = limits.MemoryCounters()
-    gate = _gate(_key(requests_per_minute=10, max_streams=5, tokens_per_minute=100), counters)
+    gate = _gate(_key(requests_per_minute=10, max_streams=5, tokens_per_minute=1000), counters)
     key = gate.authenticate(_bearer())
-    with pytest.raises(RateLimited):
-        gate.admit(key, "m", {"max_tokens": 500}, stream=True)
+    held = gate.admit(key, "m", {"max_tokens": 500}, stream=False, route="chat")
+    with pytest.raises(RateLimited):  # 564 fits alone, not beside the first
+        gate.admit(key, "m", {"max_tokens": 500}, stream=True, route="chat")
     taken = [limits.minute("requests", T0), limits.streams(600), limits.minute("tokens", T0)]
-    assert set(counters.read([w.key("team") for w in taken]).values()) == {0}
+    counts = counters.read([w.key("team") for w in taken])
+    assert [counts[w.key("team")] for w in taken] == [1, 0, held.tokens]
+
+
+def test_a_call_the_gateway_failed_gives_its_request_back() -> None:
+    counters = limits.MemoryCounters()
+    gate = _gate(_key(requests_per_minute=10, max_streams=5), counters)
+    key = gate.authenticate(_bearer())
+    served = gate.admit(key, "m", {}, stream=True, route="chat")
+    failed = gate.admit(key, "m", {}, stream=True, route="chat")
+    gate.settle(served, {"total_tokens": 5}, True)
+    gate.settle(failed, None, False, served=False)  # e.g. the upstream was unreachable
+    gate.settle(failed, None, False, served=False)  # once only
+    requests, streams = limits.minute("requests", T0), limits.streams(600)
+    counts = counters.read([requests.key("team"), streams.key("team")])
+    assert counts == {requests.key("team"): 1, streams.key("team"): 0}
+
+
+def test_a_stream_slot_outlives_the_stream_it_counts() -> None:
+    now = [T0]
+    counters = limits.MemoryCounters(clock=lambda: now[0])
+    gate = _gate(_key(max_streams=2), counters, clock=lambda: now[0], stream_hold_s=600)
+    key = gate.authenticate(_bearer())
+    first = gate.admit(key, "m", {}, stream=True)
+    now[0] += 500
+    gate.admit(key, "m", {}, stream=True)  # renews the counter: it lives 660 s from here
+    now[0] += 500  # 1,000 s after the first start, 500 after the second
+    with pytest.raises(RateLimited, match="2 streams open"):
+        gate.admit(key, "m", {}, stream=True)
+    gate.settle(first, None, False)
+    gate.admit(key, "m", {}, stream=True)
+    now[0] += 661  # no start for longer than any stream lasts: the count is gone
+    assert gate.usage()["keys"][0]["streams_open"] == 0
+    window = limits.streams(600)
+    assert window.ttl(now[0]) == window.ttl(0.0) == 660  # a duration, not an end time
+
+
+def test_a_key_cap_is_sent_to_calls_that_name_no_bound() -> None:
+    gate = _gate(_key(max_tokens=300, tokens_per_day=10_000))
+    key = gate.authenticate(_bearer())
+    named = gate.admit(key, "m", {"max_tokens": 20}, stream=False, route="chat")
+    unnamed = gate.admit(key, "m", {}, stream=False, route="chat")
+    embedding = gate.admit(key, "m", {}, stream=False, route="embeddings")
+    assert (named.output_cap, named.tokens) == (None, OVER + 20)
+    assert (unnamed.output_cap, unnamed.tokens) == (300, OVER + 300)
+    assert (embedding.output_cap, embedding.tokens) == (None, OVER)
+
+
+def test_a_call_naming_no_bound_reserves_the_models_ceiling() -> None:
+    table = PriceTable("v1", {"big": Price(0, 0, 0, max_output_tokens=32_000)})
+    gate = _gate(_key(tokens_per_day=10**6), prices=table, default_output_tokens=4096)
+    key = gate.authenticate(_bearer())
+    assert gate.admit(key, "big", {"n": 2}, stream=False, route="chat").tokens == OVER + 64_000
+    assert gate.admit(key, "small", {}, stream=False, route="chat").tokens == OVER + 4096
+
+
+PRICES = PriceTable(
+    "2026-12", {"m": Price(input=2_000_000, cached_input=500_000, output=8_000_000)}
+)
+
+
+def test_a_money_budget_is_reserved_then_settled_at_the_answers_cost() -> None:
+    counters = limits.MemoryCounters()
+    spent: list[int] = []
+    gate = _gate(
+        _key(usd_per_day=0.01), counters, prices=PRICES, on_usage=lambda k, u, c: spent.append(c)
+    )
+    key = gate.authenticate(_bearer())
+    grant = gate.admit(key, "m", {"max_tokens": 500}, stream=False, route="chat", size=936)
+    assert grant.cost == (936 + OVER) * 2_000_000 + 500 * 8_000_000  # 0.006 USD
+    with pytest.raises(RateLimited) as caught:  # two would cross 0.01 USD
+        gate.admit(key, "m", {"max_tokens": 500}, stream=False, route="chat", size=936)
+    assert caught.value.code == "insufficient_quota" and "USD" in caught.value.message
+    usage = {"prompt_tokens": 300, "completion_tokens": 100, "total_tokens": 400,
+             "prompt_tokens_details": {"cached_tokens": 200}}  # fmt: skip
+    gate.settle(grant, usage, True)
+    cost = 100 * 2_000_000 + 200 * 500_000 + 100 * 8_000_000  # 0.0011 USD
+    day = limits.day("usd_day", T0).key("team")
+    assert counters.read([day]) == {day: cost} and spent == [cost]
+    assert gate.usage()["keys"][0]["usd_today"] == pytest.approx(0.0011)
+
+
+def test_a_money_budget_needs_a_price_for_the_model() -> None:
+    gate = _gate(_key(usd_per_month=5), prices=PRICES)
+    key = gate.authenticate(_bearer())
+    with pytest.raises(ModelNotPriced) as caught:
+        gate.admit(key, "other", {}, stream=False, route="chat")
+    assert (caught.value.status, caught.value.code) == (403, "model_not_priced")
+    unpriced = _gate(_key(usd_per_month=5))  # no price table at all
+    with pytest.raises(ModelNotPriced):
+        unpriced.admit(key, "m", {}, stream=False, route="chat")
 
 
 def test_concurrent_streams_are_counted_until_settled() -> None:
     gate = _gate(_key(max_streams=2))
     key = gate.authenticate(_bearer())
     grants = [gate.admit(key, "m", {}, stream=True) for _ in range(2)]
+    assert gate.usage()["keys"][0]["streams_open"] == 2
     gate.admit(key, "m", {}, stream=False)  # not a stream: not counted
     with pytest.raises(RateLimited, match="2 streams open"):
         gate.admit(key, "m", {}, stream=True)

@@ -10,8 +10,17 @@ from app.breaker import CLOSED, HALF_OPEN, OPEN, Breaker, BreakerPolicy
 from app.errors import UpstreamReset, UpstreamTimeout, UpstreamUnreachable
 from app.headers import with_upstream_key
 from app.hedge import HedgePolicy
+from app.prices import Price
 from app.upstream import UpstreamRequest, _can_fail_over, _prepare
-from app.upstreams import ConfigError, UpstreamSpec, candidates, from_environment, load, route_id
+from app.upstreams import (
+    ConfigError,
+    UpstreamSpec,
+    candidates,
+    from_environment,
+    load,
+    prices_of,
+    route_id,
+)
 from tests.conftest import ROOT
 
 ENV = {"OPENAI_KEY_A": "sk-a", "OPENAI_KEY_B": "sk-b", "AZURE_OPENAI_KEY": "az"}
@@ -28,6 +37,10 @@ def test_the_shipped_example_loads() -> None:
     assert specs[3].headers == (("X-Team", "ml-platform"),) and specs[3].key == ""
     assert specs[0].hedge == HedgePolicy(percentile=95, max_ms=1500)
     assert "sk-a" not in repr(specs[0])  # keys never printed
+    table = prices_of((ROOT / "deploy" / "llmgate.example.toml").read_text())
+    assert table is not None and table.version == "example-2026-12"
+    assert table.price_of("gpt-4o-mini") == Price(150_000, 75_000, 600_000, 16384)
+    assert table.price_of("other") == Price(2_500_000, 2_500_000, 10_000_000)
 
 
 @pytest.mark.parametrize(
