@@ -62,14 +62,30 @@ def without_usage_chunk(
     batches: Iterator[list[bytes]], on_usage: Callable[[dict[str, Any]], None]
 ) -> Iterator[list[bytes]]:
     """A stream without its usage chunk, for a caller who did not ask for it (the gateway
-    asked the upstream for it, to count the key's tokens): the usage goes to ``on_usage``."""
+    asked the upstream for it, to count the key's tokens): the usage goes to ``on_usage``.
+    The ``"usage":null`` the upstream then adds to every other chunk is taken out too, so
+    the caller gets the bytes it would have had without the gateway's asking."""
     for batch in batches:
         kept = []
         for chunk in batch:
             usage = is_usage_chunk(chunk)
             if usage is None:
-                kept.append(chunk)
+                kept.append(_without_null_usage(chunk) if _NULL_USAGE in chunk else chunk)
             else:
                 on_usage(usage)
         if kept:
             yield kept
+
+
+# In compact JSON, unescaped, these bytes can only be a member: inside a string the quotes
+# would be escaped. Chunks of chat and completions streams have usage at the top level only.
+_NULL_USAGE = b'"usage":null'
+
+
+def _without_null_usage(chunk: bytes) -> bytes:
+    if not chunk.startswith(b"data: {"):
+        return chunk
+    for member in (b',"usage":null', b'"usage":null,'):
+        if member in chunk:
+            return chunk.replace(member, b"", 1)
+    return chunk

@@ -414,9 +414,23 @@ def test_the_usage_chunk_is_taken_out_and_kept_for_the_count() -> None:
     seen: list[dict[str, Any]] = []
     batches = [[CHUNK], [CHUNK, USAGE, b"data: [DONE]\n\n"], [USAGE]]
     out = list(without_usage_chunk(iter(batches), seen.append))
-    assert out == [[CHUNK], [CHUNK, b"data: [DONE]\n\n"]]  # a batch left empty is no write
+    bare = CHUNK.replace(b',"usage":null', b"")  # the null the asking caused goes too
+    assert out == [[bare], [bare, b"data: [DONE]\n\n"]]  # a batch left empty is no write
     assert seen == [{"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}] * 2
     assert is_usage_chunk(CHUNK) is None and is_usage_chunk(b": ping\n\n") is None
+
+
+def test_the_null_usage_the_gateway_caused_is_taken_out_of_every_chunk() -> None:
+    last = b'data: {"id":"c","usage":null,"choices":[]}\n\n'  # a member first, then others
+    alone = b'data: {"usage":null}\n\n'  # the only member: left as it is
+    text = b'data: {"id":"c","choices":[{"delta":{"content":"\\"usage\\":null"}}]}\n\n'
+    out = list(without_usage_chunk(iter([[CHUNK, last, alone, text, b": ping\n\n"]]), print))
+    assert out == [[CHUNK.replace(b',"usage":null', b""),
+                    b'data: {"id":"c","choices":[]}\n\n', alone, text, b": ping\n\n"]]  # fmt: skip
+    assert json.loads(out[0][0][6:]) == {
+        "id": "c",
+        "choices": [{"index": 0, "delta": {"content": "hi"}}],
+    }
 
 
 def test_usage_is_requested_editing_only_stream_options() -> None:
