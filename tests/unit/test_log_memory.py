@@ -1,6 +1,7 @@
 """The memory budget of kept event logs (app/logmemory.py), in one process: what an event is
-counted at against what tracemalloc sees, the budget's accounting, and flights sharing it
-(refused, given up midway with a follower reading, given back)."""
+counted at against what tracemalloc sees, the budget's accounting, flights sharing it
+(refused, given up midway with a follower reading, given back), and the gateway's use of it
+(no-store and a full budget keep no log, take no followers and no lease)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,18 @@ import gevent.event
 import pytest
 
 from app import sse
-from app.cache.store import entry_from_flight
+from app.cache.memory import MemoryBackend
+from app.cache.policy import Directive
+from app.cache.store import AnswerCache, entry_from_flight
+from app.cache.tiered import TieredCache
 from app.coalesce import Flights
+from app.config import Settings
 from app.flight import Finished, Flight, Head
+from app.gateway import Gateway
 from app.logmemory import REPORT_STEP, LogBudget, event_cost
+from app.metrics import Metrics
+from app.policy import Deadline
+from app.upstream import Upstream
 
 HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
 KEY = "llmgate:v1:" + "0" * 64
@@ -207,3 +216,97 @@ def test_a_flight_whose_listener_never_left_gives_its_share_back_when_collected(
     del flight, listener
     gc.collect()
     assert budget.held == 0
+
+
+# -- the gateway: no-store and a full budget -----------------------------------------------
+class Leases(AnswerCache):
+    """The in-process cache as a shared one, counting lease attempts."""
+
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        super().__init__(TieredCache(MemoryBackend(1 << 20), None, l1_ttl=60), settings,
+                         shared=True, metrics=metrics)  # fmt: skip
+        self.leases = 0
+
+    def try_lease(self, key: str) -> bool | None:
+        self.leases += 1
+        return super().try_lease(key)
+
+
+def _gateway(**settings) -> tuple[Gateway, Leases, Metrics]:
+    config = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=5, **settings)
+    metrics = Metrics(multiproc_dir="")
+    answers = Leases(config, metrics)
+    return Gateway(config, Upstream(config), answers, metrics), answers, metrics
+
+
+def _chat_stream(flight: Flight) -> None:
+    flight.publish_head(HEAD)
+    for event in sse.Decoder().feed(_chat_chunk(0) + b"data: [DONE]\n\n"):
+        flight.publish(event)
+    flight.finish()
+
+
+def _start(gateway: Gateway, directive: Directive, stream: bool = True, **kw) -> Flight | None:
+    return gateway._start_flight(KEY, directive, _chat_stream, Deadline.start(10), stream, **kw)
+
+
+def _answer(flight: Flight) -> None:
+    listener = flight.join()
+    listener.wait_complete(5)
+    listener.leave()
+    gevent.sleep(0)
+
+
+def test_a_no_store_call_keeps_no_log_takes_no_followers_and_no_lease() -> None:
+    gateway, answers, _ = _gateway()
+    flight = _start(gateway, Directive(store=False))
+    assert flight is not None and not flight.keep_log
+    assert gateway.flights.get(KEY) is None  # an identical request starts its own
+    assert answers.leases == 0  # nobody elsewhere waits for an entry that will never come
+    _answer(flight)
+    assert answers.lookup(KEY, Directive()) is None
+    assert _start(gateway, Directive(store=False), background=True) is None  # no refresh
+    # The control: the same call without no-store is shared, leased and stored.
+    shared = _start(gateway, Directive())
+    assert shared is not None and gateway.flights.get(KEY) is shared and answers.leases == 1
+    _answer(shared)
+    assert answers.lookup(KEY, Directive()) is not None
+
+
+def test_a_stream_starting_on_a_full_budget_is_its_callers_alone_and_counted() -> None:
+    gateway, answers, metrics = _gateway(log_memory_bytes=0)
+    flight = _start(gateway, Directive())
+    assert flight is not None and not flight.keep_log and gateway.flights.get(KEY) is None
+    assert answers.leases == 0
+    _answer(flight)
+    assert answers.lookup(KEY, Directive()) is None
+    refused = metrics.registry.get_sample_value
+    assert refused("llmgate_event_logs_refused_total", {"when": "start"}) == 1
+    # A non-stream answer holds its body whatever the budget: it is still shared.
+    whole = _start(gateway, Directive(), stream=False)
+    assert whole is not None and gateway.flights.get(KEY) is whole
+
+
+def test_a_stream_that_runs_out_of_budget_is_counted_and_not_stored() -> None:
+    gateway, answers, metrics = _gateway(log_memory_bytes=200)  # under one chat chunk
+    flight = _start(gateway, Directive())
+    assert flight is not None and flight.keep_log  # room at its start
+    _answer(flight)
+    assert flight.log_given_up == "log_memory" and answers.lookup(KEY, Directive()) is None
+    sample = metrics.registry.get_sample_value
+    assert sample("llmgate_event_logs_refused_total", {"when": "running"}) == 1
+    assert sample("llmgate_cache_not_stored_total", {"reason": "log_memory"}) == 1
+    assert gateway.log_budget.held == 0
+
+
+def test_the_metrics_show_the_bytes_held_and_count_the_refusals() -> None:
+    metrics = Metrics(multiproc_dir="")
+    sample = metrics.registry.get_sample_value
+    budget = LogBudget(2 * REPORT_STEP, metrics.observe_log_memory)
+    budget.take(REPORT_STEP)
+    assert sample("llmgate_event_log_bytes") == REPORT_STEP
+    assert not budget.take(REPORT_STEP + 1) and not budget.take(REPORT_STEP + 1)
+    assert sample("llmgate_event_logs_refused_total", {"when": "running"}) == 2
+    assert sample("llmgate_event_logs_refused_total", {"when": "start"}) == 0
+    budget.give_back(REPORT_STEP)
+    assert sample("llmgate_event_log_bytes") == 0
