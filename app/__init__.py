@@ -13,9 +13,9 @@ Layers, imports flow downwards only:
                    metrics.py, health.py, otel.py, timers.py
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
-                   admission.py, budget.py, jsonedit.py, streams.py,
-                   status.py, upstreams.py, breaker.py, hedge.py, paths.py,
-                   keyring.py, limits.py, bounds.py, prices.py,
+                   admission.py, budget.py, logmemory.py, jsonedit.py,
+                   streams.py, status.py, upstreams.py, breaker.py, hedge.py,
+                   paths.py, keyring.py, limits.py, bounds.py, prices.py,
                    metering.py, tracing.py,
                    cache/{policy,entry,shapes,chunks}.py
 

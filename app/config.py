@@ -281,6 +281,13 @@ class Settings:
         8 * 1024 * 1024,
         "Largest answer cached (compressed); larger ones are served but not stored.",
     )
+    log_memory_bytes: int = _setting(
+        "LLMGATE_LOG_MEMORY_BYTES",
+        64 * 1024 * 1024,
+        "Memory a worker's kept event logs may hold together (the events of streams kept for "
+        "the cache entry and coalesced followers, counted as Python objects: ~3x their bytes). "
+        "Past it new streams keep no log: served, but neither stored nor joined. 0: none kept.",
+    )
     cache_namespaces: str = _setting(
         "LLMGATE_CACHE_NAMESPACES",
         "",
@@ -387,6 +394,8 @@ class Settings:
             raise SettingsError("LLMGATE_CACHE_MODE must be off, deterministic or all")
         if self.cache_l1_bytes < 1024:
             raise SettingsError("LLMGATE_CACHE_L1_BYTES must be >= 1024")
+        if self.log_memory_bytes < 0:
+            raise SettingsError("LLMGATE_LOG_MEMORY_BYTES must be >= 0 (0: no logs kept)")
         if self.breaker_failures < 1 or not 0 < self.breaker_cooldown_s <= (
             self.breaker_cooldown_max_s
         ):

@@ -7,17 +7,19 @@ caller who started it, and identical requests that coalesced onto it, a late joi
 the events so far and then the live ones.
 
 Memory stays bounded: the whole log is kept only while it can serve a cache entry or a
-follower (``keep_log``, up to ``log_limit``); otherwise events every reader has passed are
-dropped, and a reader more than ``buffer_limit`` bytes behind holds the producer back
-(back-pressure onto the upstream read). The end, or a whole body, reaches listeners only
-once the flight settled (``on_done`` ran: the answer is stored first). The producer is
-cancelled only when no listener is left, and its ``finally`` closes the upstream response.
+follower (``keep_log``, up to ``log_limit`` and while the worker's log memory budget has room,
+app/logmemory.py); otherwise events every reader has passed are dropped, and a reader more
+than ``buffer_limit`` bytes behind holds the producer back (back-pressure onto the upstream
+read). The end, or a whole body, reaches listeners only once the flight settled (``on_done``
+ran: the answer is stored first). The producer is cancelled only when no listener is left,
+and its ``finally`` closes the upstream response.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +28,7 @@ import gevent.event
 
 from app import sse
 from app.errors import ClientTooSlow, GatewayError, UpstreamProtocolError
+from app.logmemory import LogBudget, LogShare, event_cost
 from app.timers import Alarm
 from app.tracing import Span
 
@@ -58,9 +61,11 @@ class Flight:
 
     The event log is kept whole only while it can still serve something beyond the listeners
     reading it now: a cache entry or a coalesced follower yet to come (``keep_log``). Past
-    ``log_limit`` bytes it is given up: the flight stops logging, takes no new followers and
-    is not stored. Without a whole log, events every reading listener has passed are dropped,
-    so a stream nobody else needs holds only the events its caller has yet to read.
+    ``log_limit`` bytes, or when ``log_budget`` has no room for its next events, it is given
+    up: the flight stops logging, takes no new followers and is not stored; the listeners
+    already reading still get every event. Without a whole log, events every reading listener
+    has passed are dropped, so a stream nobody else needs holds only the events its caller
+    has yet to read.
     """
 
     def __init__(
@@ -70,6 +75,7 @@ class Flight:
         on_done: Callable[[Flight], None] | None = None,
         keep_log: bool = True,
         log_limit: int | None = None,
+        log_budget: LogBudget | None = None,
         buffer_limit: int | None = None,
         send_timeout: float | None = None,
         request_id: str = "",
@@ -81,6 +87,13 @@ class Flight:
         self.keep_log = keep_log
         self.log_whole = keep_log  # every event since the first is in the log
         self.log_limit = log_limit
+        self.log_given_up = ""  # why the log was given up: "too_large" or "log_memory"
+        # The log's share of the worker's budget, given back when the log is given up or
+        # nobody reads it any more (_release_log); and, should a flight ever be dropped with
+        # a listener that never left, when it is collected.
+        self._share = LogShare(log_budget) if log_budget is not None and keep_log else None
+        if self._share is not None:
+            weakref.finalize(self, self._share.release).atexit = False
         # Without a whole log, at most ``buffer_limit`` bytes of events wait for the slowest
         # reader: beyond it the producer stops reading the upstream until the reader catches
         # up, and a reader that takes nothing for ``send_timeout`` seconds is dropped.
@@ -133,6 +146,7 @@ class Flight:
                     self._on_done(self)
             finally:
                 self.settled = True
+                self._release_log()
                 self._notify()
 
     def publish_head(self, head: Head) -> None:
@@ -153,7 +167,9 @@ class Flight:
         if self.keep_log:
             self.log_bytes += size
             if self.log_limit is not None and self.log_bytes > self.log_limit:
-                self.give_up_log()
+                self.give_up_log("too_large")
+            elif self._share is not None and not self._share.take(sum(map(event_cost, events))):
+                self.give_up_log("log_memory")
         else:
             self._trim()
         self._notify()
@@ -191,10 +207,20 @@ class Flight:
                     "(LLMGATE_SEND_TIMEOUT_S); the stream was dropped."
                 )
 
-    def give_up_log(self) -> None:
+    def give_up_log(self, reason: str = "too_large") -> None:
         """Stop keeping the whole log: no entry, no new followers; memory follows readers."""
         self.keep_log = self.log_whole = False
+        self.log_given_up = reason
         self._trim()
+        if self._share is not None:
+            # What is left is what a reader has yet to read: held until the flight is done.
+            self._share.keep_only(sum(map(event_cost, self._log)))
+
+    def _release_log(self) -> None:
+        """Give the budget back once the log serves nobody: the flight settled (its entry
+        stored) and its last listener left."""
+        if self._share is not None and self.settled and self.listeners <= 0:
+            self._share.release()
 
     def _trim(self) -> None:
         """Drop the events every reading listener has passed (in batches: amortised O(1))."""
@@ -252,6 +278,7 @@ class Flight:
         self._drained.set()  # the slowest reader may have been this one
         if self.listeners <= 0 and not self.complete and self.end is None:
             self.cancel()
+        self._release_log()
         self._notify()
 
     def wait(self, listener: Listener, ready: Callable[[], bool], timeout: float | None) -> bool:
@@ -292,6 +319,7 @@ class Flight:
             self.end = exc
         if self._greenlet.dead:
             self.settled = True  # killed before it ever ran: nothing else will settle it
+            self._release_log()
             self._notify()
         else:
             self._greenlet.kill(block=False)

@@ -30,6 +30,7 @@ from app.flight import ClientGone, Flight, Head, Listener, Producer
 from app.headers import downstream_headers, upstream_request_headers, without_credentials
 from app.keyring import GatewayKey
 from app.lifecycle import Lifecycle
+from app.logmemory import LogBudget
 from app.metering import with_output_cap, with_usage_requested, without_usage_chunk
 from app.metrics import Metrics
 from app.policy import Deadline
@@ -67,6 +68,9 @@ class Gateway:
         self.prices = prices  # the config file's price table: each call's cost (observe.py)
         self.flights = Flights()
         self.lifecycle = Lifecycle()
+        # What this worker's kept event logs may hold together (app/logmemory.py).
+        observe = None if metrics is None else metrics.observe_log_memory
+        self.log_budget = LogBudget(settings.log_memory_bytes, observe)
 
     def handle(self, call: Call) -> Reply:
         body: dict[str, Any] | None = None
@@ -280,8 +284,18 @@ class Gateway:
     ) -> Flight | None:
         """Lead the computation of ``key``: this worker's only flight for it, and across
         processes the lease holder (or a waiter for the holder's entry; a background
-        refresh does not wait and returns None instead)."""
+        refresh does not wait and returns None instead).
+
+        An answer that will not be stored keeps no log and is shared with nobody: a
+        ``no-store`` one, and a stream starting while the worker's log memory budget is full.
+        It is the caller's own call, with no lease for other processes to wait on."""
         assert self.answers is not None
+        if not directive.store or (stream and not self.log_budget.admit()):
+            if background:
+                return None
+            alone = self._flight(compute, keep_log=False, request_id=request_id)
+            alone.stream = stream
+            return alone
         producer, lease_held, waiting = compute, False, False
         if self.answers.shared and self.settings.cache_lease_s > 0:
             if stream and not self.settings.cache_lease_streams and not background:
@@ -328,6 +342,7 @@ class Gateway:
             producer,
             on_done=done,
             log_limit=self.settings.cache_max_entry_bytes,
+            log_budget=self.log_budget,
             request_id=request_id,
         )
         flight.stream, flight.lease_held = stream, lease_held

@@ -247,6 +247,23 @@ class Metrics:
             ["reason"],
             registry=reg,
         )
+        self.event_log_bytes = Gauge(
+            "llmgate_event_log_bytes",
+            "Memory held by the event logs flights keep for the cache and coalesced followers "
+            "(Python objects, estimated), summed over live workers.",
+            multiprocess_mode="livesum",
+            registry=reg,
+        )
+        self.event_logs_refused = Counter(
+            "llmgate_event_logs_refused_total",
+            "Streams that kept no event log because their worker's log memory budget was full "
+            "(LLMGATE_LOG_MEMORY_BYTES): from the start, or given up while running. Neither "
+            "stored nor joined by identical requests.",
+            ["when"],
+            registry=reg,
+        )
+        for when in ("start", "running"):
+            self.event_logs_refused.labels(when)
         self.cache_errors = Counter(
             "llmgate_cache_errors_total",
             "Cache backend failures (each one served as a miss).",
@@ -286,6 +303,12 @@ class Metrics:
             self.admission_rejected.labels(kind).inc()
         else:
             self.admission_in_flight.labels(kind).set(getattr(load, kind))
+
+    def observe_log_memory(self, what: str, held: int) -> None:
+        """The observer of app/logmemory.py's budget: refusals counted, bytes held shown."""
+        if what.startswith("refused_"):
+            self.event_logs_refused.labels(what.removeprefix("refused_")).inc()
+        self.event_log_bytes.set(held)
 
     def exposition(self) -> tuple[bytes, str]:
         """The text format for /metrics: every worker's samples when multiprocess."""

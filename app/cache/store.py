@@ -140,7 +140,9 @@ class AnswerCache:
         entry = entry_from_flight(flight, now=self._clock(), ttl=ttl)
         if entry is None:
             if flight.complete and not flight.log_whole and self.metrics is not None:
-                self.metrics.cache_not_stored.labels("too_large").inc()
+                # Its log was given up on the way: too large for an entry, or no room left
+                # in the worker's log memory budget.
+                self.metrics.cache_not_stored.labels(flight.log_given_up or "too_large").inc()
             return False
         data = entry.to_bytes()
         if len(data) > self.settings.cache_max_entry_bytes:

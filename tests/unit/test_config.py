@@ -45,6 +45,7 @@ def test_from_env_parses_types() -> None:
         {"LLMGATE_IDLE_TIMEOUT_S": "0"},
         {"LLMGATE_DEADLINE_S": "soon"},
         {"LLMGATE_CACHE_L1_BYTES": "10"},
+        {"LLMGATE_LOG_MEMORY_BYTES": "-1"},
         {"LLMGATE_CACHE_MODE": "sometimes"},
     ],
 )

@@ -31,6 +31,7 @@ from tests.conftest import ROOT
 PURE = {
     "app.admission",
     "app.budget",
+    "app.logmemory",
     "app.config",
     "app.errors",
     "app.sse",
