@@ -307,45 +307,31 @@ class Access:
             self._on_usage(grant.key, usage if billed else None, cost)
 
     def usage(self) -> dict[str, Any]:
-        """Every key's counts in the current windows, with its limits (GET /admin/usage)."""
+        """Every key's counts in the current windows, with its limits (GET /admin/usage). A
+        count is null where the key has no such limit: nothing is counted there."""
         now = self._clock()
         ring = self.source.current()
-        windows = [
-            limits.minute("requests", now),
-            limits.minute("tokens", now),
-            limits.day("tokens_day", now),
-            limits.month("tokens_month", now),
-            limits.day("usd_day", now),
-            limits.month("usd_month", now),
-            limits.streams(self.stream_hold_s),
+        # (report field, its window, the key's limit field)
+        fields = [
+            ("requests_this_minute", limits.minute("requests", now), "requests_per_minute"),
+            ("tokens_this_minute", limits.minute("tokens", now), "tokens_per_minute"),
+            ("tokens_today", limits.day("tokens_day", now), "tokens_per_day"),
+            ("tokens_this_month", limits.month("tokens_month", now), "tokens_per_month"),
+            ("usd_today", limits.day("usd_day", now), "usd_per_day"),
+            ("usd_this_month", limits.month("usd_month", now), "usd_per_month"),
+            ("streams_open", limits.streams(self.stream_hold_s), "max_streams"),
         ]
-        wanted = [w.key(k.name) for k in ring.keys for w in windows]
+        wanted = [w.key(k.name) for k in ring.keys for _, w, limit in fields if getattr(k, limit)]
         counts = self.counters.read(wanted) if wanted else {}
         keys = []
         for k in ring.keys:
-            got = {w.what: (counts or {}).get(w.key(k.name), 0) for w in windows}
-            keys.append(
-                {
-                    "name": k.name,
-                    "revoked": k.revoked,
-                    "requests_this_minute": got["requests"],
-                    "tokens_this_minute": got["tokens"],
-                    "tokens_today": got["tokens_day"],
-                    "tokens_this_month": got["tokens_month"],
-                    "usd_today": usd(got["usd_day"]),
-                    "usd_this_month": usd(got["usd_month"]),
-                    "streams_open": got["streams"],
-                    "limits": {
-                        "requests_per_minute": k.requests_per_minute,
-                        "tokens_per_minute": k.tokens_per_minute,
-                        "max_streams": k.max_streams,
-                        "tokens_per_day": k.tokens_per_day,
-                        "tokens_per_month": k.tokens_per_month,
-                        "usd_per_day": k.usd_per_day,
-                        "usd_per_month": k.usd_per_month,
-                    },
-                }
-            )
+            row: dict[str, Any] = {"name": k.name, "revoked": k.revoked}
+            for name, window, limit in fields:
+                value = (counts or {}).get(window.key(k.name), 0)
+                counted = getattr(k, limit)
+                row[name] = None if not counted else usd(value) if name.startswith("usd") else value
+            row["limits"] = {limit: getattr(k, limit) for _, _, limit in fields}
+            keys.append(row)
         return {
             "counters_available": counts is not None,
             "prices_version": None if self.prices is None else self.prices.version,

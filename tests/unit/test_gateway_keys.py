@@ -447,3 +447,13 @@ def test_usage_is_requested_editing_only_stream_options() -> None:
     raw = b'{"stream_options":{"include_usage":true}}'
     assert with_usage_requested(raw, json.loads(raw)) is raw
     assert with_member(b"{}", "a", b"1") == b'{"a":1}'
+
+
+def test_usage_reports_null_where_the_key_counts_nothing() -> None:
+    gate = _gate(_key(tokens_per_day=1000))
+    key = gate.authenticate(_bearer())
+    gate.settle(gate.admit(key, "m", None, stream=False), {"total_tokens": 55}, True)
+    (row,) = gate.usage()["keys"]
+    assert row["tokens_today"] == 55 and row["limits"]["tokens_per_day"] == 1000
+    uncounted = ("tokens_this_month", "requests_this_minute", "streams_open", "usd_today")
+    assert [row[name] for name in uncounted] == [None] * 4  # not a misleading 0
