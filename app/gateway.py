@@ -422,9 +422,10 @@ class Gateway:
         if flight.head_at is not None and flight.source == "upstream":
             call.trace.upstream_ttfb_s = flight.head_at - flight.started
         if head is None:
-            # The upstream is slow to answer a stream: commit the 200 now and keep the line
-            # alive with pings; whatever the upstream says later travels as SSE.
-            body = self._stream(call.route, call.trace, listener, watcher)
+            # The upstream is slow to answer a stream: commit the 200 now, a ping with it,
+            # and keep the line alive with pings; whatever the upstream says later travels
+            # as SSE.
+            body = self._stream(call.route, call.trace, listener, watcher, ping_first=True)
             return Reply(200, list(SSE_HEADERS), body)
         if head.body is None:
             headers = [
@@ -488,7 +489,13 @@ class Gateway:
         return Reply(head.status, headers + _upstream_header(head), body)
 
     def _stream(
-        self, route: str, trace: Trace, listener: Listener, watcher: DisconnectWatcher
+        self,
+        route: str,
+        trace: Trace,
+        listener: Listener,
+        watcher: DisconnectWatcher,
+        *,
+        ping_first: bool = False,
     ) -> Iterator[list[bytes]]:
         """The stream's body: the route and trace of its call, not the call (_watch)."""
         try:
@@ -498,6 +505,7 @@ class Gateway:
                 # A stream cut before its route's end is reported as broken (app/streams.py).
                 end=END_OF_STREAM.get(route),
                 on_error=partial(setattr, trace, "stream_error"),
+                ping_first=ping_first,
             )
             if trace.hide_usage:
                 chunks = without_usage_chunk(chunks, partial(setattr, trace, "usage"))

@@ -222,6 +222,7 @@ def relay(
     end: StreamEnd | None,
     on_ping: Callable[[], None] = lambda: None,
     on_error: Callable[[str], None] = lambda _: None,
+    ping_first: bool = False,
 ) -> Iterator[list[bytes]]:
     """A listener's body: events as they arrive, pings between them, one error event at worst.
 
@@ -235,9 +236,14 @@ def relay(
     route's end (``end``: [DONE], or a Responses terminal event; app/streams.py) and without
     an error event gets an error event: a stream never ends silently. ``on_error`` hears the
     error type of a stream that ends in an error event (its own or the upstream's) or in a
-    Responses ``response.failed``, once.
+    Responses ``response.failed``, once. ``ping_first``: the 200 was committed because a
+    heartbeat interval passed with nothing to send, so a ping leaves with the headers: the
+    caller's line is never silent for more than one interval.
     """
     timeout = heartbeat if heartbeat > 0 else None
+    if ping_first:
+        on_ping()
+        yield [sse.comment()]
     while True:
         try:
             head = listener.wait_head(timeout)

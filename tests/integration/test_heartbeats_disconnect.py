@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 import time
 
@@ -38,6 +39,26 @@ def test_pings_arrive_while_waiting_for_the_first_token_and_between_tokens(make_
     assert "ping" in between, kinds
     # Pings only ever stand between whole events: each is exactly the comment bytes.
     assert all(e.raw == b": ping\n\n" for e in events if e.is_comment)
+
+
+def test_a_waiting_stream_is_never_silent_for_more_than_one_interval(make_stack) -> None:
+    """Watched from the caller's side through nginx: with a 2 s heartbeat and an upstream
+    that thinks 7 s, the headers and a first ping arrive together at about 2 s (they came at
+    4 s when the ping waited one more interval after the commit), then a ping every 2 s."""
+    gw = make_stack(env={"LLMGATE_HEARTBEAT_S": "2"})
+    sent = time.monotonic()
+    resp = gw.post("/v1/chat/completions", chat(True, max_tokens=2), preload_content=False,
+                   headers={"x-sim-ttft-ms": "7000"})  # fmt: skip
+    headers_at = time.monotonic() - sent
+    arrivals = read_events(resp)
+    assert resp.status == 200 and arrivals[-1].event.is_done
+    assert arrivals[0].event.is_comment  # the ping committed with the headers
+    first = arrivals[0].at - sent
+    assert 1.5 <= headers_at <= 3.0 and first <= 3.0, (headers_at, first)
+    times = [0.0] + [a.at - sent for a in arrivals]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert max(gaps) <= 3.0, gaps  # one interval plus a second, nowhere longer
+    assert sum(a.event.is_comment for a in arrivals) >= 3  # at ~2, 4 and 6 s
 
 
 def test_pings_while_the_upstream_has_not_even_sent_headers(make_stack) -> None:
