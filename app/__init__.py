@@ -14,8 +14,8 @@ Layers, imports flow downwards only:
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py, budget.py, jsonedit.py, streams.py,
-                   status.py, upstreams.py, breaker.py, hedge.py, paths.py,
-                   keyring.py, limits.py, tracing.py,
+                   status.py, upstreams.py, breaker.py, outliers.py, hedge.py,
+                   paths.py, keyring.py, limits.py, tracing.py,
                    cache/{policy,entry,shapes,chunks}.py
 
 Nothing here is created at import time: the app factory builds the urllib3 PoolManager,
