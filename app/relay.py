@@ -165,19 +165,19 @@ def upstream_producer(
             if resp.span is not None and flight.head_at is not None:
                 # The upstream's own time to first event, beside the caller's (observe.py).
                 resp.span.event("first_event", at=flight.head_at)
-            if started.too_large is not None:
-                upstream.broken(resp)
-                raise _too_large(started.too_large)
+            limit, ended = started.too_large, started.ended
             last = _last_event(started.events, None)
-            while not started.ended and (chunk := upstream.read_chunk(resp, deadline)):
+            while limit is None and not ended:
+                chunk = upstream.read_chunk(resp, deadline)
                 try:
-                    events = decoder.feed(chunk)
+                    events = decoder.feed(chunk) if chunk else []
                 except sse.EventTooLarge as exc:
-                    _publish(flight, head, exc.events)
-                    upstream.broken(resp)
-                    raise _too_large(exc.limit) from None
+                    events, limit = exc.events, exc.limit  # the events before it still go
                 _publish(flight, head, events)
-                last = _last_event(events, last)
+                last, ended = _last_event(events, last), not chunk
+            if limit is not None:
+                upstream.broken(resp)  # a malformed stream: the attempt failed
+                raise _too_large(limit)
             if end is not None and not _ends(end, last):
                 # Cut short with a clean close (a body delimited by the connection's end):
                 # relay() tells each caller; the upstream's attempt failed.
