@@ -14,8 +14,8 @@ Layers, imports flow downwards only:
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py, budget.py, logmemory.py, jsonedit.py,
-                   streams.py, status.py, upstreams.py, breaker.py, hedge.py,
-                   paths.py, keyring.py, limits.py, bounds.py, prices.py,
+                   streams.py, status.py, upstreams.py, breaker.py, outliers.py,
+                   hedge.py, paths.py, keyring.py, limits.py, bounds.py, prices.py,
                    metering.py, tracing.py,
                    cache/{policy,entry,shapes,chunks}.py
 

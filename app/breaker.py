@@ -4,11 +4,13 @@ Closed: calls flow; it opens after ``failures_to_open`` consecutive failures, or
 least ``window_min`` of the last ``window`` calls were made and more than ``error_rate`` of
 them failed. Open: no calls for a cooldown that doubles with each consecutive opening (from
 ``cooldown_s`` up to ``cooldown_max_s``). Then half-open: one probe call goes through; its
-success closes the breaker, its failure opens it again for a longer cooldown. The clock is
-passed in; every transition returns a new value.
+success closes the breaker, its failure opens it again for a longer cooldown; a probe that
+ends with no verdict (its caller left) frees the slot for the next call. The clock is passed
+in; every transition returns a new value.
 
-What counts as a failure is the caller's to say (app/upstream.py: no connection, a timeout,
-a reset, a 5xx). A 429 is not: it says the key is busy, not that the upstream is broken.
+What counts as a failure is the caller's to say (app/outliers.py: no connection, a timeout,
+a 5xx, a reset or a malformed stream even after the headers). A 429 is not: it says the key
+is busy, not that the upstream is broken.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ class Breaker:
         """A call goes through: in half-open it is the probe, and the only one."""
         state = self.current(now)
         return replace(state, probing=True) if state.state == HALF_OPEN else state
+
+    def call_cancelled(self, now: float) -> Breaker:
+        """A call that went through ended with no verdict (its caller left): in half-open
+        the probe's slot is free again, so the next call probes; nothing else changes."""
+        state = self.current(now)
+        return replace(state, probing=False) if state.state == HALF_OPEN else state
 
     def record(self, failed: bool, now: float) -> Breaker:
         """The outcome of a call that went through."""

@@ -156,9 +156,9 @@ class Settings:
     breaker_failures: int = _setting(
         "LLMGATE_BREAKER_FAILURES",
         5,
-        "Consecutive failed attempts (no connection, timeout, reset, 5xx) that open an "
-        "upstream's circuit breaker in a worker; more than half of the last 20 attempts (at "
-        "least 10) failing opens it too.",
+        "Consecutive failed attempts (no connection, timeout, reset, 5xx, a stream broken off "
+        "after its headers) that open an upstream's circuit breaker in a worker; more than "
+        "half of the last 20 attempts (at least 10) failing opens it too.",
     )
     breaker_cooldown_s: float = _setting(
         "LLMGATE_BREAKER_COOLDOWN_S",

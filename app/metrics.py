@@ -128,8 +128,10 @@ class Metrics:
         )
         self.upstream_attempts = Counter(
             "llmgate_upstream_attempts_total",
-            "Attempts per upstream (by its configured name, never its key) and result: ok, "
-            "rate_limited (429), failed (no connection, timeout, reset or 5xx).",
+            "Attempts per upstream (by its configured name, never its key) and result, one "
+            "each: ok, rate_limited (429), failed (no connection, timeout, 5xx, or a 2xx "
+            "answer broken off or malformed after its headers), cancelled (given up by the "
+            "gateway's side: its caller left, a hedge lost).",
             ["upstream", "result"],
             registry=reg,
         )

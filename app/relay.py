@@ -2,8 +2,12 @@
 
 ``upstream_producer`` makes the upstream call and publishes its head and each SSE event as
 soon as ``read1`` and the pure decoder have a complete one (app/flight.py keeps them for the
-listeners). ``relay`` is a listener's body: each event's own bytes at once and, when nothing
-came for ``heartbeat`` seconds, a ``: ping`` comment instead, so heartbeats fall only between
+listeners). What the upstream breaks after its headers (an event over the size limit, a
+stream that ends before its route's end) fails the attempt for its breaker
+(``Upstream.broken``); a read that fails does so in ``Upstream.read_chunk``.
+
+``relay`` is a listener's body: each event's own bytes at once and, when nothing came for
+``heartbeat`` seconds, a ``: ping`` comment instead, so heartbeats fall only between
 events; a stream never ends silently. ``DisconnectWatcher`` notices a caller leaving (EOF on
 the worker's client socket) within a millisecond, even while nothing is being written.
 """
@@ -34,7 +38,7 @@ from app.errors import (
 )
 from app.flight import ClientGone, Finished, Flight, Head, Listener, Producer
 from app.policy import Deadline
-from app.streams import StreamEnd, typed
+from app.streams import END_OF_STREAM, StreamEnd, typed
 from app.upstream import Upstream, UpstreamRequest, UpstreamResponse
 from app.upstreams import UpstreamSpec
 
@@ -87,6 +91,7 @@ def upstream_producer(
     not keep a copy of a long prompt alive for nothing."""
     metrics = upstream.metrics
     pending = [req]
+    end = END_OF_STREAM.get(route)
 
     def begin(resp: UpstreamResponse) -> _Start:
         """Read ``resp`` up to its first event (or its whole body); close it on failure."""
@@ -160,15 +165,23 @@ def upstream_producer(
             if resp.span is not None and flight.head_at is not None:
                 # The upstream's own time to first event, beside the caller's (observe.py).
                 resp.span.event("first_event", at=flight.head_at)
-            if started.too_large is not None:
-                raise _too_large(started.too_large)
-            while not started.ended and (chunk := upstream.read_chunk(resp, deadline)):
+            limit, ended = started.too_large, started.ended
+            last = _last_event(started.events, None)
+            while limit is None and not ended:
+                chunk = upstream.read_chunk(resp, deadline)
                 try:
-                    events = decoder.feed(chunk)
+                    events = decoder.feed(chunk) if chunk else []
                 except sse.EventTooLarge as exc:
-                    _publish(flight, head, exc.events)
-                    raise _too_large(exc.limit) from None
+                    events, limit = exc.events, exc.limit  # the events before it still go
                 _publish(flight, head, events)
+                last, ended = _last_event(events, last), not chunk
+            if limit is not None:
+                upstream.broken(resp)  # a malformed stream: the attempt failed
+                raise _too_large(limit)
+            if end is not None and not _ends(end, last):
+                # Cut short with a clean close (a body delimited by the connection's end):
+                # relay() tells each caller; the upstream's attempt failed.
+                upstream.broken(resp)
             if flight.head is None:
                 flight.publish_head(head)
             resp.raw.release_conn()
@@ -207,6 +220,20 @@ def upstream_producer(
         return seconds
 
     return produce
+
+
+def _last_event(events: list[sse.Event], before: sse.Event | None) -> sse.Event | None:
+    """The last event that is not a comment: ``events``' own, else ``before``."""
+    for event in reversed(events):
+        if not event.is_comment:
+            return event
+    return before
+
+
+def _ends(end: StreamEnd, last: sse.Event | None) -> bool:
+    """Whether a stream whose last event is ``last`` ended as its route's streams end: with
+    its end, or with the upstream's own error event (an answer, not a cut)."""
+    return last is not None and (end.ends(last) or is_error_event(last))
 
 
 def _too_large(limit: int) -> UpstreamEventTooLarge:

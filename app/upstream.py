@@ -5,6 +5,11 @@ One ``Upstream`` per worker, built by the app factory after gevent patched the p
 are in; the body is then read with ``read_chunk()``, a bounded read that returns what has
 arrived. Every urllib3/socket failure is translated here, once, into the GatewayError tree.
 
+Every attempt's result goes to its upstream's breaker once (app/outliers.py): an error
+answer's at its headers, a 2xx answer's when its exchange ends, so a stream the upstream
+breaks off mid-way is a failure (``read_chunk``, or ``broken()`` from the relay) and one its
+caller leaves is none (``done_with`` before the end).
+
 Timeouts: connect is urllib3's; first byte, idle and the total deadline are gevent timers
 (``gevent.Timeout``, and app/timers.py's ``Alarm`` for the timer armed again for each read)
 so each is exact and names its phase. A connection interrupted by one of them is closed by
@@ -37,7 +42,7 @@ from urllib3.exceptions import (
 )
 
 from app import jsonedit, pools, tracing, upstreams
-from app.breaker import Breaker, BreakerPolicy
+from app.breaker import BreakerPolicy
 from app.budget import RetryBudget, caller_retry_count, gateway_retries
 from app.config import Settings
 from app.errors import (
@@ -52,6 +57,7 @@ from app.errors import (
 from app.headers import with_upstream_key
 from app.hedge import TtftWindow
 from app.metrics import Metrics
+from app.outliers import CANCELLED, FAILED, OK, Outliers, result_at_status
 from app.policy import RETRYABLE_STATUSES, Deadline, RetryPolicy
 from app.timers import Alarm
 from app.tracing import Span
@@ -82,6 +88,10 @@ class UpstreamResponse:
     attempts: int
     upstream: str = ""  # the name of the upstream that answered
     released: bool = False  # counted back as free in the pool's in-use figure
+    # A 2xx answer's result is known only at its end (app/outliers.py): until Upstream
+    # records it, the attempt is pending; ``ended``: the body was read to its end.
+    pending: bool = False
+    ended: bool = False
     span: Span | None = None  # the attempt's span, ended when the exchange is done
     idle_timer: Alarm | None = None  # armed again for each read (Upstream.read_chunk)
     # The body's reader, chosen at the first read (pools.body_reader): not a constructor argument.
@@ -132,8 +142,12 @@ class Upstream:
         self._sleep = sleep
         self._rand = rand
         self._clock = clock
-        policy = breaker_policy or BreakerPolicy()
-        self.breakers = {spec.name: Breaker(policy) for spec in self.specs}
+        self.outliers = Outliers(
+            [spec.name for spec in self.specs],
+            breaker_policy or BreakerPolicy(),
+            clock,
+            on_state=self._state_changed,
+        )
         self.budget = RetryBudget(settings.retry_budget_percent, settings.retry_budget_min)
         self._ttft = {spec.name: TtftWindow() for spec in self.specs if spec.hedge is not None}
         self.in_use = 0
@@ -176,8 +190,7 @@ class Upstream:
 
     def states(self) -> dict[str, str]:
         """Each upstream's breaker state now, by name."""
-        now = self._clock()
-        return {name: b.current(now).state for name, b in self.breakers.items()}
+        return self.outliers.states()
 
     def _pool_changed(self, delta: int) -> None:
         self.in_use += delta
@@ -203,9 +216,12 @@ class Upstream:
         self.metrics.pool.labels("idle").set(idle)
 
     def done_with(self, resp: UpstreamResponse) -> None:
-        """The response's connection went back to the pool or was closed: count it free."""
+        """The response's connection went back to the pool or was closed: count it free.
+        A 2xx answer not judged yet is judged now: ok when read to its end, else given up
+        by the gateway's side (its caller left, a hedge it lost): cancelled, no verdict."""
         if not resp.released:
             resp.released = True
+            self._judge(resp, OK if resp.ended else CANCELLED)
             self._pool_changed(-1)
             if resp.span is not None:
                 resp.span.end(error=_status_error(resp.status))
@@ -221,15 +237,11 @@ class Upstream:
     def plan(self, req: UpstreamRequest) -> list[UpstreamSpec]:
         """The upstreams to try for ``req``, in order, by breaker state now (an open breaker
         whose cooldown ended shows as half-open)."""
-        now = self._clock()
-        for spec in self.specs:
-            self._set_breaker(spec, self.breakers[spec.name].current(now))
+        allowed = self.outliers.refresh()
         specs = self.specs
         if req.upstreams is not None and "*" not in req.upstreams:
             specs = [spec for spec in specs if spec.name in req.upstreams]
-        return upstreams.candidates(
-            specs, req.model, allowed=lambda n: self.breakers[n].allows(now), rand=self._rand
-        )
+        return upstreams.candidates(specs, req.model, allowed=allowed, rand=self._rand)
 
     def open(
         self,
@@ -285,8 +297,7 @@ class Upstream:
                     if error is not None:
                         raise error
                     assert raw is not None
-                    self._pool_changed(+1)
-                    return UpstreamResponse(raw, policy.attempt, upstream=spec.name, span=span)
+                    return self._answer(raw, policy.attempt, spec, span)
                 if raw is not None:
                     pools.discard(raw)
                     if span is not None:
@@ -318,8 +329,20 @@ class Upstream:
             finally:
                 if span is not None:
                     _attempt_answered(span, raw, error)
-            self._pool_changed(+1)
-            return UpstreamResponse(raw, 1, upstream=spec.name, span=span)
+            return self._answer(raw, 1, spec, span)
+
+    def _answer(
+        self, raw: urllib3.BaseHTTPResponse, attempts: int, spec: UpstreamSpec, span: Span | None
+    ) -> UpstreamResponse:
+        """The answer ``open`` or ``open_backup`` returns: its connection counted in use."""
+        self._pool_changed(+1)
+        pending = result_at_status(raw.status) is None
+        return UpstreamResponse(raw, attempts, upstream=spec.name, span=span, pending=pending)
+
+    def broken(self, resp: UpstreamResponse) -> None:
+        """What the upstream sent after its headers cannot be relayed (a malformed stream,
+        one cut short): its attempt failed. Once: a pending attempt only."""
+        self._judge(resp, FAILED)
 
     def hedge_delay(self, spec: UpstreamSpec) -> float | None:
         """Seconds a stream sent to ``spec`` waits for its first event before a backup is
@@ -371,34 +394,38 @@ class Upstream:
     def _attempt_counted(
         self, spec: UpstreamSpec, req: UpstreamRequest, deadline: Deadline
     ) -> urllib3.BaseHTTPResponse:
-        """One attempt, with the breaker told of its start and its outcome."""
-        self._set_breaker(spec, self.breakers[spec.name].start_call(self._clock()))
+        """One attempt, with the breaker told of its start and, unless it is a 2xx answer
+        (judged at its end: ``_judge``), of its result."""
+        self.outliers.start(spec.name)
         try:
             raw = self._attempt(spec, req, deadline)
         except GatewayError:
-            self._outcome(spec, "failed")
+            self._record(spec.name, FAILED)
             raise
         except BaseException:
-            # Cancelled (the caller left): no verdict on the upstream, but a half-open
-            # probe must not stay "in flight" forever.
-            breaker = self.breakers[spec.name]
-            self._set_breaker(spec, dataclasses.replace(breaker, probing=False))
+            # Killed (the caller left, a hedge lost): no verdict on the upstream, but a
+            # half-open probe must not stay "in flight" forever.
+            self._record(spec.name, CANCELLED)
             raise
-        self._outcome(spec, "failed" if raw.status >= 500 else
-                      "rate_limited" if raw.status == 429 else "ok")  # fmt: skip
+        result = result_at_status(raw.status)
+        if result is not None:
+            self._record(spec.name, result)
         return raw
 
-    def _outcome(self, spec: UpstreamSpec, result: str) -> None:
-        breaker = self.breakers[spec.name].record(result == "failed", self._clock())
-        self._set_breaker(spec, breaker)
-        if self.metrics is not None:
-            self.metrics.upstream_attempts.labels(spec.name, result).inc()
+    def _judge(self, resp: UpstreamResponse, result: str) -> None:
+        """The result of a 2xx answer's attempt, recorded once."""
+        if resp.pending:
+            resp.pending = False
+            self._record(resp.upstream, result)
 
-    def _set_breaker(self, spec: UpstreamSpec, breaker: Breaker) -> None:
-        before = self.breakers[spec.name].state
-        self.breakers[spec.name] = breaker
-        if self.metrics is not None and breaker.state != before:
-            self.metrics.upstream_state.labels(spec.name).set(_STATE_CODES[breaker.state])
+    def _record(self, name: str, result: str) -> None:
+        self.outliers.record(name, result)
+        if self.metrics is not None:
+            self.metrics.upstream_attempts.labels(name, result).inc()
+
+    def _state_changed(self, name: str, state: str) -> None:
+        if self.metrics is not None:
+            self.metrics.upstream_state.labels(name).set(_STATE_CODES[state])
 
     def _fail_over(self) -> None:
         if self.metrics is not None:
@@ -500,15 +527,15 @@ class Upstream:
             phase, reported = "deadline", s.deadline_s
             timer = Alarm(remaining)
         else:
-            resp.close()
+            self._broke_off(resp)
             raise UpstreamTimeout("deadline", s.deadline_s)
         timer.arm()
         try:
-            return resp.read1(pools.READ_SIZE)
+            chunk = resp.read1(pools.READ_SIZE)
         except Alarm as exc:
             if exc is not timer:
                 raise
-            resp.close()
+            self._broke_off(resp)
             raise UpstreamTimeout(phase, reported) from None
         except (
             ProtocolError,
@@ -517,12 +544,19 @@ class Upstream:
             HTTPError,
             http.client.HTTPException,
         ) as exc:
-            resp.close()
+            self._broke_off(resp)
             raise UpstreamReset(f"Upstream broke off the response: {_reason(exc)}.") from None
         finally:
             timer.disarm()
             if timer is not resp.idle_timer:
                 timer.close()
+        resp.ended = not chunk
+        return chunk
+
+    def _broke_off(self, resp: UpstreamResponse) -> None:
+        """A read failed (a reset, a timeout): the attempt failed, its connection is dropped."""
+        resp.close()
+        self.broken(resp)
 
     def read_all(self, resp: UpstreamResponse, deadline: Deadline, limit: int) -> bytes:
         parts: list[bytes] = []
@@ -531,7 +565,7 @@ class Upstream:
             parts.append(chunk)
             size += len(chunk)
             if size > limit:
-                resp.close()
+                self._broke_off(resp)
                 raise UpstreamError(f"Upstream response exceeds {limit} bytes.")
         resp.raw.release_conn()
         return b"".join(parts)

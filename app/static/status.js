@@ -260,7 +260,7 @@
     // One row per upstream: its circuit breaker state and attempts by result.
     for (const [name, up] of Object.entries(s.upstreams || {}).sort()) {
       const at = up.attempts || {};
-      rows.push([`Upstream ${name}`, `${up.state} · ok ${integer(at.ok)} · 429 ${integer(at.rate_limited)} · failed ${integer(at.failed)}`]);
+      rows.push([`Upstream ${name}`, `${up.state} · ok ${integer(at.ok)} · 429 ${integer(at.rate_limited)} · failed ${integer(at.failed)} · cancelled ${integer(at.cancelled)}`]);
     }
     const dl = document.getElementById("totals");
     dl.replaceChildren();

@@ -33,8 +33,7 @@ def two_speeds(tmp_path_factory) -> Iterator[tuple[str, str]]:
     fast.stop()
 
 
-@pytest.fixture(scope="module")
-def hedged_gw(make_stack, tmp_path_factory, two_speeds):
+def _hedged(make_stack, tmp_path_factory, two_speeds, **env: str):
     toml = f"""
 [[upstreams]]
 name = "slow"
@@ -47,7 +46,12 @@ name = "fast"
 base_url = "{two_speeds[1]}/v1"
 priority = 1
 """
-    return _stack(make_stack, tmp_path_factory, toml)
+    return _stack(make_stack, tmp_path_factory, toml, **env)
+
+
+@pytest.fixture(scope="module")
+def hedged_gw(make_stack, tmp_path_factory, two_speeds):
+    return _hedged(make_stack, tmp_path_factory, two_speeds)
 
 
 def _reset(*urls: str) -> None:
@@ -105,3 +109,22 @@ def test_calls_that_are_not_streams_are_never_hedged(hedged_gw, two_speeds) -> N
     resp = hedged_gw.post("/v1/chat/completions", chat(False, max_tokens=3))
     assert resp.status == 200 and resp.headers[UPSTREAM] == "slow"
     assert sim_stats(fast)["requests"] == 0  # a whole answer is billed in full: no backup
+
+
+def test_no_backup_is_sent_without_room_in_the_retry_budget(
+    make_stack, tmp_path_factory, two_speeds
+) -> None:
+    """A backup is one more call during trouble, as a retry is: a spent budget sends none."""
+    slow, fast = two_speeds
+    gw = _hedged(make_stack, tmp_path_factory, two_speeds, LLMGATE_RETRY_BUDGET_PERCENT="0",
+                 LLMGATE_RETRY_BUDGET_MIN="0")  # fmt: skip
+    _reset(slow, fast)
+    exhausted = gw.metric("llmgate_retry_budget_exhausted_total")
+    resp, first, body = _stream(gw)
+    # The slow stream, waited for in full: the backup the delay called for was never sent.
+    assert resp.headers[UPSTREAM] == "slow" and body.endswith(b"data: [DONE]\n\n")
+    assert first >= SLOW_TTFT_S - 0.1, first
+    assert sim_stats(fast)["requests"] == 0
+    assert sim_stats(slow)["streams_completed"] == 1
+    assert gw.metric("llmgate_retry_budget_exhausted_total") == exhausted + 1
+    assert gw.metric("llmgate_hedges_total", default=0) == 0

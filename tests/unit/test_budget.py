@@ -229,3 +229,14 @@ def test_a_call_killed_in_its_backoff_gives_the_budget_back() -> None:
     call.kill()
     assert call.dead
     assert (upstream.budget.requests, upstream.budget.retries) == (0, 0)
+
+
+def test_a_hedge_backup_needs_room_in_the_budget_and_gives_its_ticket_back() -> None:
+    upstream = _upstream((A, B), answers=[200], retry_budget_min=0, retry_budget_percent=0)
+    assert upstream.open_backup(_req(), Deadline.start(60), B) is None
+    assert upstream.calls == [] and _exhausted(upstream) == 1
+    assert (upstream.budget.requests, upstream.budget.retries) == (0, 0)
+    upstream = _upstream((A, B), answers=[200], retry_budget_min=1, retry_budget_percent=0)
+    resp = upstream.open_backup(_req(), Deadline.start(60), B)
+    assert resp is not None and (resp.upstream, upstream.calls) == ("b", ["b"])
+    assert (upstream.budget.requests, upstream.budget.retries) == (0, 0)

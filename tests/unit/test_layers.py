@@ -43,6 +43,7 @@ PURE = {
     "app.status",
     "app.upstreams",
     "app.breaker",
+    "app.outliers",
     "app.jsonedit",
     "app.streams",
     "app.paths",

@@ -247,6 +247,19 @@ def test_a_success_resets_the_consecutive_count_and_late_results_do_not_reopen()
     assert opened.record(False, 1) == opened  # a call from before: the cooldown stands
 
 
+def test_a_probe_cancelled_by_its_caller_frees_the_slot_and_gives_no_verdict() -> None:
+    opened = _fail(Breaker(POLICY), 3)  # open until 5
+    probing = opened.start_call(5.0)
+    assert not probing.allows(5.1)
+    freed = probing.call_cancelled(5.2)
+    assert freed.state == HALF_OPEN and freed.allows(5.2)  # the next call probes
+    assert freed.openings == opened.openings  # no verdict: not closed, not reopened
+    assert freed.start_call(6).record(True, 6).until == 16  # its failure: a doubled cooldown
+    # Closed, a call that ends without a verdict changes nothing.
+    counting = _fail(Breaker(POLICY), 2)
+    assert counting.call_cancelled(0) == counting
+
+
 def test_a_model_no_upstream_serves_is_a_404_before_any_call() -> None:
     from app.config import Settings
     from app.errors import ModelNotServed
@@ -271,7 +284,8 @@ def test_the_breaker_state_shows_half_open_once_the_cooldown_ended() -> None:
     metrics = Metrics(multiproc_dir="")
     upstream = Upstream(Settings(), [A], metrics=metrics, clock=lambda: now[0],
                         breaker_policy=POLICY)  # fmt: skip
-    upstream._set_breaker(A, _fail(upstream.breakers["a"], 3))
+    for _ in range(3):
+        upstream.outliers.record("a", "failed")
     assert upstream.states() == {"a": "open"}
     assert metrics.upstream_state.labels("a")._value.get() == 2
     now[0] = 5.0
