@@ -51,21 +51,31 @@ class Breaker:
         state = self.current(now)
         return state.state == CLOSED or (state.state == HALF_OPEN and not state.probing)
 
+    def probes(self, now: float) -> bool:
+        """Whether a call starting now is the half-open probe (the caller keeps the answer
+        and hands it to ``record`` and ``call_cancelled``)."""
+        state = self.current(now)
+        return state.state == HALF_OPEN and not state.probing
+
     def start_call(self, now: float) -> Breaker:
-        """A call goes through: in half-open it is the probe, and the only one."""
+        """A call goes through: in half-open the first is the probe, and the only one."""
         state = self.current(now)
         return replace(state, probing=True) if state.state == HALF_OPEN else state
 
-    def call_cancelled(self, now: float) -> Breaker:
-        """A call that went through ended with no verdict (its caller left): in half-open
-        the probe's slot is free again, so the next call probes; nothing else changes."""
+    def call_cancelled(self, now: float, *, probe: bool = False) -> Breaker:
+        """A call that went through ended with no verdict (its caller left): when it was
+        the probe, the slot is free again, so the next call probes; nothing else changes."""
         state = self.current(now)
-        return replace(state, probing=False) if state.state == HALF_OPEN else state
+        return replace(state, probing=False) if state.state == HALF_OPEN and probe else state
 
-    def record(self, failed: bool, now: float) -> Breaker:
-        """The outcome of a call that went through."""
+    def record(self, failed: bool, now: float, *, probe: bool = False) -> Breaker:
+        """The outcome of a call that went through. In half-open only the probe's counts: a
+        call started before the opening, or in panic (every breaker open), says nothing of
+        the upstream since."""
         state = self.current(now)
         if state.state == HALF_OPEN:
+            if not probe:
+                return state
             return state._open(now) if failed else Breaker(self.policy)  # the probe decides
         if state.state == OPEN:
             return state  # a call from before it opened: the cooldown stands

@@ -62,19 +62,23 @@ class Outliers:
             self._set(name, breaker.current(now))
         return lambda name: self._breakers[name].allows(now)
 
-    def start(self, name: str) -> None:
-        """An attempt at ``name`` goes out: in half-open it is the probe."""
-        self._set(name, self._breakers[name].start_call(self._clock()))
+    def start(self, name: str) -> bool:
+        """An attempt at ``name`` goes out: whether it is the half-open probe (its result,
+        and only its, decides the breaker: hand it back to ``record``)."""
+        breaker, now = self._breakers[name], self._clock()
+        probe = breaker.probes(now)
+        self._set(name, breaker.start_call(now))
+        return probe
 
-    def record(self, name: str, result: str) -> None:
+    def record(self, name: str, result: str, *, probe: bool = False) -> None:
         """The one result of an attempt at ``name`` that ``start`` announced."""
         if result not in RESULTS:
             raise ValueError(f"unknown attempt result {result!r}")
         breaker, now = self._breakers[name], self._clock()
         if result == CANCELLED:
-            self._set(name, breaker.call_cancelled(now))
+            self._set(name, breaker.call_cancelled(now, probe=probe))
         else:
-            self._set(name, breaker.record(result == FAILED, now))
+            self._set(name, breaker.record(result == FAILED, now, probe=probe))
 
     def _set(self, name: str, breaker: Breaker) -> None:
         before = self._breakers[name].state

@@ -91,6 +91,7 @@ class UpstreamResponse:
     # A 2xx answer's result is known only at its end (app/outliers.py): until Upstream
     # records it, the attempt is pending; ``ended``: the body was read to its end.
     pending: bool = False
+    probe: bool = False  # the attempt is its upstream's half-open probe (app/breaker.py)
     ended: bool = False
     span: Span | None = None  # the attempt's span, ended when the exchange is done
     idle_timer: Alarm | None = None  # armed again for each read (Upstream.read_chunk)
@@ -279,7 +280,7 @@ class Upstream:
                 error: GatewayError | None = None
                 span = _attempt_span(req, spec, policy.attempt)
                 try:
-                    raw = self._attempt_counted(spec, _under(req, span), deadline)
+                    raw, probe = self._attempt_counted(spec, _under(req, span), deadline)
                 except GatewayError as exc:
                     error = exc
                 finally:
@@ -297,7 +298,7 @@ class Upstream:
                     if error is not None:
                         raise error
                     assert raw is not None
-                    return self._answer(raw, policy.attempt, spec, span)
+                    return self._answer(raw, policy.attempt, spec, span, probe)
                 if raw is not None:
                     pools.discard(raw)
                     if span is not None:
@@ -322,22 +323,29 @@ class Upstream:
             raw: urllib3.BaseHTTPResponse | None = None
             error: GatewayError | None = None
             try:
-                raw = self._attempt_counted(spec, _under(req, span), deadline)
+                raw, probe = self._attempt_counted(spec, _under(req, span), deadline)
             except GatewayError as exc:
                 error = exc
                 raise
             finally:
                 if span is not None:
                     _attempt_answered(span, raw, error)
-            return self._answer(raw, 1, spec, span)
+            return self._answer(raw, 1, spec, span, probe)
 
     def _answer(
-        self, raw: urllib3.BaseHTTPResponse, attempts: int, spec: UpstreamSpec, span: Span | None
+        self,
+        raw: urllib3.BaseHTTPResponse,
+        attempts: int,
+        spec: UpstreamSpec,
+        span: Span | None,
+        probe: bool,
     ) -> UpstreamResponse:
         """The answer ``open`` or ``open_backup`` returns: its connection counted in use."""
         self._pool_changed(+1)
         pending = result_at_status(raw.status) is None
-        return UpstreamResponse(raw, attempts, upstream=spec.name, span=span, pending=pending)
+        return UpstreamResponse(
+            raw, attempts, upstream=spec.name, span=span, pending=pending, probe=probe
+        )
 
     def broken(self, resp: UpstreamResponse) -> None:
         """What the upstream sent after its headers cannot be relayed (a malformed stream,
@@ -393,33 +401,33 @@ class Upstream:
 
     def _attempt_counted(
         self, spec: UpstreamSpec, req: UpstreamRequest, deadline: Deadline
-    ) -> urllib3.BaseHTTPResponse:
+    ) -> tuple[urllib3.BaseHTTPResponse, bool]:
         """One attempt, with the breaker told of its start and, unless it is a 2xx answer
-        (judged at its end: ``_judge``), of its result."""
-        self.outliers.start(spec.name)
+        (judged at its end: ``_judge``), of its result; and whether it is the probe."""
+        probe = self.outliers.start(spec.name)
         try:
             raw = self._attempt(spec, req, deadline)
         except GatewayError:
-            self._record(spec.name, FAILED)
+            self._record(spec.name, FAILED, probe)
             raise
         except BaseException:
             # Killed (the caller left, a hedge lost): no verdict on the upstream, but a
             # half-open probe must not stay "in flight" forever.
-            self._record(spec.name, CANCELLED)
+            self._record(spec.name, CANCELLED, probe)
             raise
         result = result_at_status(raw.status)
         if result is not None:
-            self._record(spec.name, result)
-        return raw
+            self._record(spec.name, result, probe)
+        return raw, probe
 
     def _judge(self, resp: UpstreamResponse, result: str) -> None:
         """The result of a 2xx answer's attempt, recorded once."""
         if resp.pending:
             resp.pending = False
-            self._record(resp.upstream, result)
+            self._record(resp.upstream, result, resp.probe)
 
-    def _record(self, name: str, result: str) -> None:
-        self.outliers.record(name, result)
+    def _record(self, name: str, result: str, probe: bool) -> None:
+        self.outliers.record(name, result, probe=probe)
         if self.metrics is not None:
             self.metrics.upstream_attempts.labels(name, result).inc()
 

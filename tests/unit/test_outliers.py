@@ -37,9 +37,9 @@ def test_failures_open_one_upstream_and_each_change_is_announced_once() -> None:
     now[0] = 5.0
     allowed = outliers.refresh()
     assert allowed("a") and allowed("b") and changes[-1] == ("a", "half_open")
-    outliers.start("a")  # the probe
+    assert outliers.start("a")  # the probe
     assert not outliers.refresh()("a")
-    outliers.record("a", OK)
+    outliers.record("a", OK, probe=True)
     assert changes == [("a", "open"), ("a", "half_open"), ("a", "closed")]
 
 
@@ -57,9 +57,11 @@ def test_a_cancelled_probe_lets_the_next_call_probe() -> None:
     for _ in range(3):
         outliers.record("a", FAILED)
     now[0] = 6.0
-    outliers.start("a")
+    assert outliers.start("a")  # the probe
+    assert not outliers.start("a")  # a call in panic beside it: not the probe
+    outliers.record("a", CANCELLED)  # that one's end frees no slot
     assert not outliers.refresh()("a")
-    outliers.record("a", CANCELLED)
+    outliers.record("a", CANCELLED, probe=True)
     assert outliers.refresh()("a") and outliers.states()["a"] == "half_open"
 
 

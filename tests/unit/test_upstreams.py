@@ -215,18 +215,19 @@ def test_opens_after_consecutive_failures_then_half_opens_for_one_probe() -> Non
     b = _fail(b, 1)
     assert b.state == OPEN and not b.allows(4.9)
     assert b.current(5.0).state == HALF_OPEN and b.allows(5.0)
+    assert b.probes(5.0)
     probing = b.start_call(5.0)
-    assert not probing.allows(5.1)  # one probe at a time
-    assert probing.record(False, 6).state == CLOSED
+    assert not probing.allows(5.1) and not probing.probes(5.1)  # one probe at a time
+    assert probing.record(False, 6, probe=True).state == CLOSED
 
 
 def test_a_failed_probe_reopens_for_longer_up_to_the_cap() -> None:
     b = _fail(Breaker(POLICY), 3)  # open until 5
-    b = b.start_call(5).record(True, 5)
+    b = b.start_call(5).record(True, 5, probe=True)
     assert b.state == OPEN and b.until == 15  # 10 s: doubled
-    b = b.start_call(15).record(True, 15)
+    b = b.start_call(15).record(True, 15, probe=True)
     assert b.until == 27  # capped at 12
-    b = b.start_call(27).record(False, 27)
+    b = b.start_call(27).record(False, 27, probe=True)
     assert b.state == CLOSED and b.openings == 0
     assert _fail(b, 3, 30).until == 35  # a success in between: back to the first cooldown
 
@@ -251,13 +252,23 @@ def test_a_probe_cancelled_by_its_caller_frees_the_slot_and_gives_no_verdict() -
     opened = _fail(Breaker(POLICY), 3)  # open until 5
     probing = opened.start_call(5.0)
     assert not probing.allows(5.1)
-    freed = probing.call_cancelled(5.2)
+    assert probing.call_cancelled(5.2) == probing  # another call's end frees nothing
+    freed = probing.call_cancelled(5.2, probe=True)
     assert freed.state == HALF_OPEN and freed.allows(5.2)  # the next call probes
     assert freed.openings == opened.openings  # no verdict: not closed, not reopened
-    assert freed.start_call(6).record(True, 6).until == 16  # its failure: a doubled cooldown
+    assert freed.start_call(6).record(True, 6, probe=True).until == 16  # a doubled cooldown
     # Closed, a call that ends without a verdict changes nothing.
     counting = _fail(Breaker(POLICY), 2)
-    assert counting.call_cancelled(0) == counting
+    assert counting.call_cancelled(0, probe=True) == counting
+
+
+def test_in_half_open_only_the_probe_decides() -> None:
+    """A call started before the breaker opened (or in panic, every breaker open) may end
+    while it is half-open: its result says nothing of the upstream since."""
+    probing = _fail(Breaker(POLICY), 3).start_call(5.0)  # the probe is out
+    assert probing.record(False, 5.5) == probing  # a late success does not close it
+    assert probing.record(True, 5.5) == probing  # nor a late failure reopen it
+    assert probing.record(False, 5.5, probe=True).state == CLOSED
 
 
 def test_a_model_no_upstream_serves_is_a_404_before_any_call() -> None:
