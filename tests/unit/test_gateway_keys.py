@@ -25,6 +25,7 @@ from app.jsonedit import with_member
 from app.keyring import GatewayKey, KeyRing, KeysFileError, hash_key, load, presented_key
 from app.metering import is_usage_chunk, with_usage_requested, without_usage_chunk
 from app.prices import Price, PriceTable
+from tests.conftest import ROOT
 
 SECRET = "llmg-test-secret"
 T0 = 1_790_000_020.0  # 40 s into a minute of 2026-09-21 (UTC)
@@ -457,3 +458,9 @@ def test_usage_reports_null_where_the_key_counts_nothing() -> None:
     assert row["tokens_today"] == 55 and row["limits"]["tokens_per_day"] == 1000
     uncounted = ("tokens_this_month", "requests_this_minute", "streams_open", "usd_today")
     assert [row[name] for name in uncounted] == [None] * 4  # not a misleading 0
+
+
+def test_every_keys_file_field_is_documented() -> None:
+    text = (ROOT / "docs" / "security.md").read_text()
+    missing = [name for name in keyring._FIELDS if f"`{name}`" not in text]
+    assert not missing, f"docs/security.md does not document {missing}"
