@@ -180,3 +180,13 @@ def test_the_size_limit_holds_in_a_chunk_of_whole_events() -> None:
         decoder.feed(at + at + over + first)
     assert caught.value.limit == len(at)
     assert [e.raw for e in caught.value.events] == [at, at]  # the events before it
+
+
+@pytest.mark.parametrize("tail", [b"d", b"data: 3", b":", b"XX", b"\xef\xbb"])
+def test_whole_events_then_the_start_of_the_next_in_a_later_chunk(tail: bytes) -> None:
+    # Any bytes may follow a chunk's last blank line (the next event's start): they wait for
+    # the rest. Only a chunk that ends with a blank line is taken whole in one pass.
+    decoder = sse.Decoder()
+    assert _data(decoder.feed(b"data: 1\n\n")) == ["1"]
+    assert _data(decoder.feed(b"data: XX\n\n" + tail)) == ["XX"]
+    assert decoder.close() == tail
