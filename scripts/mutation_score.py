@@ -142,7 +142,7 @@ def doc_block(result: Tally, day: datetime.date) -> list[str]:
         mutmut = "(version unknown)"
     lines = [
         BEGIN,
-        f"Run of {day.isoformat()}: `make mutate` (a fresh `mutmut run` of every mutant), "
+        f"Run of {day.isoformat()}: `make mutate` (a fresh `mutmut run` of every mutant),",
         f"mutmut {mutmut}, Python {platform.python_version()}; table written by "
         "`scripts/mutation_score.py --write-doc`.",
         "",
