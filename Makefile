@@ -55,15 +55,16 @@ nginx-conf: setup
 	@$(PY) -m runner.nginx
 
 # Mutation testing of the pure modules (not part of `make test` / CI): mutmut from
-# requirements-mutate.txt, a fresh run each time, then the score per module. Config:
-# [tool.mutmut] in pyproject.toml; equivalent survivors and scores: docs/mutation.md.
+# requirements-mutate.txt, a fresh run each time, then the score per module, written into
+# docs/mutation.md's Result table; fails when a survivor is not argued equivalent there.
+# Config: [tool.mutmut] in pyproject.toml.
 MUTATE_CHILDREN ?= 1
 mutate: setup
 	$(PY) -m pip install -q -r requirements-mutate.txt
 	rm -rf mutants
 	$(PY) -m mutmut run --max-children $(MUTATE_CHILDREN)
 	@echo
-	@$(PY) scripts/mutation_score.py
+	@$(PY) scripts/mutation_score.py --write-doc
 
 clean:
 	rm -rf .run .pytest_cache .mypy_cache .ruff_cache mutants

@@ -128,7 +128,7 @@ class Decoder:
             )
             self._scan = self._searched = next_start
             if line:
-                self._take_line(line.decode("utf-8", errors="replace"))
+                self._take_line(line)
             else:
                 event = self._dispatch()
                 if self.max_event_bytes is not None and len(event.raw) > self.max_event_bytes:
@@ -153,7 +153,7 @@ class Decoder:
                 events.append(event)
                 start = eol + 1
             else:
-                self._take_line(chunk[pos:eol].decode("utf-8", errors="replace"))
+                self._take_line(chunk[pos:eol])
             pos = eol + 1
         return events
 
@@ -200,7 +200,10 @@ class Decoder:
             self._looked[which] = len(self._buf)
         return found
 
-    def _take_line(self, line: str) -> None:
+    def _take_line(self, raw: bytes) -> None:
+        """One non-blank line, UTF-8 decoded with replacement (9.2.5: the stream is decoded
+        before it is parsed; an invalid byte becomes U+FFFD, it does not end the stream)."""
+        line = raw.decode("utf-8", errors="replace")
         if line.startswith(":"):
             self._comments.append(line[1:].lstrip(" "))
             return

@@ -4,33 +4,48 @@ Reads mutmut's result files (mutants/<module>.meta) for every module listed in
 [tool.mutmut] only_mutate of pyproject.toml, and the survivors argued equivalent in
 docs/mutation.md (list items that start with a mutant name in backticks). Prints, per module:
 mutants, killed (a timeout counts as killed: the tests noticed), survived, equivalent, and
-the two scores, killed / total and killed / non-equivalent; then every survivor that is not
-argued equivalent, and every argued-equivalent name that is no longer a survivor.
+the two scores, killed / total and killed / non-equivalent; then the work left: every
+survivor that is not argued equivalent, every argued name that is killed now or names no
+mutant at all (renumbered after an edit), and every mutant the run did not check.
 
-Exit status: 0, or 1 when there is no result to read. Stdlib only.
+With --write-doc, the "Result" table of docs/mutation.md (between the two marker comments)
+is rewritten from the run: the table is the run's, never typed by hand. A partial run
+(mutants not checked, as after `mutmut run 'app.sse*'` on a fresh mutants/) is refused.
+
+Exit status: 0 when nothing is left to do; 2 when work is left (listed); 1 when there is no
+result to read, or --write-doc meets a partial run or a doc without the markers. Stdlib only.
 """
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import importlib.metadata
 import json
+import platform
 import re
 import sys
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "mutation.md"
 KILLED = {1, 3, 24, -24, 152, 255, 36}  # mutmut: killed, pytest internal error, timeouts
 SURVIVED = {0}
+BEGIN = "<!-- mutation-score:begin (scripts/mutation_score.py --write-doc) -->"
+END = "<!-- mutation-score:end -->"
 _EQUIVALENT = re.compile(r"^\s*[-*]\s+`(app\.[\w.ǁ]+__mutmut_\d+)`", re.MULTILINE)
 
 
-def equivalent_names(doc: Path) -> set[str]:
-    return set(_EQUIVALENT.findall(doc.read_text("utf-8"))) if doc.exists() else set()
+def equivalent_names(doc_text: str) -> set[str]:
+    return set(_EQUIVALENT.findall(doc_text))
 
 
-def module_results(root: Path) -> dict[str, dict[str, int]]:
+def module_results(root: Path) -> dict[str, dict[str, int | None]]:
+    """Exit code by mutant name, per mutated module (None: not checked by the run)."""
     config = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))["tool"]["mutmut"]
-    results: dict[str, dict[str, int]] = {}
+    results: dict[str, dict[str, int | None]] = {}
     for path in config["only_mutate"]:
         meta = root / "mutants" / (path + ".meta")
         if meta.exists():
@@ -38,57 +53,143 @@ def module_results(root: Path) -> dict[str, dict[str, int]]:
     return results
 
 
+@dataclass
+class Score:
+    """One module's counts, or all of them."""
+
+    mutants: int = 0
+    killed: int = 0
+    equivalent: int = 0
+    open: int = 0  # survivors not argued equivalent
+    unchecked: int = 0
+
+    def add(self, other: Score) -> None:
+        for name in ("mutants", "killed", "equivalent", "open", "unchecked"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass
+class Tally:
+    scores: dict[str, Score] = field(default_factory=dict)  # module (and "all") -> counts
+    open_survivors: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)  # argued equivalent, killed now
+    unknown: list[str] = field(default_factory=list)  # argued equivalent, no such mutant
+
+    @property
+    def work_left(self) -> bool:
+        return bool(self.open_survivors or self.unchecked or self.stale or self.unknown)
+
+
+def tally(results: dict[str, dict[str, int | None]], equivalent: set[str]) -> Tally:
+    out = Tally()
+    total = Score()
+    for path, codes in results.items():
+        score = Score(mutants=len(codes))
+        for name, code in sorted(codes.items()):
+            if code in KILLED:
+                score.killed += 1
+                if name in equivalent:
+                    out.stale.append(name)
+            elif code is None:
+                score.unchecked += 1
+                out.unchecked.append(name)
+            elif name in equivalent:
+                score.equivalent += 1
+            else:
+                score.open += 1
+                status = "survived" if code in SURVIVED else f"exit code {code}"
+                out.open_survivors.append(f"{name} ({status})")
+        out.scores[path.removeprefix("app/")] = score
+        total.add(score)
+    out.scores["all"] = total
+    known = {name for codes in results.values() for name in codes}
+    out.unknown = sorted(equivalent - known)
+    return out
+
+
 def _pct(part: int, whole: int) -> str:
-    return f"{100.0 * part / whole:5.1f} %" if whole else "    - "
+    return f"{100.0 * part / whole:.1f} %" if whole else "-"
 
 
-def report(results: dict[str, dict[str, int]], equivalent: set[str]) -> list[str]:
+def report(result: Tally) -> list[str]:
     lines = [
-        f"{'module':<22}{'mutants':>8}{'killed':>8}{'survived':>9}{'equiv.':>7}"
+        f"{'module':<18}{'mutants':>8}{'killed':>8}{'equiv.':>7}{'open':>6}{'unchecked':>10}"
         f"{'killed/total':>14}{'killed/non-eq.':>16}"
     ]
-    open_survivors: list[str] = []
-    stale: list[str] = []
-    totals = [0, 0, 0, 0]
-    for path, codes in results.items():
-        killed = sum(1 for code in codes.values() if code in KILLED)
-        survivors = sorted(name for name, code in codes.items() if code not in KILLED)
-        equiv = [name for name in survivors if name in equivalent]
-        open_survivors += [
-            f"{name} ({'survived' if codes[name] in SURVIVED else f'exit code {codes[name]}'})"
-            for name in survivors
-            if name not in equivalent
-        ]
-        stale += sorted(n for n in equivalent if n in codes and codes[n] in KILLED)
-        row = [len(codes), killed, len(survivors), len(equiv)]
-        totals = [a + b for a, b in zip(totals, row, strict=True)]
-        lines.append(_row(path.removeprefix("app/"), row))
-    lines.append(_row("all", totals))
-    if open_survivors:
-        count = len(open_survivors)
-        lines += ["", f"Survivors not argued equivalent in docs/mutation.md ({count}):"]
-        lines += [f"  {name}" for name in open_survivors]
-    if stale:
-        lines += ["", "Listed as equivalent but killed now (remove from docs/mutation.md):"]
-        lines += [f"  {name}" for name in stale]
+    for name, s in result.scores.items():
+        lines.append(
+            f"{name:<18}{s.mutants:>8}{s.killed:>8}{s.equivalent:>7}{s.open:>6}"
+            f"{s.unchecked:>10}{_pct(s.killed, s.mutants):>14}"
+            f"{_pct(s.killed, s.mutants - s.equivalent - s.unchecked):>16}"
+        )
+    for title, names in (
+        ("Survivors not argued equivalent in docs/mutation.md", result.open_survivors),
+        ("Listed as equivalent but killed now (remove from docs/mutation.md)", result.stale),
+        ("Listed as equivalent but no such mutant (renumbered? argue again)", result.unknown),
+        ("Not checked by this run (a partial run)", result.unchecked),
+    ):
+        if names:
+            lines += ["", f"{title} ({len(names)}):", *(f"  {name}" for name in names)]
     return lines
 
 
-def _row(name: str, row: list[int]) -> str:
-    total, killed, survived, equiv = row
-    return (
-        f"{name:<22}{total:>8}{killed:>8}{survived:>9}{equiv:>7}"
-        f"{_pct(killed, total):>14}{_pct(killed, total - equiv):>16}"
-    )
+def doc_block(result: Tally, day: datetime.date) -> list[str]:
+    """The markdown between the markers: when and with what, then the table."""
+    try:
+        mutmut = importlib.metadata.version("mutmut")
+    except importlib.metadata.PackageNotFoundError:
+        mutmut = "(version unknown)"
+    lines = [
+        BEGIN,
+        f"Run of {day.isoformat()}: `make mutate` (a fresh `mutmut run` of every mutant),",
+        f"mutmut {mutmut}, Python {platform.python_version()}; table written by "
+        "`scripts/mutation_score.py --write-doc`.",
+        "",
+        "| module | mutants | killed | equivalent | not argued | killed / total "
+        "| killed / non-equivalent |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, s in result.scores.items():
+        non_eq = s.mutants - s.equivalent
+        lines.append(
+            f"| {name} | {s.mutants} | {s.killed} | {s.equivalent} | {s.open} "
+            f"| {_pct(s.killed, s.mutants)} | {_pct(s.killed, non_eq)} ({s.killed}/{non_eq}) |"
+        )
+    return [*lines, END]
 
 
-def main() -> int:
+def with_block(doc_text: str, block: list[str]) -> str:
+    """``doc_text`` with the lines from BEGIN to END replaced by ``block``."""
+    begin, end = doc_text.find(BEGIN), doc_text.find(END)
+    if begin < 0 or end < begin:
+        raise ValueError(f"docs/mutation.md has no {BEGIN} ... {END} block")
+    return doc_text[:begin] + "\n".join(block) + doc_text[end + len(END) :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write-doc", action="store_true", help="rewrite the Result table")
+    args = parser.parse_args(argv)
     results = module_results(ROOT)
     if not results:
         print("No mutmut results in mutants/: run `make mutate` first.", file=sys.stderr)
         return 1
-    print("\n".join(report(results, equivalent_names(ROOT / "docs" / "mutation.md"))))
-    return 0
+    doc_text = DOC.read_text("utf-8") if DOC.exists() else ""
+    result = tally(results, equivalent_names(doc_text))
+    print("\n".join(report(result)))
+    if args.write_doc:
+        if result.unchecked:
+            print("\nA partial run: docs/mutation.md left as it was.", file=sys.stderr)
+            return 1
+        try:
+            new_text = with_block(doc_text, doc_block(result, datetime.date.today()))
+        except ValueError as exc:
+            print(f"\n{exc}", file=sys.stderr)
+            return 1
+        DOC.write_text(new_text, "utf-8")
+        print("\nWrote the Result table of docs/mutation.md.")
+    return 2 if result.work_left else 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ refresh when ``now - compute * beta * ln(rand) >= expiry``).
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -43,6 +44,22 @@ def test_max_age_of_one_second_is_stored_for_one_second() -> None:
     directive = policy.parse_cache_control(["max-age=1"])
     assert (directive.ttl, directive.store) == (1, True)
     assert policy.entry_ttl(directive, 3600, 360, rand=lambda: 0.0) == 1
+
+
+@pytest.mark.parametrize(
+    ("arg", "ttl"),
+    [
+        ("0" * 20 + "5", 5),  # leading zeros do not count toward the length
+        ("0" * 5000, 0),
+        (str(policy.MAX_TTL_S + 1), policy.MAX_TTL_S),
+        ("9" * 5000, policy.MAX_TTL_S),  # longer than int() takes: still not an error
+    ],
+)
+def test_max_age_is_delta_seconds_of_any_length(arg: str, ttl: int) -> None:
+    # RFC 9111 1.2.2: a delta-seconds too large to represent counts as the largest the cache
+    # can; here, the longest TTL Memcached keeps.
+    directive = policy.parse_cache_control([f"max-age={arg}"])
+    assert (directive.ttl, directive.store) == (ttl, ttl > 0)
 
 
 # --- LiteLLM's body object --------------------------------------------------------------
@@ -81,6 +98,9 @@ def test_a_namespace_of_64_characters_is_the_longest_accepted() -> None:
         ("yes", "Invalid value for 'cache': expected an object."),
         ({"ttl": -1}, f"Invalid cache control 'ttl': {NOT_SECONDS}"),
         ({"ttl": True}, f"Invalid cache control 'ttl': {NOT_SECONDS}"),
+        # JSON's 1e999 parses as infinity, and NaN is accepted by json.loads: neither is seconds.
+        ({"ttl": json.loads("1e999")}, f"Invalid cache control 'ttl': {NOT_SECONDS}"),
+        ({"s-maxage": json.loads("NaN")}, f"Invalid cache control 's-maxage': {NOT_SECONDS}"),
         ({"s-maxage": "3"}, f"Invalid cache control 's-maxage': {NOT_SECONDS}"),
         ({"namespace": ""}, "Invalid cache 'namespace': 1-64 characters."),
         ({"namespace": 7}, "Invalid cache 'namespace': 1-64 characters."),

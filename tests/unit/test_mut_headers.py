@@ -72,3 +72,19 @@ def test_no_key_leaves_the_headers_as_they_are() -> None:
     headers = {"Authorization": "Bearer c"}
     assert with_upstream_key(headers, "") is headers
     assert with_upstream_key(headers, "", fallback_only=True) is headers
+
+
+# -- with gateway keys, the caller's identity stays with the gateway --------------------------
+def test_without_credentials_drops_every_identity_header_in_any_case() -> None:
+    from app.headers import without_credentials
+
+    sent = {
+        "Authorization": "Bearer gateway-key",
+        "API-KEY": "k",
+        "x-api-key": "k",
+        "OpenAI-Organization": "org",
+        "openai-project": "p",
+        "X-Request-ID": "r",
+        "Content-Type": "application/json",
+    }
+    assert without_credentials(sent) == {"X-Request-ID": "r", "Content-Type": "application/json"}

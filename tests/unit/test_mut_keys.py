@@ -8,7 +8,8 @@ here and in app/keys.py:
 
 - canonical body: the request body without `stream`, `stream_options`, `user` and `cache`,
   as JSON with sorted keys, no insignificant whitespace and non-ASCII text as UTF-8 (the
-  RFC 8785 / JCS choices);
+  RFC 8785 / JCS choices); a lone surrogate (json.loads makes one of an escaped `\\ud800`)
+  as the three bytes UTF-8 would give it were it allowed (Python's `surrogatepass`);
 - tenant: `ns:<namespace>` for an allowed shared namespace, else `cred:` and the first 32
   hex digits of SHA-256 over `llmgate-tenant\\n` and the caller's identity headers as
   `name=value` lines (name lower-cased, value trimmed, lines sorted, joined by LF);
@@ -20,6 +21,7 @@ here and in app/keys.py:
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 
 from app import keys
@@ -88,3 +90,17 @@ def test_no_query_string_is_the_empty_query_string() -> None:
 
 def test_the_lease_key_is_the_key_with_a_lease_suffix() -> None:
     assert keys.lease_key("llmgate:v1:ab") == "llmgate:v1:ab:lease"
+
+
+def test_a_lone_surrogate_in_the_body_has_a_key_of_its_own() -> None:
+    # json.loads turns the escape "\ud800" into a str no UTF-8 text can hold; the body is a
+    # valid request all the same (the upstream judges it), so it gets a key, and not the key
+    # of a body that replaced the surrogate with something encodable.
+    lone = json.loads('{"model": "m", "prompt": "a\\ud800b"}')
+    assert keys.canonical_body(lone) == b'{"model":"m","prompt":"a\xed\xa0\x80b"}'
+    others = [{"model": "m", "prompt": p} for p in ("a\ufffdb", "a?b", "ab", "a\\ud800b")]
+    key = keys.cache_key(upstream="u", route="completions", tenant="ns:t", body=lone)
+    assert key not in {
+        keys.cache_key(upstream="u", route="completions", tenant="ns:t", body=other)
+        for other in others
+    }

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from app import sse
 from app.cache import shapes
 from app.cache.shapes import ShapeError
 
@@ -262,6 +263,38 @@ def test_optional_header_fields_that_are_always_null_stay_null() -> None:
 
 def _usage_chunk() -> bytes:
     return _event({**HEAD, "choices": [], "usage": USAGE})
+
+
+def test_a_hit_decodes_only_the_tail_of_a_stream_stored_one_event_per_item(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What the cache stores: one whole event per item. A hit replays them as they are; only
+    # the events from [DONE] back to the last choice chunk are decoded, not all fifty.
+    stored = [_chunk({"content": str(i)}) for i in range(48)] + [_stop(), DONE]
+    decoded: list[bytes] = []
+    feed = sse.Decoder.feed
+
+    def counting(self: sse.Decoder, chunk: bytes) -> list[sse.Event]:
+        decoded.append(chunk)
+        return feed(self, chunk)
+
+    monkeypatch.setattr(sse.Decoder, "feed", counting)
+    for include_usage in (True, False):
+        decoded.clear()
+        assert shapes.replay_events(stored, include_usage=include_usage) == stored
+        assert decoded == [DONE, _stop()]
+
+
+def test_a_stream_stored_as_it_arrived_replays_one_event_per_item() -> None:
+    # Items cut anywhere (as the upstream's reads came) are decoded whole; the replay is one
+    # event per item all the same (the stream observer counts and reads each item as one
+    # event), then the unfinished rest, if any: never an empty item.
+    events = [_chunk({"content": "a"}), b": ping\n\n", _stop(), DONE]
+    whole = b"".join(events)
+    for cut in ([whole], [whole[:9], whole[9:40], whole[40:]]):
+        for include_usage in (True, False):
+            assert shapes.replay_events(cut, include_usage=include_usage) == events
+    assert shapes.replay_events([whole + b"data: x"], include_usage=True) == [*events, b"data: x"]
 
 
 def test_replay_keeps_the_bytes_after_done() -> None:

@@ -155,3 +155,38 @@ def test_close_resets_the_stream_but_keeps_the_limit() -> None:
     assert decoder.max_event_bytes == 16
     with pytest.raises(sse.EventTooLarge):
         decoder.feed(b"data: " + b"x" * 20)
+
+
+# --- a chunk of whole events (the decoder's fast path) ------------------------------------
+# Once the first chunk is read, a chunk that holds whole LF-ended events and nothing of the
+# next, with nothing buffered before it, is decoded in one pass: it must mean what it means
+# to the general path, limits and the CRLF split included.
+
+
+def test_a_whole_event_chunk_after_a_lone_cr_starts_with_the_rest_of_that_crlf() -> None:
+    decoder = sse.Decoder()
+    assert _data(decoder.feed(b"data: a\r\r")) == ["a"]  # the last CR may pair with an LF
+    later = decoder.feed(b"\ndata: b\n\n")
+    assert [(e.data, e.raw) for e in later] == [("b", b"\ndata: b\n\n")]  # no empty event
+
+
+def test_the_size_limit_holds_in_a_chunk_of_whole_events() -> None:
+    first = b"data: 1\n\n"
+    at = b"data: " + b"a" * 10 + b"\n\n"  # the limit: it passes
+    over = b"data: " + b"b" * 11 + b"\n\n"
+    decoder = sse.Decoder(max_event_bytes=len(at))
+    assert _data(decoder.feed(first)) == ["1"]
+    with pytest.raises(sse.EventTooLarge) as caught:
+        decoder.feed(at + at + over + first)
+    assert caught.value.limit == len(at)
+    assert [e.raw for e in caught.value.events] == [at, at]  # the events before it
+
+
+@pytest.mark.parametrize("tail", [b"d", b"data: 3", b":", b"XX", b"\xef\xbb"])
+def test_whole_events_then_the_start_of_the_next_in_a_later_chunk(tail: bytes) -> None:
+    # Any bytes may follow a chunk's last blank line (the next event's start): they wait for
+    # the rest. Only a chunk that ends with a blank line is taken whole in one pass.
+    decoder = sse.Decoder()
+    assert _data(decoder.feed(b"data: 1\n\n")) == ["1"]
+    assert _data(decoder.feed(b"data: XX\n\n" + tail)) == ["XX"]
+    assert decoder.close() == tail

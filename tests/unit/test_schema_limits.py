@@ -48,10 +48,11 @@ def test_a_field_naming_the_upstream_is_refused_on_every_route(route: str, field
     body = {**CHAT, "prompt": "x", "input": "x", field: "http://169.254.169.254/latest/"}
     with pytest.raises(errors.BadRequest) as info:
         schema.validate(route, body)
-    assert (info.value.status, info.value.code, info.value.param) == (
+    assert (info.value.status, info.value.code, info.value.param, info.value.message) == (
         400,
         "parameter_not_allowed",
         field,
+        f"The parameter '{field}' is not accepted: the gateway chooses the upstream.",
     )
 
 
@@ -79,6 +80,23 @@ def test_more_arrays_and_objects_than_the_limit_is_a_400_before_parsing() -> Non
     with pytest.raises(errors.BadRequest, match="more than 11 JSON arrays and objects") as info:
         schema.parse_body(over, max_containers=11)
     assert info.value.code == "invalid_json"
+
+
+def test_the_default_container_limit_is_the_settings_default() -> None:
+    at = json.dumps({"x": [{}] * 99_998}).encode()  # 100,000 with the array and the body
+    assert len(schema.parse_body(at)["x"]) == 99_998
+    with pytest.raises(errors.BadRequest, match="more than 100000 JSON arrays and objects"):
+        schema.parse_body(json.dumps({"x": [{}] * 99_999}).encode())
+
+
+def test_containers_are_counted_over_the_whole_of_a_large_body() -> None:
+    # 50,002 containers: the scan reads a large body a piece at a time (64 KiB of brackets
+    # and quotes), and no one piece holds more than the limit of 40,000.
+    body = json.dumps({"x": [[]] * 50_000}).encode()
+    assert schema.json_containers_exceed(body, 50_001)
+    assert not schema.json_containers_exceed(body, 50_002)
+    with pytest.raises(errors.BadRequest, match="more than 40000 JSON arrays and objects"):
+        schema.parse_body(body, max_containers=40_000)
 
 
 def test_brackets_inside_strings_are_not_containers() -> None:

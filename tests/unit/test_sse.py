@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,28 @@ def test_stream_folder(case: str, step: int) -> None:
     assert b"".join(e.raw for e in events) + leftover == raw
     if step == 10**6:
         assert leftover == expected["leftover"].encode()
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("per_chunk", [1, 2])
+def test_stream_folder_in_whole_event_chunks(case: str, per_chunk: int) -> None:
+    """Cut after the first event, then after every (second) blank line: how upstreams
+    usually write, one read holding whole events and nothing of the next. After the first
+    chunk, each LF-only chunk takes the decoder's fast path: the events, their bytes and the
+    leftover must be what the general path makes of the stream fed whole."""
+    raw = (STREAMS / f"{case}.sse").read_bytes()
+    expected = json.loads((STREAMS / f"{case}.json").read_text())
+    ends = [m.end() for m in re.finditer(b"\n\n", raw)]
+    cuts = ends[:1] + ends[per_chunk::per_chunk]
+    decoder = sse.Decoder()
+    events: list[sse.Event] = []
+    for start, end in zip([0, *cuts], [*cuts, len(raw)], strict=True):
+        events += decoder.feed(raw[start:end])
+    leftover = decoder.close()
+    assert [_fields(e) for e in events] == expected["events"]
+    assert [e.raw for e in events] == [e.raw for e in _decode(raw, 10**6)[0]]
+    assert b"".join(e.raw for e in events) + leftover == raw
+    assert leftover == expected["leftover"].encode()
 
 
 def test_trailing_data_after_complete_events_stays_buffered() -> None:

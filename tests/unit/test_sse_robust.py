@@ -55,6 +55,21 @@ def test_any_bytes_in_any_chunking_decode_the_same_and_keep_every_byte(
     assert b"".join(e.raw for e in whole) + whole_rest == raw
 
 
+# LF-only streams: after the first chunk, a chunk of whole events takes the decoder's fast path.
+_LF_STREAMS = st.lists(
+    st.tuples(_CONTENT, st.sampled_from([b"\n", b"\n\n"])).map(b"".join), max_size=40
+).map(b"".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(raw=_LF_STREAMS, every=st.integers(min_value=1, max_value=3))
+def test_chunks_of_whole_events_decode_as_the_stream_fed_whole(raw: bytes, every: int) -> None:
+    blank_line_ends = [i + 2 for i in range(len(raw) - 1) if raw[i : i + 2] == b"\n\n"]
+    chunked, rest = _feed(raw, blank_line_ends[every - 1 :: every])
+    whole, whole_rest = _feed(raw, [])
+    assert (chunked, rest) == (whole, whole_rest)  # every field and every event's raw bytes
+
+
 def _semantics(event: sse.Event) -> tuple:
     return (event.data, event.event, event.id, event.retry, event.comments)
 
