@@ -144,7 +144,7 @@ class FakeUpstream(Upstream):
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, BaseException):
             raise answer
-        return answer if isinstance(answer, FakeRaw) else FakeRaw(answer)
+        return (answer if isinstance(answer, FakeRaw) else FakeRaw(answer)), False  # no probe
 
 
 def _upstream(specs=(A,), answers=(), *, sleep=lambda s: None, **settings) -> FakeUpstream:

@@ -136,7 +136,7 @@ class Scripted(Upstream):
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             raise answer
-        return Raw(answer)
+        return Raw(answer), False  # not a half-open probe
 
 
 def test_every_retry_and_failover_is_an_attempt_span_of_its_own() -> None:
