@@ -97,12 +97,14 @@ def _forward(route: str) -> Response:
                 f"Request URL is too long ({target} bytes; at most {MAX_TARGET_BYTES})."
             )
         # Confined to /v1 and encoded again (app/paths.py): the path goes upstream as data.
-        call = dataclasses.replace(
-            call,
-            path=forwarded_path(call.path),
-            body=_read_body(current_app.config["MAX_CONTENT_LENGTH"]),
-        )
-        reply = gateway.handle(call)
+        call = dataclasses.replace(call, path=forwarded_path(call.path))
+        # Who is calling comes first, from the headers: a stranger's body is never read, and
+        # its 401 leaves while it is still sending it (app/worker.py then closes the
+        # connection rather than read the rest; docs/security.md).
+        caller = gateway.identify(call)
+        body = _read_body(current_app.config["MAX_CONTENT_LENGTH"])
+        call = dataclasses.replace(call, body=body)
+        reply = gateway.handle(call, caller)
     except errors.GatewayError as exc:
         reply = error_reply(exc)
     except HTTPException as exc:
