@@ -3,7 +3,8 @@
 Layers, imports flow downwards only:
 
     web            factory.py, routes.py, statuspage.py,     Flask, request/response shapes;
-                   worker.py                                 gunicorn's own errors as JSON
+                   worker.py, unread_body.py                 gunicorn's own errors as JSON,
+                                                             its connections
     orchestration  gateway.py, relay.py, flight.py,          one call from request to response
                    coalesce.py, replay.py, observe.py,
                    race.py, access.py, cache/store.py,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -48,6 +49,14 @@ VALIDATED_ROUTES = frozenset({"chat", "completions", "embeddings", "responses"})
 UPSTREAM_HEADER = "X-LLMGate-Upstream"
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling, as ``Gateway.identify`` found: its gateway key, or None when keys are
+    off (callers pass through with credentials of their own)."""
+
+    key: GatewayKey | None
+
+
 class Gateway:
     def __init__(
         self,
@@ -72,16 +81,24 @@ class Gateway:
         observe = None if metrics is None else metrics.observe_log_memory
         self.log_budget = LogBudget(settings.log_memory_bytes, observe)
 
-    def handle(self, call: Call) -> Reply:
+    def identify(self, call: Call) -> Caller:
+        """Who is calling: with gateway keys, its key, or InvalidApiKey (401) for a missing,
+        unknown, revoked or expired one. From the headers alone, so the web layer asks
+        before it reads the body: a stranger's body is neither read nor looked at."""
+        if self.tracer is not None:
+            self._start_span(call)
+        key = self.access.authenticate(call.headers) if self.access is not None else None
+        if key is not None:
+            call.trace.key = key.name
+        return Caller(key)
+
+    def handle(self, call: Call, caller: Caller | None = None) -> Reply:
+        """The call's reply. ``caller``: what ``identify`` said of this call before its body
+        was read; None to ask now."""
         body: dict[str, Any] | None = None
         stream = False
         forward = call.body
-        if self.tracer is not None:
-            self._start_span(call)
-        # With gateway keys, who is calling comes first: a stranger learns nothing of the body.
-        caller = self.access.authenticate(call.headers) if self.access is not None else None
-        if caller is not None:
-            call.trace.key = caller.name
+        gateway_key = (caller if caller is not None else self.identify(call)).key
         if call.route in VALIDATED_ROUTES:
             body = schema.parse_body(
                 call.body,
@@ -107,8 +124,8 @@ class Gateway:
         # key's grant: a call this worker cannot take costs its caller nothing.
         call.admission.admit(stream)
         grant = None
-        if caller is not None:
-            forward, grant = self._grant(call, caller, body, stream, forward)
+        if gateway_key is not None:
+            forward, grant = self._grant(call, gateway_key, body, stream, forward)
         headers = upstream_request_headers(call.headers, stream=stream)
         req = UpstreamRequest(
             method=call.method,

@@ -97,12 +97,14 @@ def _forward(route: str) -> Response:
                 f"Request URL is too long ({target} bytes; at most {MAX_TARGET_BYTES})."
             )
         # Confined to /v1 and encoded again (app/paths.py): the path goes upstream as data.
-        call = dataclasses.replace(
-            call,
-            path=forwarded_path(call.path),
-            body=_read_body(current_app.config["MAX_CONTENT_LENGTH"]),
-        )
-        reply = gateway.handle(call)
+        call = dataclasses.replace(call, path=forwarded_path(call.path))
+        # Who is calling comes first, from the headers: a stranger's body is never read, and
+        # its 401 leaves while it is still sending it (app/worker.py then closes the
+        # connection rather than read the rest; docs/security.md).
+        caller = gateway.identify(call)
+        body = _read_body(current_app.config["MAX_CONTENT_LENGTH"])
+        call = dataclasses.replace(call, body=body)
+        reply = gateway.handle(call, caller)
     except errors.GatewayError as exc:
         call.trace.own_error = True
         reply = error_reply(exc)
@@ -145,19 +147,32 @@ def _request_id() -> str:
     return uuid.uuid4().hex
 
 
+_CUT_SHORT = "The request body was cut short: the connection closed before all of it arrived."
+
+
 def _read_body(limit: int) -> bytes:
     """The whole body, refusing more than ``limit`` bytes with or without Content-Length
-    (a chunked upload has none, and Werkzeug would cut it short silently)."""
-    if request.content_length is not None and request.content_length > limit:
+    (a chunked upload has none, and Werkzeug would cut it short silently), and a body cut
+    short: nginx passes bodies on as they arrive, so a caller that leaves mid-upload ends
+    the body early here, and part of a body must not be taken for the whole."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
         raise RequestEntityTooLarge()
     stream = request.environ["wsgi.input"]
     parts: list[bytes] = []
     size = 0
-    while chunk := stream.read(min(65536, limit + 1 - size)):
-        parts.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise RequestEntityTooLarge()
+    try:
+        while chunk := stream.read(min(65536, limit + 1 - size)):
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise RequestEntityTooLarge()
+    except OSError as exc:
+        # gunicorn's NoMoreData: the connection ended inside a chunked body.
+        raise errors.BadRequest(_CUT_SHORT, code="incomplete_body") from exc
+    if declared is not None and size < declared:
+        # A body of known length that ended early reads as a short one, without an error.
+        raise errors.BadRequest(_CUT_SHORT, code="incomplete_body")
     return b"".join(parts)
 
 

@@ -24,6 +24,10 @@ nginx sends on it fails that call with a 502 (a POST is never retried). A connec
 from the end of an answer until the first byte of the next request arrives, not until its
 parsing ends.
 
+An answer that begins with a large part of its request's body unread (the 401 to a stranger's
+upload, say) closes its connection after it, rather than gunicorn reading that rest to keep
+the connection; the worker first lingers so that nginx reads the answer (app/unread_body.py).
+
 gunicorn logs a request it could not parse as it was received (``Invalid request from
 ip=...: Invalid HTTP request line: 'GET /v1/models?api-key=sk-... HTTP/1.1'``), and a request
 that failed in the app with its whole URI: either may carry a caller's key. A filter on
@@ -36,6 +40,7 @@ import contextlib
 import logging
 import socket
 import time
+from typing import Any
 
 import gevent
 import gevent.socket
@@ -43,6 +48,7 @@ from gunicorn import util
 from gunicorn.workers.ggevent import GeventWorker
 
 from app.errors import GatewayError
+from app.unread_body import Environ, counting_the_body, linger
 
 # Seconds a keep-alive connection of a draining worker stays idle (counted from the start of
 # the drain or from its last answer, whichever is later) before the worker closes it: longer
@@ -136,6 +142,12 @@ class JSONErrorGeventWorker(GeventWorker):
     # the module doc); an answer begun while stopping says "Connection: close" (gunicorn's).
     _idle: dict[socket.socket, float]
     _drain_began: float | None
+    # gunicorn's request in progress on each connection, and the connections whose answer
+    # left a large rest of the body unread: they close after it (app/unread_body.py).
+    _answering: dict[socket.socket, Any]
+    _closing: set[socket.socket]
+    wsgi: Any  # gunicorn's: what serves each request (load_wsgi)
+    _application: object  # the WSGI app itself (self.wsgi counts the bodies around it)
 
     def handle(self, listener: socket.socket, client: socket.socket, addr: object) -> None:
         if type(client) is gevent.socket.socket:  # plain TCP or unix (TLS is nginx's)
@@ -152,12 +164,31 @@ class JSONErrorGeventWorker(GeventWorker):
     def handle_request(self, listener_name: object, req: object, sock: socket.socket,
                        addr: object) -> None:  # fmt: skip
         self._idle.pop(sock, None)
+        self._answering[sock] = req
         try:
             super().handle_request(listener_name, req, sock, addr)
         finally:
+            del self._answering[sock]
+            if sock in self._closing:
+                self._closing.discard(sock)
+                linger(sock)
             # Idle again, stopping or not: an answer begun before the drain promised nginx a
             # next request here, which may be on its way; it is closed with the others.
             self._idle[sock] = time.monotonic()
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        self._application = self.wsgi
+        self.wsgi = counting_the_body(self.wsgi, self._close_after_answer)
+
+    def _close_after_answer(self, environ: Environ) -> None:
+        """The answer now beginning leaves a large rest of its body unread: gunicorn says
+        ``Connection: close`` and closes after it instead of reading that rest."""
+        sock = environ.get("gunicorn.socket")
+        req = self._answering.get(sock)  # type: ignore[arg-type]
+        if req is not None:
+            req.force_close()
+            self._closing.add(sock)  # type: ignore[arg-type]
 
     def handle_exit(self, sig: int, frame: object) -> None:
         """SIGTERM: gunicorn stops accepting and waits its graceful timeout; the gateway
@@ -167,7 +198,7 @@ class JSONErrorGeventWorker(GeventWorker):
         if self._drain_began is None:
             self._drain_began = time.monotonic()
             gevent.spawn(self._close_idle_while_stopping)
-        extensions = getattr(self.wsgi, "extensions", {})
+        extensions = getattr(self._application, "extensions", {})
         gateway = extensions.get("llmgate") if isinstance(extensions, dict) else None
         if gateway is not None:
             gevent.spawn(gateway.lifecycle.drain, self.cfg.graceful_timeout)
@@ -192,6 +223,9 @@ class JSONErrorGeventWorker(GeventWorker):
     def init_process(self) -> None:
         self._idle = {}
         self._drain_began = None
+        self._answering = {}
+        self._closing = set()
+        self._application = None  # until load_wsgi (a SIGTERM may come first)
         # In the forked worker only (the master never writes error pages); handle_error
         # looks the function up on gunicorn.util at each call.
         util.write_error = write_json_error

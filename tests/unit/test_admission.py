@@ -290,11 +290,11 @@ def app(monkeypatch):
     gateway = app.extensions["llmgate"]
     real_handle = gateway.handle
 
-    def handle(call):
+    def handle(call, caller=None):
         """The real admission line of Gateway.handle, then a stream that waits to be read."""
         stream = json.loads(call.body).get("stream", False)
         if not stream:
-            return real_handle(call)
+            return real_handle(call, caller)
         call.admission.admit(stream)
 
         def events() -> Iterator[list[bytes]]:

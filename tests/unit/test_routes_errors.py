@@ -13,7 +13,7 @@ def test_an_unexpected_exception_is_a_counted_json_500(monkeypatch) -> None:
     app = create_app(Settings(upstream_url="http://127.0.0.1:9/v1"))
     gateway = app.extensions["llmgate"]
 
-    def broken(call):
+    def broken(call, caller=None):
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(gateway, "handle", broken)
