@@ -7,13 +7,13 @@ setup:
 	@scripts/setup.sh
 
 run: setup
-	$(PY) -m runner
+	@$(PY) -m runner
 
 # Several gateway instances (each its own gunicorn) behind one nginx upstream block, sharing
 # two Memcached nodes, all on loopback: what a scaled-out deployment does (docs/scaling.md).
 INSTANCES ?= 3
 run-cluster: setup
-	$(PY) -m runner --instances $(INSTANCES) --memcached-nodes 2
+	@$(PY) -m runner --instances $(INSTANCES) --memcached-nodes 2
 
 setup-test:
 	@scripts/setup.sh test

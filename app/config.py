@@ -8,6 +8,7 @@ undocumented. Per-request variations are made with ``dataclasses.replace``, neve
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -383,9 +384,26 @@ class Settings:
                 raise SettingsError(
                     f"LLMGATE_UPSTREAM_URL must be an http(s) URL, got {self.upstream_url!r}"
                 )
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SettingsError(f"{f.metadata['env']} must be a finite number, got {value}")
         for name in ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "deadline_s"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{_env(name)} must be > 0")
+        # Nonsense that used to pass: a negative heartbeat or lease was taken as off, an
+        # L1 TTL of 0 stopped every worker's boot (a traceback in each one's log).
+        at_least_0 = ("heartbeat_s", "retry_backoff_s", "retry_backoff_max_s",
+                      "retry_after_max_s", "cache_ttl_jitter_s", "cache_lease_s",
+                      "cache_early_refresh_beta")  # fmt: skip
+        above_0 = ("cache_ttl_s", "cache_l1_ttl_s", "cache_max_entry_bytes",
+                   "memcached_timeout_s", "memcached_connect_timeout_s")  # fmt: skip
+        for name in at_least_0:
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{_env(name)} must be >= 0, got {getattr(self, name)}")
+        for name in above_0:
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{_env(name)} must be > 0, got {getattr(self, name)}")
         if self.limits_fail not in ("open", "closed"):
             raise SettingsError("LLMGATE_LIMITS_FAIL must be open or closed")
         if self.default_max_output_tokens < 1:

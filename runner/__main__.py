@@ -8,6 +8,11 @@ nginx re-reads its config. SIGTERM drains: gunicorn ends its calls within
 LLMGATE_GRACEFUL_TIMEOUT_S and nginx finishes its open requests (deploy/Dockerfile runs
 this same command; a Kubernetes pod is stopped with SIGTERM).
 
+A start that cannot be is one line, last: a bad setting (runner/settings.py for the
+runner's own, app/config.py for the gateway's), a port or run directory another server or
+runner holds (runner/claims.py: nginx's reuseport would let a second one join the port), or
+the cause a child gave as it died (runner/procs.py), whose log keeps the rest.
+
 `make run-cluster` is the same runner with ``--instances 3 --memcached-nodes 2``: several
 gunicorn instances behind one nginx upstream block, sharing two Memcached nodes.
 """
@@ -26,11 +31,10 @@ from app.config import Settings, SettingsError
 from app.upstreams import ConfigError
 from runner import limits
 from runner.procs import StartError, find_binary
-from runner.stack import ROOT, Stack, StackOptions
+from runner.settings import RunnerSettings, with_values
+from runner.stack import Stack, StackOptions
 
 INSTALL_HINT = "sudo apt-get install -y nginx-light memcached"
-# gunicorn.conf.py's default graceful timeout; the drain waits a little longer than it.
-GRACEFUL_TIMEOUT_S = 600
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -43,8 +47,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def options_from_env(args: argparse.Namespace) -> StackOptions:
+def options_from_env(
+    args: argparse.Namespace, runner: RunnerSettings | None = None
+) -> StackOptions:
+    """Every setting checked first (a bad value stops the start before anything is said or
+    started), then what this machine has."""
     env = os.environ
+    runner = runner or RunnerSettings.from_env(env)
+    settings = Settings.from_env(env)
     have_nginx = find_binary("nginx") is not None
     # Nodes given in LLMGATE_MEMCACHED (a Kubernetes Service, a system memcached) are used
     # as they are; only without them does the runner start its own.
@@ -55,7 +65,6 @@ def options_from_env(args: argparse.Namespace) -> StackOptions:
             print(f"llmgate: {name} is not installed; running without it. Install: {INSTALL_HINT}")
     if args.instances > 1 and not have_nginx:
         raise StartError("several instances need nginx in front of them")
-    settings = Settings.from_env(env)
     tls_port: int | None = settings.tls_port if have_nginx and settings.tls_port else None
     if tls_port is not None and not settings.tls_cert and find_binary("openssl") is None:
         print(
@@ -64,16 +73,16 @@ def options_from_env(args: argparse.Namespace) -> StackOptions:
         )
         tls_port = None
     return StackOptions(
-        run_dir=Path(env.get("LLMGATE_RUN_DIR", ROOT / ".run")),
-        port=int(env.get("LLMGATE_PORT", "8080")),
-        host=env.get("LLMGATE_HOST", "").strip() or "127.0.0.1",
-        app_bind=env.get("LLMGATE_BIND", "").strip() if args.instances == 1 else "",
-        workers=int(env.get("LLMGATE_WORKERS", "2")),
+        run_dir=runner.run_dir,
+        port=runner.port,
+        host=runner.host,
+        app_bind=runner.bind_setting if args.instances == 1 else "",
+        workers=runner.workers,
         upstream_url=env.get("LLMGATE_UPSTREAM_URL", ""),
         nginx=have_nginx,
         memcached=have_memcached and not external_memcached,
         env={k: v for k, v in env.items() if k.startswith("LLMGATE_")},
-        logs_to_stdout=env.get("LLMGATE_LOG_TO_STDOUT", "").lower() in ("1", "true", "yes", "on"),
+        logs_to_stdout=runner.logs_to_stdout,
         instances=args.instances,
         memcached_nodes=args.memcached_nodes,
         tls_port=tls_port,
@@ -157,19 +166,36 @@ def check_limits(stack: Stack) -> None:
         print(f"llmgate: warning: {line}", file=sys.stderr, flush=True)
 
 
+def could_not_start(exc: StartError | SettingsError | OSError) -> int:
+    """The cause, last and alone: the log it came from (which keeps the whole story) is
+    named on the line before."""
+    log = getattr(exc, "log", None)
+    if log is not None:
+        print(f"llmgate: the whole output is in {log}", file=sys.stderr)
+    line = with_values(str(exc), os.environ) if isinstance(exc, SettingsError) else str(exc)
+    print(f"llmgate: could not start: {line}", file=sys.stderr, flush=True)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        options = options_from_env(args)
+        runner = RunnerSettings.from_env(os.environ)
+        options = options_from_env(args, runner)
     except (StartError, SettingsError) as exc:
-        print(f"llmgate: could not start: {exc}", file=sys.stderr)
-        return 1
-    drain_file = os.environ.get("LLMGATE_DRAIN_FILE", "").strip()
-    if drain_file:
-        # Left by a previous run's preStop hook (an emptyDir outlives a container restart):
-        # it would keep this fresh instance unready.
-        Path(drain_file).unlink(missing_ok=True)
+        return could_not_start(exc)
     stack = Stack(options)
+    try:
+        # Ports and run directory first: a second runner is refused before it says more.
+        stack.claim()
+        drain_file = os.environ.get("LLMGATE_DRAIN_FILE", "").strip()
+        if drain_file:
+            # Left by a previous run's preStop hook (an emptyDir outlives a container
+            # restart): it would keep this fresh instance unready.
+            Path(drain_file).unlink(missing_ok=True)
+    except (StartError, OSError) as exc:
+        stack.stop()
+        return could_not_start(exc)
     stopping = draining = reloading = False
 
     def stop(signum: int, frame: object) -> None:
@@ -187,9 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_limits(stack)
         stack.start()
-    except StartError as exc:
-        print(f"llmgate: could not start: {exc}", file=sys.stderr)
-        return 1
+    except (StartError, OSError) as exc:
+        return could_not_start(exc)
     print(banner(stack, options), flush=True)
     try:
         while not stopping:
@@ -200,15 +225,18 @@ def main(argv: list[str] | None = None) -> int:
                     print("llmgate: reloaded (new workers; old ones drain)", flush=True)
                 except (OSError, ConfigError) as exc:
                     print(f"llmgate: not reloaded: {exc}", file=sys.stderr, flush=True)
-            dead = [p for p in stack.procs if not p.alive()]
-            if dead:
-                print(f"llmgate: {dead[0].name} exited:\n{dead[0].log_tail()}", file=sys.stderr)
+            dead = next((p for p in stack.procs if not p.alive()), None)
+            if dead is not None:
+                failure = dead.failure(f"exited ({dead.popen.returncode})")
+                if failure.log is not None:
+                    print(f"llmgate: the whole output is in {failure.log}", file=sys.stderr)
+                print(f"llmgate: {failure}", file=sys.stderr, flush=True)
                 return 1
             time.sleep(0.5)
     finally:
         if draining:
-            grace = float(os.environ.get("LLMGATE_GRACEFUL_TIMEOUT_S") or GRACEFUL_TIMEOUT_S)
-            print(f"llmgate: draining (up to {grace:.0f} s)", flush=True)
+            grace = runner.graceful_timeout_s
+            print(f"llmgate: draining (up to {grace} s)", flush=True)
             stack.drain(grace + 5)
         else:
             print("llmgate: stopping", flush=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.config import Settings, worker_connections
+from app.config import Settings, SettingsError, worker_connections
 from runner.sizing import FD_SPARE, LISTEN_BACKLOG, Sizing, nginx_conn_limit, size_for
 
 __all__ = ["NginxParams", "nginx_conn_limit", "render_nginx", "start_nginx", "write_nginx_conf"]
@@ -189,11 +189,18 @@ def start_nginx(
     return proc
 
 
-if __name__ == "__main__":
-    settings = Settings.from_env(os.environ)
-    workers = int(os.environ.get("LLMGATE_WORKERS", "2"))
+def main() -> None:
+    """`make nginx-conf`: the config for the current LLMGATE_* environment."""
+    from runner.settings import RunnerSettings
+
+    try:
+        settings = Settings.from_env(os.environ)
+        workers = RunnerSettings.from_env(os.environ).workers
+        connections = worker_connections(os.environ)
+    except SettingsError as exc:
+        raise SystemExit(f"llmgate: {exc}") from None
     # A system nginx starts as root and may raise its own descriptor limit: sized uncapped.
-    sizing = size_for(settings, worker_connections(os.environ), workers, os.cpu_count() or 1, None)
+    sizing = size_for(settings, connections, workers, os.cpu_count() or 1, None)
     print(
         render_nginx(
             NginxParams.for_settings(
@@ -206,3 +213,7 @@ if __name__ == "__main__":
             )
         )
     )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,9 @@
-"""Child processes that start, answer on a port, and stop cleanly."""
+"""Child processes that start, answer on a port, and stop cleanly.
+
+A child's log file is appended to across runs and keeps everything; what a failure reports
+is this run's output only, and of it the one line that says why (``cause``): a start that
+fails ends with its cause, not with the last lines of an older run.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +20,17 @@ from pathlib import Path
 SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 
 
+# How much of the end of this run's output is searched for the cause.
+TAIL_BYTES = 64 * 1024
+
+
 class StartError(RuntimeError):
-    pass
+    """Why the stack could not start (or a child died), in one line. ``log`` is the file
+    with the whole story, when there is one."""
+
+    def __init__(self, message: str, log: Path | None = None) -> None:
+        super().__init__(message)
+        self.log = log
 
 
 def free_port() -> int:
@@ -55,6 +69,9 @@ class Proc:
         self.argv = list(argv)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Where this run's output begins in the log (earlier runs' stays above it).
+        self._log_start = 0 if stdout or not log_path.exists() else log_path.stat().st_size
+        self._stdout = stdout
         self._log = open(os.devnull if stdout else log_path, "ab")  # noqa: SIM115 - stop()
         self.popen = subprocess.Popen(
             self.argv,
@@ -66,11 +83,26 @@ class Proc:
             start_new_session=True,
         )
 
-    def log_tail(self, lines: int = 40) -> str:
+    def output(self) -> list[str]:
+        """The end of what this process wrote to its log (nothing when it writes to our
+        stdout: it is already there)."""
+        if self._stdout:
+            return []
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            with open(self.log_path, "rb") as log:
+                size = log.seek(0, os.SEEK_END)
+                log.seek(max(self._log_start, size - TAIL_BYTES))
+                return log.read().decode(errors="replace").splitlines()
         except OSError:
-            return ""
+            return []
+
+    def failure(self, what: str) -> StartError:
+        """``what`` happened to this process, with the cause its output gives."""
+        why = cause(self.output())
+        return StartError(
+            f"{self.name} {what}" + (f": {why}" if why else ""),
+            log=None if self._stdout else self.log_path,
+        )
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -80,16 +112,14 @@ class Proc:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if not self.alive():
-                raise StartError(
-                    f"{self.name} exited ({self.popen.returncode}):\n{self.log_tail()}"
-                )
+                raise self.failure(f"exited ({self.popen.returncode})")
             try:
                 if ready():
                     return
             except OSError:
                 pass
             time.sleep(0.05)
-        raise StartError(f"{self.name} not {what} after {timeout}s:\n{self.log_tail()}")
+        raise self.failure(f"not {what} after {timeout:g} s")
 
     def wait_port(self, port: int, host: str = "127.0.0.1", timeout: float = 20.0) -> None:
         def listening() -> bool:
@@ -123,3 +153,17 @@ class Proc:
         finally:
             self._log.close()
         return self.popen.returncode
+
+
+def cause(lines: list[str]) -> str:
+    """The line of a failed process's output that says why: the exception of its last
+    Python traceback (gunicorn goes on logging after a worker's, down to "Reason: Worker
+    failed to boot."), else its last line; our own "llmgate: " prefix dropped."""
+    lines = [line.rstrip() for line in lines if line.strip()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if starts:
+        after = lines[starts[-1] + 1 :]
+        found = next((line for line in after if not line.startswith((" ", "\t"))), "")
+        if found:
+            return found
+    return lines[-1].removeprefix("llmgate: ") if lines else ""

@@ -20,6 +20,7 @@ from pathlib import Path
 from app import upstreams
 from app.config import Settings, worker_connections
 from runner import limits
+from runner.claims import Claims, Listener
 from runner.nginx import NginxParams, start_nginx, write_nginx_conf
 from runner.procs import Proc, StartError, find_binary, free_port
 from runner.sizing import Sizing, size_for
@@ -75,6 +76,7 @@ class Stack:
         self.down: set[int] = set()  # instances nginx sends nothing to (a rolling restart)
         self._nginx_params: NginxParams | None = None
         self.sizing: Sizing | None = None
+        self.claims: Claims | None = None
 
     @property
     def memcached_addr(self) -> str:
@@ -86,14 +88,50 @@ class Stack:
         return self.app_urls[0] if self.app_urls else ""
 
     # -- lifecycle ---------------------------------------------------------------------
+    def listeners(self) -> list[Listener]:
+        """The fixed addresses this stack will listen on (ports 0 are picked free later)."""
+        opts = self.options
+        found = []
+        if opts.port:
+            host = opts.host if opts.nginx else "127.0.0.1"
+            found.append(Listener(host, opts.port, "LLMGATE_PORT"))
+        if opts.nginx and opts.tls_port:
+            found.append(Listener(opts.host, opts.tls_port, "LLMGATE_TLS_PORT"))
+        for item in filter(None, opts.app_bind.split(",")):
+            host, _, port = item.strip().rpartition(":")
+            found.append(Listener(host, int(port), "LLMGATE_BIND", host_setting="LLMGATE_BIND"))
+        return found
+
+    def claim(self) -> None:
+        """Take this stack's ports and run directory, or raise StartError saying which one
+        is taken (runner/claims.py). ``start`` does it when it was not done before."""
+        if self.claims is not None:
+            return
+        claims = Claims()
+        try:
+            seen: dict[int, str] = {}
+            for listener in self.listeners():
+                if listener.port in seen:
+                    raise StartError(
+                        f"{seen[listener.port]} and {listener.setting} are both "
+                        f"{listener.port}; set one of them to another port"
+                    )
+                seen[listener.port] = listener.setting
+                claims.port(listener)
+            claims.run_dir(self.options.run_dir)
+        except BaseException:
+            claims.release()
+            raise
+        self.claims = claims
+
     def start(self) -> Stack:
         opts = self.options
         if opts.app_bind and opts.instances != 1:
             raise ValueError("app_bind names one gunicorn address: one instance only")
-        opts.run_dir.mkdir(parents=True, exist_ok=True)
-        # nginx workers run as nobody when we are root: they must reach the prefix.
-        os.chmod(opts.run_dir, 0o755)
         try:
+            self.claim()
+            # nginx workers run as nobody when we are root: they must reach the prefix.
+            os.chmod(opts.run_dir, 0o755)
             if opts.memcached:
                 for _ in range(opts.memcached_nodes):
                     self._start_memcached()
@@ -113,6 +151,9 @@ class Stack:
     def stop(self) -> None:
         while self.procs:
             self.procs.pop().stop()
+        if self.claims is not None:
+            self.claims.release()
+            self.claims = None
 
     def drain(self, timeout: float) -> None:
         """Stop without cutting a call: gunicorn drains (SIGTERM: unready, calls finish or

@@ -22,7 +22,7 @@ import yaml
 from app import keyring, upstreams
 from app.config import Settings
 from app.lifecycle import MARGIN_S
-from runner.__main__ import GRACEFUL_TIMEOUT_S
+from runner.settings import GRACEFUL_TIMEOUT_S
 from tests.conftest import ROOT
 from tests.deploy.support import (
     KUBERNETES,

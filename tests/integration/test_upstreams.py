@@ -189,5 +189,8 @@ def test_a_wrong_config_file_stops_the_start_naming_line_and_field(tmp_path) -> 
                            env={"LLMGATE_CONFIG": str(path)})  # fmt: skip
     with pytest.raises(StartError) as caught:
         Stack(options).start()
-    assert f"llmgate: LLMGATE_CONFIG: {path}:4: upstreams.weight must be > 0" in str(caught.value)
+    assert (
+        str(caught.value)
+        == f"gunicorn exited (1): LLMGATE_CONFIG: {path}:4: upstreams.weight must be > 0"
+    )
     assert "Traceback" not in str(caught.value)

@@ -3,7 +3,8 @@
 ``Runner`` starts ``python -m runner`` with a clean LLMGATE_* environment on free ports
 (the HTTPS one too: another `make run` on the machine may hold the default 8443), reads its
 banner up to "Ctrl-C stops everything", and on leaving sends SIGINT and keeps what it printed
-after and its exit code. ``curl_stream`` runs curl and notes when each line arrived.
+after and its exit code. ``run_refused`` runs one that should not start, to its end.
+``curl_stream`` runs curl and notes when each line arrived.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -28,12 +32,18 @@ STREAM_BODY = {
 }
 
 
+def runner_env(run_dir: Path, port: int, tls_port: int, **settings: str) -> dict[str, str]:
+    """Our environment without its LLMGATE_* variables, then the runner's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGATE_")}
+    env.update(LLMGATE_PORT=str(port), LLMGATE_TLS_PORT=str(tls_port),
+               LLMGATE_RUN_DIR=str(run_dir), PYTHONPATH=str(ROOT))  # fmt: skip
+    return {**env, **settings}
+
+
 class Runner:
     def __init__(self, run_dir: Path, *args: str) -> None:
         self.port, self.tls_port = free_port(), free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGATE_")}
-        env.update(LLMGATE_PORT=str(self.port), LLMGATE_TLS_PORT=str(self.tls_port),
-                   LLMGATE_RUN_DIR=str(run_dir), PYTHONPATH=str(ROOT))  # fmt: skip
+        env = runner_env(run_dir, self.port, self.tls_port)
         self.run_dir = run_dir
         self.argv = [sys.executable, "-m", "runner", *args]
         self.env = env
@@ -65,6 +75,35 @@ class Runner:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class Refused:
+    returncode: int | None = None  # None: still running after the wait (it started)
+    seconds: float = 0.0  # until it ended, or the wait
+    output: str = ""  # everything it printed (known once the block is left)
+
+
+@contextmanager
+def run_refused(env: dict[str, str], wait_s: float = 15.0) -> Iterator[Refused]:
+    """``python -m runner`` with ``env``, expected to give up: waits up to ``wait_s`` for its
+    end, then runs the block (one that started after all is still serving during it), then
+    stops it if it runs (Ctrl-C, which stops its children) and keeps what it printed."""
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "runner"], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    result = Refused()
+    try:
+        result.returncode = proc.wait(timeout=wait_s)
+        result.seconds = time.monotonic() - started
+    except subprocess.TimeoutExpired:
+        result.seconds = wait_s
+    try:
+        yield result
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        result.output = proc.communicate(timeout=30)[0]
 
 
 def curl_stream(url: str, *options: str, body: dict = STREAM_BODY) -> list[tuple[float, bytes]]:

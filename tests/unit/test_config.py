@@ -54,6 +54,41 @@ def test_bad_values_are_refused_with_the_variable_named(env: dict[str, str]) -> 
         Settings.from_env(env)
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("LLMGATE_HEARTBEAT_S", "-5", "must be >= 0, got -5.0"),
+        ("LLMGATE_RETRY_BACKOFF_S", "-0.5", "must be >= 0, got -0.5"),
+        ("LLMGATE_RETRY_BACKOFF_MAX_S", "-1", "must be >= 0, got -1.0"),
+        ("LLMGATE_RETRY_AFTER_MAX_S", "-1", "must be >= 0, got -1.0"),
+        ("LLMGATE_CACHE_TTL_JITTER_S", "-1", "must be >= 0, got -1"),
+        ("LLMGATE_CACHE_LEASE_S", "-30", "must be >= 0, got -30.0"),
+        ("LLMGATE_CACHE_EARLY_REFRESH_BETA", "-1", "must be >= 0, got -1.0"),
+        ("LLMGATE_CACHE_TTL_S", "0", "must be > 0, got 0"),
+        ("LLMGATE_CACHE_L1_TTL_S", "0", "must be > 0, got 0"),
+        ("LLMGATE_CACHE_MAX_ENTRY_BYTES", "-1", "must be > 0, got -1"),
+        ("LLMGATE_MEMCACHED_TIMEOUT_S", "0", "must be > 0, got 0.0"),
+        ("LLMGATE_MEMCACHED_CONNECT_TIMEOUT_S", "-1", "must be > 0, got -1.0"),
+        ("LLMGATE_DEADLINE_S", "nan", "must be a finite number, got nan"),
+        ("LLMGATE_IDLE_TIMEOUT_S", "inf", "must be a finite number, got inf"),
+        ("LLMGATE_HEARTBEAT_S", "1e999", "must be a finite number, got inf"),
+    ],
+)
+def test_nonsense_numbers_are_refused_with_the_value(name: str, value: str, message: str) -> None:
+    """Values that used to pass: a negative heartbeat or lease was taken as off, an L1 TTL
+    of 0 failed each worker's boot, nan passed every comparison."""
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({name: value})
+    assert str(caught.value) == f"{name} {message}"
+
+
+def test_zero_stays_allowed_where_it_means_off() -> None:
+    off = ("HEARTBEAT_S", "RETRY_BACKOFF_S", "RETRY_AFTER_MAX_S", "CACHE_TTL_JITTER_S",
+           "CACHE_LEASE_S", "CACHE_EARLY_REFRESH_BETA")  # fmt: skip
+    settings = Settings.from_env({f"LLMGATE_{name}": "0" for name in off})
+    assert settings.heartbeat_s == settings.cache_lease_s == 0
+
+
 def test_bad_memcached_entry() -> None:
     with pytest.raises(SettingsError):
         _ = Settings(memcached="localhost").memcached_nodes

@@ -1,0 +1,137 @@
+"""The runner's start, without processes: its settings, its claims, and a failure's cause."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from app.config import SettingsError
+from runner.claims import Claims, Listener
+from runner.procs import StartError, cause, free_port
+from runner.settings import DEFAULT_RUN_DIR, RunnerSettings, with_values
+
+
+def test_runner_settings_defaults_and_values() -> None:
+    assert RunnerSettings.from_env({}) == RunnerSettings(run_dir=DEFAULT_RUN_DIR)
+    s = RunnerSettings.from_env(
+        {
+            "LLMGATE_PORT": " 9090 ",
+            "LLMGATE_WORKERS": "4",
+            "LLMGATE_LOG_LEVEL": "WARNING",
+            "LLMGATE_LOG_TO_STDOUT": "yes",
+            "LLMGATE_BIND": "0.0.0.0:8000, 127.0.0.1:8001",
+            "LLMGATE_RUN_DIR": "/tmp/x",
+            "LLMGATE_GRACEFUL_TIMEOUT_S": "30",
+        }
+    )
+    assert (s.port, s.workers, s.log_level, s.logs_to_stdout) == (9090, 4, "warning", True)
+    assert s.bind == (("0.0.0.0", 8000), ("127.0.0.1", 8001))
+    assert s.bind_setting == "0.0.0.0:8000,127.0.0.1:8001"
+    assert (s.run_dir, s.graceful_timeout_s) == (Path("/tmp/x"), 30)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("LLMGATE_PORT", "abc", "a whole number between 1 and 65535"),
+        ("LLMGATE_PORT", "0", "between 1 and 65535"),
+        ("LLMGATE_PORT", "65536", "between 1 and 65535"),
+        ("LLMGATE_WORKERS", "two", "a whole number >= 1"),
+        ("LLMGATE_WORKERS", "-1", ">= 1"),
+        ("LLMGATE_GRACEFUL_TIMEOUT_S", "1.5", "a whole number >= 1"),
+        ("LLMGATE_GRACEFUL_TIMEOUT_S", "0", ">= 1"),
+        ("LLMGATE_LOG_LEVEL", "loud", "one of debug, info, warning, error, critical"),
+        ("LLMGATE_LOG_TO_STDOUT", "maybe", "true or false"),
+        ("LLMGATE_BIND", "127.0.0.1", "host:port entries"),
+        ("LLMGATE_BIND", "127.0.0.1:0", "host:port entries"),
+        ("LLMGATE_HOST", "::", "an IPv4 address or a host name"),
+    ],
+)
+def test_a_bad_runner_setting_names_itself_the_rule_and_the_value(
+    name: str, value: str, allowed: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        RunnerSettings.from_env({name: value})
+    message = str(caught.value)
+    assert message.startswith(f"{name} must be ") and allowed in message, message
+    assert message.endswith(f"got {value!r}") or message.endswith(f"got {int(value)}"), message
+
+
+def test_with_values_adds_what_was_given_to_a_message_without_it() -> None:
+    env = {"LLMGATE_BREAKER_COOLDOWN_S": "0", "LLMGATE_BREAKER_FAILURES": ""}
+    message = "LLMGATE_BREAKER_FAILURES must be >= 1 and 0 < LLMGATE_BREAKER_COOLDOWN_S"
+    assert with_values(message, env) == f"{message}; given LLMGATE_BREAKER_COOLDOWN_S='0'"
+    # Messages that show the value already, or name nothing that was set, stay as they are.
+    for kept in ("LLMGATE_X must be > 0, got -1", "LLMGATE_X='a' is not a valid int"):
+        assert with_values(kept, {"LLMGATE_X": "-1"}) == kept
+    assert with_values("LLMGATE_Y must be > 0", env) == "LLMGATE_Y must be > 0"
+
+
+# gunicorn's output when a worker cannot boot: the traceback, then the master's lines.
+GUNICORN_BOOT_FAILURE = """\
+[2026-12-01 14:22:26 +0000] [20713] [INFO] Starting gunicorn 27.0.1
+[2026-12-01 14:22:27 +0000] [20721] [ERROR] Exception in worker process
+Traceback (most recent call last):
+  File "/x/gunicorn/arbiter.py", line 752, in spawn_worker
+    worker.init_process()
+            ^^^^^^^^^^^^^
+  File "/x/app/cache/tiered.py", line 20, in __init__
+    raise ValueError("l1_ttl must be at least 1 second")
+ValueError: l1_ttl must be at least 1 second
+l1_ttl must be at least 1 second
+[2026-12-01 14:22:28 +0000] [20713] [ERROR] Worker (pid:20721) exited with code 3.
+[2026-12-01 14:22:28 +0000] [20713] [ERROR] Shutting down: Master
+[2026-12-01 14:22:28 +0000] [20713] [ERROR] Reason: Worker failed to boot.
+"""
+
+
+def test_the_cause_is_the_last_tracebacks_exception_else_the_last_line() -> None:
+    lines = GUNICORN_BOOT_FAILURE.splitlines()
+    assert cause(lines) == "ValueError: l1_ttl must be at least 1 second"
+    exit_line = "llmgate: LLMGATE_CONFIG: [Errno 2] No such file or directory: '/x'"
+    assert cause(["[INFO] Starting gunicorn", exit_line, "", "  "]) == exit_line.removeprefix(
+        "llmgate: "
+    )
+    assert cause([]) == ""
+    # A traceback cut short by the tail: its last line stands.
+    assert cause(["Traceback (most recent call last):", '  File "x.py"']) == '  File "x.py"'
+
+
+def test_a_listening_port_is_refused_naming_the_setting() -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        claims = Claims()
+        with pytest.raises(StartError) as caught:
+            claims.port(Listener("127.0.0.1", port, "LLMGATE_TLS_PORT"))
+        claims.release()
+    assert str(caught.value) == (
+        f"port {port} on 127.0.0.1 is in use; set LLMGATE_TLS_PORT to a free port"
+    )
+
+
+def test_a_port_another_runner_claimed_is_refused_until_it_lets_go() -> None:
+    port = free_port()
+    first, second = Claims(), Claims()
+    first.port(Listener("127.0.0.1", port, "LLMGATE_PORT"))
+    # Claimed, not yet listening (the first is still starting): refused all the same.
+    with pytest.raises(StartError, match=f"port {port} .* in use by another llmgate"):
+        second.port(Listener("0.0.0.0", port, "LLMGATE_PORT"))
+    first.release()
+    second.port(Listener("127.0.0.1", port, "LLMGATE_PORT"))
+    second.release()
+
+
+def test_a_run_directory_in_use_is_refused_with_its_holder(tmp_path: Path) -> None:
+    first, second = Claims(), Claims()
+    first.run_dir(tmp_path / "run")
+    with pytest.raises(StartError) as caught:
+        second.run_dir(tmp_path / "run")
+    assert str(caught.value).startswith(f"run directory {tmp_path / 'run'} is in use by another")
+    assert "(pid " in str(caught.value) and "set LLMGATE_RUN_DIR" in str(caught.value)
+    first.release()
+    second.run_dir(tmp_path / "run")
+    second.release()
