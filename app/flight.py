@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import gevent
 import gevent.event
 
-from app import sse
 from app.errors import ClientTooSlow, GatewayError, UpstreamProtocolError
 from app.timers import Alarm
 from app.tracing import Span
+from llmgate_wire import sse
 
 log = logging.getLogger("llmgate.relay")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 KILLED = {1, 3, 24, -24, 152, 255, 36}  # mutmut: killed, pytest internal error, timeouts
 SURVIVED = {0}
-_EQUIVALENT = re.compile(r"^\s*[-*]\s+`(app\.[\w.ǁ]+__mutmut_\d+)`", re.MULTILINE)
+_EQUIVALENT = re.compile(r"^\s*[-*]\s+`((?:app|llmgate_wire)\.[\w.ǁ]+__mutmut_\d+)`", re.MULTILINE)
 
 
 def equivalent_names(doc: Path) -> set[str]:
@@ -44,7 +44,7 @@ def _pct(part: int, whole: int) -> str:
 
 def report(results: dict[str, dict[str, int]], equivalent: set[str]) -> list[str]:
     lines = [
-        f"{'module':<22}{'mutants':>8}{'killed':>8}{'survived':>9}{'equiv.':>7}"
+        f"{'module':<28}{'mutants':>8}{'killed':>8}{'survived':>9}{'equiv.':>7}"
         f"{'killed/total':>14}{'killed/non-eq.':>16}"
     ]
     open_survivors: list[str] = []
@@ -77,7 +77,7 @@ def report(results: dict[str, dict[str, int]], equivalent: set[str]) -> list[str
 def _row(name: str, row: list[int]) -> str:
     total, killed, survived, equiv = row
     return (
-        f"{name:<22}{total:>8}{killed:>8}{survived:>9}{equiv:>7}"
+        f"{name:<28}{total:>8}{killed:>8}{survived:>9}{equiv:>7}"
         f"{_pct(killed, total):>14}{_pct(killed, total - equiv):>16}"
     )
 
