@@ -36,7 +36,7 @@ format: setup
 	$(PY) -m ruff check --fix .
 
 typecheck: setup
-	$(PY) -m mypy app runner simulator llmgate_client bench tests
+	$(PY) -m mypy app runner simulator llmgate_client llmgate_wire bench tests
 
 check: lint typecheck test
 

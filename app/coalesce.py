@@ -16,13 +16,13 @@ import time
 
 import gevent
 
-from app import sse
 from app.cache.entry import Entry
 from app.cache.policy import Directive
 from app.cache.store import AnswerCache
 from app.flight import Flight, Head, Producer
 from app.policy import Deadline
 from app.replay import body_of, events_of
+from llmgate_wire import sse
 
 
 class Flights:

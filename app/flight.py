@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import gevent
 import gevent.event
 
-from app import sse
 from app.errors import ClientTooSlow, GatewayError, UpstreamProtocolError
 from app.logmemory import LogBudget, LogShare, event_cost
 from app.timers import Alarm
 from app.tracing import Span
+from llmgate_wire import sse
 
 log = logging.getLogger("llmgate.relay")
 

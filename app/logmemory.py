@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from app.sse import Event
+from llmgate_wire.sse import Event
 
 # Per kept event, beyond sys.getsizeof of its bytes and text: the Event instance with its
 # attribute values, and its slot in the log's list. Measured with tracemalloc on CPython

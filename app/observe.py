@@ -21,13 +21,14 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from app import jsonedit, sse, streams, tracing
+from app import jsonedit, streams, tracing
 from app.cache.policy import STATUS_HEADER
 from app.calls import Call, Reply, Trace
 from app.config import Settings
 from app.metrics import Metrics
 from app.prices import PriceTable, usd
 from app.tracing import Span
+from llmgate_wire import sse
 
 log = logging.getLogger("llmgate.access")
 _PING = sse.comment()

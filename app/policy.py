@@ -8,11 +8,12 @@ request's deadline. The clock and the random source are passed in, so tests pin 
 
 from __future__ import annotations
 
-import email.utils
 import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+
+from llmgate_wire.retry_after import parse_retry_after
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 
@@ -76,28 +77,3 @@ class RetryPolicy:
 
     def delay_for_connect_error(self, rand: Callable[[], float] = random.random) -> float | None:
         return None if self.exhausted else self.backoff_delay(rand)
-
-
-def parse_retry_after(
-    headers: Mapping[str, str], now: Callable[[], float] = time.time
-) -> float | None:
-    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
-    lower = {k.lower(): v for k, v in headers.items()}
-    ms = lower.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = lower.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now())

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import gevent
 
-from app import race, sse, tracing
+from app import race, tracing
 from app.errors import (
     GatewayError,
     UpstreamEventTooLarge,
@@ -41,6 +41,7 @@ from app.policy import Deadline
 from app.streams import END_OF_STREAM, StreamEnd, typed
 from app.upstream import Upstream, UpstreamRequest, UpstreamResponse
 from app.upstreams import UpstreamSpec
+from llmgate_wire import sse
 
 log = logging.getLogger("llmgate.relay")
 

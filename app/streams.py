@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from app import sse
+from llmgate_wire import sse
 
 COMPLETED = "response.completed"
 TERMINAL_TYPES = frozenset({COMPLETED, "response.incomplete", "response.failed", "error"})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from app import sse
+from llmgate_wire import sse
 
 READ = 64 * 1024
 

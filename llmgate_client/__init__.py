@@ -5,13 +5,15 @@ Modules, imports flow downwards only:
     cli.py, __main__.py   command line: ``chat`` streams to the terminal, ``batch`` runs JSONL
     client.py             Client: chat, chat_stream, embeddings, models, map/imap
     batch.py              bounded fan-out on a ThreadPoolExecutor, results in input order
-    stream.py             ChatStream: SSE (via app.sse) to chunks and text deltas
+    stream.py             ChatStream: SSE (llmgate_wire.sse) to chunks and text deltas
     transport.py          the only urllib3 importer: one keep-alive pool, error translation
     policy.py, config.py  pure values: Timeout, Deadline, RetryPolicy; base URL and env
     errors.py             the error tree
 
-Importing it pulls in neither Flask nor gevent: the only gateway module used is the pure SSE
-codec ``app.sse``. Nothing opens a socket at import time.
+It imports nothing from the gateway (``app``): what both read off the wire, the SSE codec and
+the retry-after parser, is ``llmgate_wire``, which ships with it in the ``llmgate-client``
+distribution. It needs urllib3 and the standard library only, so importing it pulls in neither
+Flask nor gevent. Nothing opens a socket at import time.
 """
 
 from __future__ import annotations

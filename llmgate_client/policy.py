@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from app.policy import parse_retry_after
+from llmgate_wire.retry_after import parse_retry_after
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
@@ -140,5 +140,5 @@ class RetryPolicy:
 def retry_after(headers: Mapping[str, str], now_epoch: float) -> float | None:
     """The server's requested wait in seconds: ``retry-after-ms``, else ``retry-after`` as
     seconds or an HTTP-date (RFC 9110 section 10.2.3). ``None`` when absent or unreadable.
-    The gateway's pure policy module parses it; the client shares it, like the SSE codec."""
+    The parser is ``llmgate_wire``'s, the one the gateway uses for its upstream's answers."""
     return parse_retry_after(headers, now=lambda: now_epoch)

@@ -2,7 +2,8 @@
 
 Rules:
 
-- Decoding uses the gateway's pure codec (``app.sse``); heartbeat comments are skipped.
+- Decoding uses the SSE codec the gateway uses too (``llmgate_wire.sse``); heartbeat
+  comments are skipped.
 - The stream ends only at ``data: [DONE]``. An error event (``data: {"error": ...}``) raises
   ``StreamError``; an end of body, a broken connection or a malformed event before
   ``[DONE]`` raises ``IncompleteStreamError``: a stream never ends silently.
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
-from app.sse import Decoder, Event
+from llmgate_wire.sse import Decoder, Event
 
 from .errors import (
     APITimeoutError,

@@ -10,7 +10,7 @@ mutant at all (renumbered after an edit), and every mutant the run did not check
 
 With --write-doc, the "Result" table of docs/mutation.md (between the two marker comments)
 is rewritten from the run: the table is the run's, never typed by hand. A partial run
-(mutants not checked, as after `mutmut run 'app.sse*'` on a fresh mutants/) is refused.
+(mutants not checked, as after `mutmut run 'llmgate_wire.sse*'` on a fresh mutants/) is refused.
 
 Exit status: 0 when nothing is left to do; 2 when work is left (listed); 1 when there is no
 result to read, or --write-doc meets a partial run or a doc without the markers. Stdlib only.
@@ -35,7 +35,7 @@ KILLED = {1, 3, 24, -24, 152, 255, 36}  # mutmut: killed, pytest internal error,
 SURVIVED = {0}
 BEGIN = "<!-- mutation-score:begin (scripts/mutation_score.py --write-doc) -->"
 END = "<!-- mutation-score:end -->"
-_EQUIVALENT = re.compile(r"^\s*[-*]\s+`(app\.[\w.ǁ]+__mutmut_\d+)`", re.MULTILINE)
+_EQUIVALENT = re.compile(r"^\s*[-*]\s+`((?:app|llmgate_wire)\.[\w.ǁ]+__mutmut_\d+)`", re.MULTILINE)
 
 
 def equivalent_names(doc_text: str) -> set[str]:
@@ -114,12 +114,12 @@ def _pct(part: int, whole: int) -> str:
 
 def report(result: Tally) -> list[str]:
     lines = [
-        f"{'module':<18}{'mutants':>8}{'killed':>8}{'equiv.':>7}{'open':>6}{'unchecked':>10}"
+        f"{'module':<22}{'mutants':>8}{'killed':>8}{'equiv.':>7}{'open':>6}{'unchecked':>10}"
         f"{'killed/total':>14}{'killed/non-eq.':>16}"
     ]
     for name, s in result.scores.items():
         lines.append(
-            f"{name:<18}{s.mutants:>8}{s.killed:>8}{s.equivalent:>7}{s.open:>6}"
+            f"{name:<22}{s.mutants:>8}{s.killed:>8}{s.equivalent:>7}{s.open:>6}"
             f"{s.unchecked:>10}{_pct(s.killed, s.mutants):>14}"
             f"{_pct(s.killed, s.mutants - s.equivalent - s.unchecked):>16}"
         )

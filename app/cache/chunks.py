@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from itertools import zip_longest
 from typing import Any
 
-from app import sse
 from app.cache.shapes import (
     CHAT,
     CHAT_CHUNK,
@@ -27,6 +26,7 @@ from app.cache.shapes import (
     need_list,
     need_str,
 )
+from llmgate_wire import sse
 
 WORDS_PER_CHUNK = 3
 MAX_CHUNK_CHARS = 32

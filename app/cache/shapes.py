@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from app import sse
+from llmgate_wire import sse
 
 Json = dict[str, Any]
 

@@ -58,8 +58,17 @@ def test_every_copied_source_exists_and_the_runtime_files_are_copied() -> None:
             assert not source.startswith("--"), "no COPY --from/--chown expected here"
             assert (ROOT / source).exists(), f"COPY {source}: no such file in the repository"
             copied.append(source.rstrip("/"))
-    # What `python -m runner` reads at run time (runner/stack.py, runner/nginx.py).
-    needed = {"requirements.txt", "app", "runner", "simulator", "nginx", "gunicorn.conf.py"}
+    # What `python -m runner` reads at run time (runner/stack.py, runner/nginx.py), and the
+    # wire package the gateway imports (app/__init__.py).
+    needed = {
+        "requirements.txt",
+        "app",
+        "llmgate_wire",
+        "runner",
+        "simulator",
+        "nginx",
+        "gunicorn.conf.py",
+    }
     assert needed <= set(copied), needed - set(copied)
     install = " ".join(_all("RUN"))
     assert "-r requirements.txt" in install and "requirements-dev" not in install

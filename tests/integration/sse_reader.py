@@ -9,7 +9,7 @@ from typing import Any
 
 import urllib3
 
-from app import sse
+from llmgate_wire import sse
 
 CHAT: dict[str, Any] = {
     "model": "sim-model",

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import urllib3
 
-from app import sse
+from llmgate_wire import sse
 from simulator import text
 
 MODEL = "sim-model"

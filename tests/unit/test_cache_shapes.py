@@ -17,10 +17,10 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from app import sse
 from app.cache import chunks as streaming
 from app.cache import shapes
 from app.cache.shapes import ShapeError
+from llmgate_wire import sse
 
 STREAMS = Path(__file__).resolve().parent.parent / "data" / "shapes"
 CASES = sorted(p.stem for p in STREAMS.glob("*.sse"))

@@ -8,12 +8,13 @@ import json
 import gevent
 import pytest
 
-from app import sse, streams
+from app import streams
 from app.cache.store import entry_from_flight
 from app.coalesce import Flights
 from app.errors import ClientTooSlow, GatewayError, UpstreamProtocolError, UpstreamReset
 from app.flight import ClientGone, Finished, Flight, Head
 from app.relay import relay
+from llmgate_wire import sse
 
 HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
 

@@ -1,6 +1,6 @@
 """Properties of the pure modules a hostile or merely unusual caller reaches, with hypothesis.
 
-- SSE (app/sse.py): any chunking of any valid event stream decodes to the events that were
+- SSE (llmgate_wire/sse.py): any chunking of any valid event stream decodes to the events that were
   encoded, and re-encoding them gives the stream back byte for byte. (Arbitrary bytes in any
   chunking are in test_sse_robust.py.)
 - Cache keys (app/keys.py): requests that differ only in what cannot change the answer share
@@ -18,10 +18,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import keys, schema, sse
+from app import keys, schema
 from app.cache import policy as cache_policy
 from app.errors import BadRequest
 from app.paths import forwarded_path
+from llmgate_wire import sse
 
 # -- SSE ------------------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ import gevent
 import gevent.event
 import pytest
 
-from app import sse
 from app.cache.memory import MemoryBackend
 from app.cache.policy import Directive
 from app.cache.store import AnswerCache, entry_from_flight
@@ -26,6 +25,7 @@ from app.flight import ClientGone, Finished, Flight, Head
 from app.gateway import Gateway
 from app.policy import Deadline
 from app.upstream import Upstream
+from llmgate_wire import sse
 
 SETTINGS = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=0)
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}

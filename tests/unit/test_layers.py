@@ -1,5 +1,7 @@
 """The layer rule of app/__init__.py, held by a test: pure modules import only the standard
-library and other pure modules; only the adapters import the network libraries.
+library, other pure modules and llmgate_wire; only the adapters import the network libraries.
+And the rule of the llmgate-client distribution (pyproject.toml): the packages it ships import
+nothing of the gateway, only the standard library, each other and its declared dependencies.
 
 Every import form counts, each resolved to the full name of the module it loads:
 ``import app.upstream``, ``from app import upstream`` (app.upstream, because app/upstream.py
@@ -21,8 +23,10 @@ show it catching each form without editing the real modules.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -34,7 +38,6 @@ PURE = {
     "app.logmemory",
     "app.config",
     "app.errors",
-    "app.sse",
     "app.schema",
     "app.headers",
     "app.policy",
@@ -68,12 +71,31 @@ OWNERS = {
 }
 
 
+def _distribution() -> tuple[set[str], set[str]]:
+    """(packages in the client's wheel, import names of its declared dependencies)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    packages = set(config["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"])
+    requires = config["project"]["dependencies"]
+    return packages, {re.split(r"[^\w.-]", dep, maxsplit=1)[0].lower() for dep in requires}
+
+
+SHIPPED, DEPENDENCIES = _distribution()
+# What each shipped package may import besides the standard library. The wire package is
+# the floor both sides stand on; the client adds its declared dependencies (urllib3).
+SHIPPED_MAY_IMPORT = {
+    "llmgate_wire": {"llmgate_wire"},
+    "llmgate_client": {"llmgate_client", "llmgate_wire"} | DEPENDENCIES,
+}
+REPO_PACKAGES = ("app", *sorted(SHIPPED))
+
+
 # -- the checker ---------------------------------------------------------------------------
 
 
-def _is_app_module(name: str) -> bool:
-    """True when ``name`` is a module or package of this repository (app/x.py or app/x/)."""
-    if name != "app" and not name.startswith("app."):
+def _is_repo_module(name: str) -> bool:
+    """True when ``name`` is a module or package of this repository (app/x.py or app/x/,
+    the same under a shipped package)."""
+    if name.split(".")[0] not in REPO_PACKAGES:
         return False
     path = ROOT.joinpath(*name.split("."))
     return path.with_suffix(".py").is_file() or path.is_dir()
@@ -116,20 +138,33 @@ def imported_modules(source: str, module: str, *, is_package: bool = False) -> s
             base = _base(node, module, is_package)
             for alias in node.names:
                 candidate = f"{base}.{alias.name}"
-                names.add(candidate if alias.name != "*" and _is_app_module(candidate) else base)
+                names.add(candidate if alias.name != "*" and _is_repo_module(candidate) else base)
         elif isinstance(node, ast.Call) and (name := _literal_dynamic_import(node)):
             names.add(name)
     return names
 
 
 def _pure_may_import(name: str) -> bool:
-    return name.split(".")[0] in sys.stdlib_module_names or name in PURE or name == "app"
+    root = name.split(".")[0]
+    return root in (*sys.stdlib_module_names, "llmgate_wire") or name in PURE or name == "app"
+
+
+def _shipped_may_import(module: str, name: str) -> bool:
+    root = name.split(".")[0]
+    return root in sys.stdlib_module_names or root in SHIPPED_MAY_IMPORT[module.split(".")[0]]
 
 
 def violations(module: str, source: str, *, is_package: bool = False) -> list[str]:
     """Every break of the layer rule in ``source``, the text of ``module``."""
     found = []
-    for name in sorted(imported_modules(source, module, is_package=is_package)):
+    names = sorted(imported_modules(source, module, is_package=is_package))
+    if module.split(".")[0] in SHIPPED:
+        return [
+            f"{module} (shipped in llmgate-client) imports {name}"
+            for name in names
+            if not _shipped_may_import(module, name)
+        ]
+    for name in names:
         if module in PURE and not _pure_may_import(name):
             found.append(f"{module} (pure) imports {name}")
         owners = OWNERS.get(name.split(".")[0])
@@ -142,17 +177,17 @@ def violations(module: str, source: str, *, is_package: bool = False) -> list[st
 
 
 def _path(module: str) -> tuple[str, bool]:
-    """(source, is_package) of an app module."""
+    """(source, is_package) of a module of this repository."""
     path = ROOT.joinpath(*module.split("."))
     if path.is_dir():
         return (path / "__init__.py").read_text(), True
     return path.with_suffix(".py").read_text(), False
 
 
-def _modules() -> list[str]:
-    """Every module of the app, packages (their __init__.py) included."""
+def _modules(package: str = "app") -> list[str]:
+    """Every module of ``package``, packages (their __init__.py) included."""
     modules = []
-    for p in (ROOT / "app").rglob("*.py"):
+    for p in (ROOT / package).rglob("*.py"):
         parts = p.relative_to(ROOT).with_suffix("").parts
         modules.append(".".join(parts[:-1] if p.name == "__init__.py" else parts))
     return sorted(modules)
@@ -179,9 +214,18 @@ def test_only_the_owner_imports_each_client_library() -> None:
         assert _check(module) == []
 
 
+def test_the_shipped_packages_import_nothing_of_the_gateway() -> None:
+    """The client's wheel holds only SHIPPED: an import of app, runner, simulator, tests or
+    an undeclared library would be a ModuleNotFoundError for whoever installs it."""
+    assert set(SHIPPED_MAY_IMPORT) == SHIPPED
+    for package in sorted(SHIPPED):
+        for module in _modules(package):
+            assert _check(module) == []
+
+
 # -- the checker catches every import form -------------------------------------------------
 
-SSE = (ROOT / "app" / "sse.py").read_text()
+BREAKER = (ROOT / "app" / "breaker.py").read_text()
 
 
 @pytest.mark.parametrize(
@@ -208,7 +252,7 @@ SSE = (ROOT / "app" / "sse.py").read_text()
     ],
 )
 def test_a_pure_module_importing_a_lower_layer_in_any_form_is_caught(line: str) -> None:
-    assert violations("app.sse", SSE + "\n" + line + "\n"), line
+    assert violations("app.breaker", BREAKER + "\n" + line + "\n"), line
 
 
 @pytest.mark.parametrize(
@@ -222,23 +266,25 @@ def test_a_pure_module_importing_a_lower_layer_in_any_form_is_caught(line: str) 
         "import app",
         "import json, re",
         "from collections import abc",
+        "from llmgate_wire import sse",
+        "from llmgate_wire.retry_after import parse_retry_after",
     ],
 )
 def test_a_pure_module_importing_stdlib_or_pure_modules_passes(line: str) -> None:
-    assert violations("app.sse", SSE + "\n" + line + "\n") == []
+    assert violations("app.breaker", BREAKER + "\n" + line + "\n") == []
 
 
 def test_relative_imports_resolve_against_the_importing_package() -> None:
     source = (
         "from . import entry, build_answer_cache\n"
-        "from .. import sse\n"
+        "from .. import errors\n"
         "from ..metrics import Metrics\n"
         "from .memcached import MemcachedBackend\n"
     )
     assert imported_modules(source, "app.cache.policy") == {
         "app.cache.entry",
         "app.cache",
-        "app.sse",
+        "app.errors",
         "app.metrics",
         "app.cache.memcached",
     }
@@ -258,16 +304,64 @@ def test_a_client_library_outside_its_owner_is_caught() -> None:
     assert violations("app.cache.memcached", "from pymemcache.client.hash import X\n") == []
 
 
+CLIENT_POLICY = (ROOT / "llmgate_client" / "policy.py").read_text()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from app.policy import parse_retry_after",
+        "from app import sse",
+        "import app",
+        "def later():\n    import app.errors",
+        "from simulator import text",
+        "from runner.procs import find_binary",
+        "import flask",
+        "import gevent",
+        "import requests",  # installed beside the gateway, not a dependency of the client
+    ],
+)
+def test_a_shipped_module_importing_the_gateway_or_an_undeclared_library_is_caught(
+    line: str,
+) -> None:
+    assert violations("llmgate_client.policy", CLIENT_POLICY + "\n" + line + "\n"), line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "import urllib3",
+        "from urllib3.exceptions import ReadTimeoutError",
+        "from llmgate_wire import sse",
+        "from . import errors",
+        "import json, socket",
+    ],
+)
+def test_a_client_module_importing_its_own_dependencies_passes(line: str) -> None:
+    assert violations("llmgate_client.policy", CLIENT_POLICY + "\n" + line + "\n") == []
+
+
+def test_the_wire_package_may_import_only_the_standard_library() -> None:
+    assert violations("llmgate_wire.sse", "import urllib3\n") == [
+        "llmgate_wire.sse (shipped in llmgate-client) imports urllib3"
+    ]
+    assert violations("llmgate_wire.sse", "from llmgate_client import Client\n") == [
+        "llmgate_wire.sse (shipped in llmgate-client) imports llmgate_client"
+    ]
+    assert violations("llmgate_wire.sse", "from . import retry_after\nimport json\n") == []
+
+
 # -- import order --------------------------------------------------------------------------
 
 
 def test_every_module_imports_first_without_a_cycle() -> None:
     """Each module imported first, in a clean interpreter state: an import cycle that only
     bites in one order (gunicorn imports app.factory first, tools import others) shows up."""
+    modules = [m for package in REPO_PACKAGES for m in _modules(package)]
     script = (
         "import importlib, sys\n"
-        f"for module in {_modules()!r}:\n"
-        "    for name in [n for n in sys.modules if n == 'app' or n.startswith('app.')]:\n"
+        f"for module in {modules!r}:\n"
+        f"    for name in [n for n in sys.modules if n.split('.')[0] in {REPO_PACKAGES!r}]:\n"
         "        del sys.modules[name]\n"
         "    importlib.import_module(module)\n"
     )

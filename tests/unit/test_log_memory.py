@@ -13,7 +13,6 @@ import gevent
 import gevent.event
 import pytest
 
-from app import sse
 from app.cache.memory import MemoryBackend
 from app.cache.policy import Directive
 from app.cache.store import AnswerCache, entry_from_flight
@@ -26,6 +25,7 @@ from app.logmemory import REPORT_STEP, LogBudget, event_cost
 from app.metrics import Metrics
 from app.policy import Deadline
 from app.upstream import Upstream
+from llmgate_wire import sse
 
 HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
 KEY = "llmgate:v1:" + "0" * 64

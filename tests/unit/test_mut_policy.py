@@ -1,4 +1,5 @@
-"""Retry policy edges the mutation run found untested (app/policy.py).
+"""Retry policy edges the mutation run found untested (app/policy.py and
+llmgate_wire/retry_after.py).
 
 Expected values come from the README's retry rules and RFC 9110 10.2.3 (Retry-After is
 delay-seconds or an HTTP-date); the clock and the random source are always pinned.
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import email.utils
 
-from app.policy import Deadline, RetryPolicy, parse_retry_after
+from app.policy import Deadline, RetryPolicy
+from llmgate_wire.retry_after import parse_retry_after
 
 
 def _fixed(value: float):

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from app import sse
 from app.cache import shapes
 from app.cache.shapes import ShapeError
+from llmgate_wire import sse
 
 HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"}
 LEGACY = {"id": "cmpl-1", "object": "text_completion", "created": 7, "model": "m"}

@@ -1,4 +1,4 @@
-"""SSE decoder edges the mutation run found untested (app/sse.py).
+"""SSE decoder edges the mutation run found untested (llmgate_wire/sse.py).
 
 Expected values come from the WHATWG event-stream rules (HTML Living Standard, 9.2.5/9.2.6):
 the stream is UTF-8-decoded with replacement (invalid bytes become U+FFFD); lines end with
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from app import sse
+from llmgate_wire import sse
 
 
 def _feed_all(chunks: list[bytes], limit: int | None = None) -> tuple[list[sse.Event], bytes]:

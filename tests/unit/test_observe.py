@@ -7,11 +7,11 @@ import json
 import logging
 from typing import Any
 
-from app import sse
 from app.calls import SSE_HEADERS, Call, Reply, Trace
 from app.config import Settings
 from app.metrics import Metrics
 from app.observe import _facts_in_answer, _server_timing, _usage_in_body, cache_outcome, finish
+from llmgate_wire import sse
 
 
 def test_cache_outcome_labels_are_bounded() -> None:

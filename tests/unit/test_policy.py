@@ -6,7 +6,8 @@ import email.utils
 
 import pytest
 
-from app.policy import Deadline, RetryPolicy, parse_retry_after
+from app.policy import Deadline, RetryPolicy
+from llmgate_wire.retry_after import parse_retry_after
 
 
 def test_full_jitter_backoff_grows_and_caps() -> None:

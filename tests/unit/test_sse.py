@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app import sse
+from llmgate_wire import sse
 
 STREAMS = Path(__file__).resolve().parent.parent / "data" / "sse"
 CASES = sorted(p.stem for p in STREAMS.glob("*.sse"))

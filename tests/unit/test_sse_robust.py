@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import sse
+from llmgate_wire import sse
 
 # Line contents that exercise every branch of the grammar (fields, comments, BOM, invalid
 # UTF-8, NUL, non-ASCII digits), joined by line ends in all three forms or none.

@@ -7,12 +7,13 @@ import json
 
 import pytest
 
-from app import sse, streams
+from app import streams
 from app.cache.entry import Entry
 from app.cache.store import entry_from_flight
 from app.flight import Flight, Head
 from app.relay import relay
 from app.replay import reply_from_entry
+from llmgate_wire import sse
 
 RESPONSE = {"id": "resp_1", "object": "response", "status": "completed", "output": []}
 
