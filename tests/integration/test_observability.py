@@ -41,10 +41,16 @@ def chat(prompt: str, *, stream: bool = False, temperature: float = 0, **extra) 
 
 
 def _wait_total(gw, expected: float, timeout: float = 10.0) -> dict:
+    """A scrape that has every request's figures. prometheus_client reads the workers' files
+    one after another, in no set order: a scrape may read the histograms' file before a
+    request's end and the counters' after it, so the request is counted but not yet timed.
+    Both must be in."""
     end = time.monotonic() + timeout
     while True:
         samples = scrape(gw)
-        if total(samples, "llmgate_requests_total") >= expected or time.monotonic() > end:
+        counts = [total(samples, name) for name in
+                  ("llmgate_requests_total", "llmgate_request_duration_seconds_count")]  # fmt: skip
+        if min(counts) >= expected or time.monotonic() > end:
             return samples
         time.sleep(0.1)
 
