@@ -15,6 +15,7 @@ from app.errors import ClientTooSlow, GatewayError, UpstreamProtocolError, Upstr
 from app.flight import ClientGone, Finished, Flight, Head
 from app.relay import relay
 from llmgate_wire import sse
+from tests.support.flights import script
 
 HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
 
@@ -22,25 +23,6 @@ HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
 def _events(*datas: str) -> list[sse.Event]:
     raw = b"".join(sse.encode(d) for d in datas)
     return sse.Decoder().feed(raw)
-
-
-def _script(*steps):
-    """A producer that runs ``steps``: Head, Event, "sleep", Finished or an exception."""
-
-    def produce(flight: Flight) -> None:
-        for step in steps:
-            if isinstance(step, Head):
-                flight.publish_head(step)
-            elif isinstance(step, sse.Event):
-                flight.publish(step)
-            elif step == "sleep":
-                gevent.sleep(0)  # let listeners run
-            elif isinstance(step, Finished):
-                flight.finish(step.leftover)
-            elif isinstance(step, BaseException):
-                raise step
-
-    return produce
 
 
 def _drain(listener) -> list:
@@ -54,7 +36,7 @@ def _drain(listener) -> list:
 
 def test_a_listener_reads_head_events_and_end_in_order() -> None:
     a, b, done = _events("a", "b", "[DONE]")
-    listener = Flight(_script(HEAD, a, "sleep", b, done, Finished(b""))).join()
+    listener = Flight(script(HEAD, a, "sleep", b, done, Finished(b""))).join()
     assert listener.wait_head(5) == HEAD
     items = _drain(listener)
     assert items[:3] == [a, b, done] and isinstance(items[3], Finished)
@@ -62,7 +44,7 @@ def test_a_listener_reads_head_events_and_end_in_order() -> None:
 
 @pytest.mark.parametrize("error", [ValueError("boom"), KeyError("k"), ZeroDivisionError()])
 def test_an_unexpected_exception_before_the_head_is_a_502_protocol_error(error) -> None:
-    listener = Flight(_script("sleep", error)).join()
+    listener = Flight(script("sleep", error)).join()
     with pytest.raises(UpstreamProtocolError) as caught:
         listener.wait_head(5)
     assert caught.value.status == 502 and caught.value.code == "upstream_protocol_error"
@@ -70,7 +52,7 @@ def test_an_unexpected_exception_before_the_head_is_a_502_protocol_error(error) 
 
 def test_an_unexpected_exception_mid_stream_ends_with_an_error_event() -> None:
     a, b = _events("a", "b")
-    listener = Flight(_script(HEAD, a, b, "sleep", ValueError("x"))).join()
+    listener = Flight(script(HEAD, a, b, "sleep", ValueError("x"))).join()
     told: list[str] = []
     batches = relay(listener, heartbeat=5, end=streams.DONE, on_error=told.append)
     out = [chunk for batch in batches for chunk in batch]
@@ -84,7 +66,7 @@ def test_an_unexpected_exception_mid_stream_ends_with_an_error_event() -> None:
 def test_events_in_when_the_caller_reads_go_out_as_one_batch() -> None:
     """One write for what arrived together (or piled up), one per event when they trickle."""
     a, b, c, d, done = _events("a", "b", "c", "d", "[DONE]")
-    listener = Flight(_script(HEAD, a, b, c, "sleep", d, "sleep", done, Finished(b""))).join()
+    listener = Flight(script(HEAD, a, b, c, "sleep", d, "sleep", done, Finished(b""))).join()
     told: list[str] = []
     batches = list(relay(listener, heartbeat=5, end=streams.DONE, on_error=told.append))
     assert batches == [[a.raw, b.raw, c.raw], [d.raw], [done.raw]]
@@ -94,7 +76,7 @@ def test_events_in_when_the_caller_reads_go_out_as_one_batch() -> None:
 
 def test_a_stream_ending_without_done_gets_an_error_event() -> None:
     (a,) = _events("a")
-    listener = Flight(_script(HEAD, a, Finished(b""))).join()
+    listener = Flight(script(HEAD, a, Finished(b""))).join()
     told: list[str] = []
     batches = relay(listener, heartbeat=5, end=streams.DONE, on_error=told.append)
     out = [chunk for batch in batches for chunk in batch]
@@ -109,7 +91,7 @@ def test_a_responses_stream_that_ends_failed_is_reported_broken(kind: str, told:
     raw = sse.encode('{"type": "response.created"}', event="response.created")
     raw += sse.encode(json.dumps({"type": kind}), event=kind)
     events = sse.Decoder().feed(raw)
-    listener = Flight(_script(HEAD, *events, Finished(b""))).join()
+    listener = Flight(script(HEAD, *events, Finished(b""))).join()
     heard: list[str] = []
     out = list(relay(listener, heartbeat=5, end=streams.TERMINAL, on_error=heard.append))
     assert out == [[e.raw for e in events]] and heard == told  # relayed as is, either way
@@ -117,7 +99,7 @@ def test_a_responses_stream_that_ends_failed_is_reported_broken(kind: str, told:
 
 def test_a_late_joiner_reads_every_event_from_the_first() -> None:
     events = _events(*"abcdef", "[DONE]")
-    flight = Flight(_script(HEAD, *events[:3], "sleep", "sleep", *events[3:], Finished(b"")))
+    flight = Flight(script(HEAD, *events[:3], "sleep", "sleep", *events[3:], Finished(b"")))
     first = flight.join()
     first.wait_first_event(5)
     late = flight.join()
@@ -129,7 +111,7 @@ def test_a_late_joiner_reads_every_event_from_the_first() -> None:
 def test_without_a_kept_log_only_unread_events_stay_in_memory() -> None:
     """A single caller's stream: memory is what the caller has yet to read, not the log."""
     many = _events(*(str(i) for i in range(5000)))
-    flight = Flight(_script(HEAD, *[x for e in many for x in (e, "sleep")]), keep_log=False)
+    flight = Flight(script(HEAD, *[x for e in many for x in (e, "sleep")]), keep_log=False)
     listener = flight.join()
     most = 0
     for expected in many:
@@ -144,7 +126,7 @@ def test_without_a_kept_log_only_unread_events_stay_in_memory() -> None:
 def test_past_the_log_limit_the_flight_stops_logging_takes_no_followers_and_is_not_stored() -> None:
     events = _events(*("x" * 100 for _ in range(50)), "[DONE]")
     flights = Flights()
-    flight = Flight(_script(HEAD, *[x for e in events for x in (e, "sleep")], Finished(b"")),
+    flight = Flight(script(HEAD, *[x for e in events for x in (e, "sleep")], Finished(b"")),
                     log_limit=1000)  # fmt: skip
     flights.put("k", flight)
     reader = flight.join()
@@ -162,7 +144,7 @@ def test_past_the_log_limit_the_flight_stops_logging_takes_no_followers_and_is_n
 
 def test_a_listener_waiting_for_the_whole_answer_does_not_hold_the_log_back() -> None:
     many = _events(*(str(i) for i in range(500)))
-    flight = Flight(_script(HEAD, *[x for e in many for x in (e, "sleep")], Finished(b"")),
+    flight = Flight(script(HEAD, *[x for e in many for x in (e, "sleep")], Finished(b"")),
                     keep_log=False)  # fmt: skip
     reader, waiter = flight.join(), flight.join()
     waiting = gevent.spawn(waiter.wait_complete, 5)
@@ -173,7 +155,7 @@ def test_a_listener_waiting_for_the_whole_answer_does_not_hold_the_log_back() ->
 
 def test_the_last_listener_leaving_cancels_the_flight() -> None:
     (a,) = _events("a")
-    flight = Flight(_script(HEAD, a, *["sleep"] * 10_000))
+    flight = Flight(script(HEAD, a, *["sleep"] * 10_000))
     listener = flight.join()
     assert listener.next_item(5) == a
     listener.leave()
@@ -186,12 +168,12 @@ def test_the_last_listener_leaving_cancels_the_flight() -> None:
 
 def test_flights_skip_cancelled_and_failed_ones() -> None:
     flights = Flights()
-    failed = Flight(_script(ValueError("x")))
+    failed = Flight(script(ValueError("x")))
     flights.put("f", failed)
     with pytest.raises(UpstreamProtocolError):
         failed.join().wait_head(5)
     assert failed.failure is not None and flights.get("f") is None
-    ok = Flight(_script(HEAD, *["sleep"] * 100))
+    ok = Flight(script(HEAD, *["sleep"] * 100))
     flights.put("k", ok)
     assert flights.get("k") is ok
     flights.remove("k", failed)  # only the registered flight is removed
@@ -208,7 +190,7 @@ def test_a_slow_reader_holds_the_producer_back_at_the_buffer_limit() -> None:
     """Back-pressure: the producer (which reads the upstream) waits while the reader is more
     than buffer_limit bytes behind, so memory per stream is the buffer, not the stream."""
     events = _big_events(200, 10_000)
-    flight = Flight(_script(HEAD, *events, Finished(b"")), keep_log=False,
+    flight = Flight(script(HEAD, *events, Finished(b"")), keep_log=False,
                     buffer_limit=64_000, send_timeout=5)  # fmt: skip
     reader = flight.join()
     most_behind = 0
@@ -223,7 +205,7 @@ def test_a_slow_reader_holds_the_producer_back_at_the_buffer_limit() -> None:
 def test_without_the_limit_the_producer_runs_ahead() -> None:
     """The control for the test above: the same flight without a buffer limit."""
     events = _big_events(200, 10_000)
-    flight = Flight(_script(HEAD, *events, Finished(b"")), keep_log=False)
+    flight = Flight(script(HEAD, *events, Finished(b"")), keep_log=False)
     reader = flight.join()
     gevent.sleep(0)
     assert flight.bytes_published - reader.bytes_read > 1_000_000
@@ -231,7 +213,7 @@ def test_without_the_limit_the_producer_runs_ahead() -> None:
 
 def test_a_reader_that_takes_nothing_for_the_send_timeout_is_dropped() -> None:
     events = _big_events(50, 10_000)
-    flight = Flight(_script(HEAD, *events, Finished(b"")), keep_log=False,
+    flight = Flight(script(HEAD, *events, Finished(b"")), keep_log=False,
                     buffer_limit=20_000, send_timeout=0.05)  # fmt: skip
     reader = flight.join()
     assert reader.wait_head(5) == HEAD
@@ -246,7 +228,7 @@ def test_a_reader_that_takes_nothing_for_the_send_timeout_is_dropped() -> None:
 
 def test_a_stalled_follower_is_dropped_without_stopping_the_others() -> None:
     events = _big_events(50, 10_000)
-    flight = Flight(_script(HEAD, *events, Finished(b"")), keep_log=False,
+    flight = Flight(script(HEAD, *events, Finished(b"")), keep_log=False,
                     buffer_limit=20_000, send_timeout=0.05)  # fmt: skip
     stalled, reading = flight.join(), flight.join()
     got = []
@@ -258,7 +240,7 @@ def test_a_stalled_follower_is_dropped_without_stopping_the_others() -> None:
 
 def test_a_reader_leaving_frees_a_producer_waiting_for_it() -> None:
     events = _big_events(50, 10_000)
-    flight = Flight(_script(HEAD, *events, Finished(b"")), keep_log=False,
+    flight = Flight(script(HEAD, *events, Finished(b"")), keep_log=False,
                     buffer_limit=20_000, send_timeout=30)  # fmt: skip
     slow, fast = flight.join(), flight.join()
     gevent.sleep(0)

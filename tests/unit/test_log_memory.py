@@ -26,6 +26,7 @@ from app.metrics import Metrics
 from app.policy import Deadline
 from app.upstream import Upstream
 from llmgate_wire import sse
+from tests.support.flights import script
 
 HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
 KEY = "llmgate:v1:" + "0" * 64
@@ -108,23 +109,6 @@ def _events(count: int, pad: int = 100) -> list[sse.Event]:
     return sse.Decoder().feed(b"".join(sse.encode(f"{i} " + "x" * pad) for i in range(count)))
 
 
-def _script(*steps):
-    def produce(flight: Flight) -> None:
-        for step in steps:
-            if isinstance(step, Head):
-                flight.publish_head(step)
-            elif isinstance(step, sse.Event):
-                flight.publish(step)
-            elif isinstance(step, gevent.event.Event):
-                step.wait(5)
-            elif step == "sleep":
-                gevent.sleep(0)
-            elif isinstance(step, Finished):
-                flight.finish(step.leftover)
-
-    return produce
-
-
 def _drain(listener) -> list:
     out = []
     while isinstance(item := listener.next_item(5), sse.Event):
@@ -138,7 +122,7 @@ def test_a_flight_gives_its_log_up_midway_and_a_follower_still_reads_every_event
     events = _events(60)
     budget = LogBudget(sum(map(event_cost, events[:30])))
     flights = Flights()
-    flight = Flight(_script(HEAD, *[x for e in events for x in (e, "sleep")], Finished(b"")),
+    flight = Flight(script(HEAD, *[x for e in events for x in (e, "sleep")], Finished(b"")),
                     log_budget=budget, buffer_limit=1 << 20, send_timeout=5)  # fmt: skip
     flights.put(KEY, flight)
     leader, follower = flight.join(), flight.join()
@@ -160,8 +144,8 @@ def test_a_flight_starting_on_a_full_budget_logs_nothing_and_the_first_gets_it_b
     events = _events(20)
     budget = LogBudget(sum(map(event_cost, events)) + 100)
     hold = gevent.event.Event()
-    first = Flight(_script(HEAD, *events, hold, Finished(b"")), log_budget=budget)
-    second = Flight(_script(HEAD, *events, Finished(b"")), log_budget=budget)
+    first = Flight(script(HEAD, *events, hold, Finished(b"")), log_budget=budget)
+    second = Flight(script(HEAD, *events, Finished(b"")), log_budget=budget)
     reading = [first.join(), second.join()]
     assert len(_drain(reading[1])) == 21  # the first filled the budget
     assert first.log_whole and not second.log_whole and second.log_given_up == "log_memory"
@@ -187,7 +171,7 @@ def test_a_flight_left_while_it_stores_gives_its_share_back_once_stored() -> Non
         gevent.sleep(0.05)
         stored.append(len(flight.events))
 
-    flight = Flight(_script(HEAD, *events, Finished(b"")), on_done=store, log_budget=budget)
+    flight = Flight(script(HEAD, *events, Finished(b"")), on_done=store, log_budget=budget)
     listener = flight.join()
     assert [listener.next_item(5) for _ in events] == events
     listener.leave()
@@ -199,7 +183,7 @@ def test_a_flight_left_while_it_stores_gives_its_share_back_once_stored() -> Non
 def test_a_cancelled_flight_gives_its_share_back() -> None:
     events = _events(5)
     budget = LogBudget(1 << 20)
-    flight = Flight(_script(HEAD, *events, *["sleep"] * 1000), log_budget=budget)
+    flight = Flight(script(HEAD, *events, *["sleep"] * 1000), log_budget=budget)
     listener = flight.join()
     assert listener.next_item(5) == events[0]
     assert budget.held > 0
@@ -209,7 +193,7 @@ def test_a_cancelled_flight_gives_its_share_back() -> None:
 
 def test_a_flight_whose_listener_never_left_gives_its_share_back_when_collected() -> None:
     budget = LogBudget(1 << 20)
-    flight = Flight(_script(HEAD, *_events(5), Finished(b"")), log_budget=budget)
+    flight = Flight(script(HEAD, *_events(5), Finished(b"")), log_budget=budget)
     listener = flight.join()
     listener.wait_complete(5)  # a caller that is dropped without leave()
     assert budget.held > 0
