@@ -16,6 +16,8 @@ import re
 
 # OpenSSL's source position at the end of its messages: "(_ssl.c:1006)".
 _SSL_SOURCE = re.compile(r"\s*\(_ssl\.c:\d+\)$")
+# The words of a CamelCase class name.
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 # A repr of an exception inside a message: "IncompleteRead(3 bytes read, 7 more expected)".
 _REPR = re.compile(r"\b[A-Z]\w+\((.*)\)")
 
@@ -46,5 +48,7 @@ def reason(exc: BaseException) -> str:
             if host:
                 message = f"{host}:{port}: {message}" if port else f"{host}: {message}"
             break
-    message = _SSL_SOURCE.sub("", message)
-    return _REPR.sub(r"\1", message) or "no reason given"
+    message = _REPR.sub(r"\1", _SSL_SOURCE.sub("", message))
+    # An exception without a message (pymemcache's MemcacheUnexpectedCloseError()) still
+    # says what happened in its name: "memcache unexpected close".
+    return message or " ".join(_WORD.findall(type(exc).__name__)).lower().removesuffix(" error")

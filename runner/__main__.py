@@ -30,7 +30,7 @@ from pathlib import Path
 
 from app.config import Settings, SettingsError
 from app.upstreams import ConfigError
-from runner import limits
+from runner import limits, resolve
 from runner.drain import drain, turn_unready
 from runner.procs import StartError, find_binary
 from runner.settings import RunnerSettings, with_values
@@ -168,6 +168,13 @@ def check_limits(stack: Stack) -> None:
         print(f"llmgate: warning: {line}", file=sys.stderr, flush=True)
 
 
+def check_upstream_names() -> None:
+    """A warning for each upstream host name that does not resolve (runner/resolve.py)."""
+    env = os.environ
+    for line in resolve.unresolved(resolve.targets(Settings.from_env(env), env)):
+        print(f"llmgate: warning: {line}", file=sys.stderr, flush=True)
+
+
 def could_not_start(exc: StartError | SettingsError | OSError) -> int:
     """The cause, last and alone: the log it came from (which keeps the whole story) is
     named on the line before."""
@@ -216,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, reload)
     try:
         check_limits(stack)
+        check_upstream_names()
         stack.start()
     except (StartError, OSError) as exc:
         return could_not_start(exc)

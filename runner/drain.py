@@ -72,8 +72,8 @@ def drain(
     a few seconds for gunicorn's own cut) is stopped the hard way."""
     wait = delay_left(delay_s, turn_unready(stack.drain_file))
     say(
-        f"llmgate: draining: /readyz answers 503; serving on for {wait:g} s, then calls get "
-        f"up to {grace_s:g} s to finish"
+        f"llmgate: draining: /readyz answers 503; serving on for {round(wait, 1):g} s, then "
+        f"calls get up to {grace_s:g} s to finish"
     )
     try:
         sleep(wait)

@@ -54,3 +54,28 @@ def test_run_serves_then_stops_every_child_on_ctrl_c(runs_dir, make_target) -> N
     while any(alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in children if alive(pid)], "children outlived Ctrl-C"
+
+
+def test_run_warns_at_start_when_the_upstream_name_does_not_resolve(runs_dir) -> None:
+    """It starts (the name may resolve later), says so before the banner, and a call's
+    error names the host, as docs/troubleshooting.md shows."""
+    require_binary("nginx")
+    url = "https://no-such-host.invalid/v1"
+    settings = {"LLMGATE_UPSTREAM_URL": url, "LLMGATE_RETRIES": "0"}
+    with Runner(runs_dir / "unresolved", **settings) as run:
+        before = run.banner.split("llmgate is running on", 1)[0]
+        assert (
+            "llmgate: warning: upstream default: host no-such-host.invalid does not resolve ("
+            in before
+        ), run.banner
+        http = urllib3.PoolManager(retries=False)
+        resp = http.request(
+            "POST",
+            run.url + "/v1/chat/completions",
+            body=json.dumps({**STREAM_BODY, "stream": False}),
+            headers={"Content-Type": "application/json"},
+        )
+        error = resp.json()["error"]
+        assert (resp.status, error["code"]) == (502, "upstream_unreachable"), resp.data
+        assert "Failed to resolve 'no-such-host.invalid'" in error["message"], error
+    assert run.returncode == 0, run.rest

@@ -145,3 +145,14 @@ def test_tls_to_a_plain_server_drops_openssls_source_position(server) -> None:
     address = server(socket.socket.close)
     text = reason(_failure(f"https://{address}/v1"))
     assert text.startswith("[SSL") and "_ssl.c" not in text, text
+
+
+def test_an_exception_without_a_message_is_named_in_words() -> None:
+    """pymemcache raises MemcacheUnexpectedCloseError() with no text: the Memcached log line
+    read "failed (); skipping it"."""
+    from pymemcache.exceptions import MemcacheUnexpectedCloseError
+
+    assert reason(MemcacheUnexpectedCloseError()) == "memcache unexpected close"
+    assert reason(ConnectionRefusedError(111, "Connection refused")) == (
+        "[Errno 111] Connection refused"
+    )
