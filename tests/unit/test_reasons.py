@@ -86,7 +86,7 @@ def _failure(url: str) -> BaseException:
     """What the gateway's pools raise for ``url``: at the connect, or reading the body the way
     the gateway does (pools.body_reader)."""
     manager = urllib3.PoolManager(retries=False)
-    manager.pool_classes_by_scheme = pools.pool_classes(None)  # type: ignore[assignment]
+    manager.pool_classes_by_scheme = pools.pool_classes(None)
     try:
         resp = manager.request(
             "GET", url, preload_content=False, timeout=urllib3.Timeout(connect=1, read=0.3)

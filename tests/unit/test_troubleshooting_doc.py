@@ -53,7 +53,7 @@ def test_the_resolver_warning_is_the_one_make_run_prints() -> None:
 
 def test_the_unreachable_error_is_the_gateways_body() -> None:
     manager = urllib3.PoolManager(retries=False)
-    manager.pool_classes_by_scheme = pools.pool_classes(None)  # type: ignore[assignment]
+    manager.pool_classes_by_scheme = pools.pool_classes(None)
     try:
         manager.request("GET", "http://127.0.0.1:9/v1", timeout=2)
     except HTTPError as exc:
