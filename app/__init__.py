@@ -17,7 +17,7 @@ Layers, imports flow downwards only:
                    admission.py, budget.py, logmemory.py, jsonedit.py,
                    streams.py, status.py, upstreams.py, breaker.py, outliers.py,
                    hedge.py, paths.py, keyring.py, limits.py, bounds.py, prices.py,
-                   metering.py, tracing.py,
+                   metering.py, tracing.py, reasons.py,
                    cache/{policy,entry,shapes,chunks}.py
 
 Beneath them all: ``llmgate_wire`` (the SSE codec and the retry-after parser, also the

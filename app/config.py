@@ -320,7 +320,8 @@ class Settings:
         "",
         "While this file exists, /readyz answers 503 (draining): a Kubernetes preStop hook or a "
         "deploy script creates it to take the instance out of its balancer before stopping it. "
-        "Empty: only SIGTERM turns the instance unready.",
+        "Empty: only SIGTERM turns the instance unready (make run uses LLMGATE_RUN_DIR/draining "
+        "and creates it on SIGTERM).",
     )
 
     log_prompts: bool = _setting(

@@ -191,14 +191,15 @@ def upstream_producer(
             if metrics is not None:
                 metrics.upstream_errors.labels(error_cause(exc)).inc()
             raise
-        except Exception as exc:
+        except Exception:
             # Not an error we know (a bug, or input we did not expect): the caller must still
             # hear of it, as a 502 before the first byte or the final error event after it.
             log.exception("upstream exchange failed (request %s)", flight.request_id or "-")
             if metrics is not None:
                 metrics.upstream_errors.labels("protocol").inc()
+            # The class of a bug means nothing to a caller: the log above has the traceback.
             raise UpstreamProtocolError(
-                f"The upstream's answer could not be relayed: {type(exc).__name__}."
+                "The upstream's answer could not be relayed; the gateway's log says why."
             ) from None
         finally:
             if started is not None:

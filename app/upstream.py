@@ -59,6 +59,7 @@ from app.hedge import TtftWindow
 from app.metrics import Metrics
 from app.outliers import CANCELLED, FAILED, OK, Outliers, result_at_status
 from app.policy import RETRYABLE_STATUSES, Deadline, RetryPolicy
+from app.reasons import reason
 from app.timers import Alarm
 from app.tracing import Span
 from app.upstreams import UpstreamSpec
@@ -508,16 +509,16 @@ class Upstream:
                     timeout=urllib3.Timeout(connect=min(s.connect_timeout_s, remaining), read=None),
                 )
             except NewConnectionError as exc:
-                raise UpstreamUnreachable(f"Upstream unreachable: {_reason(exc)}.") from None
+                raise UpstreamUnreachable(f"Upstream unreachable: {reason(exc)}.") from None
             except SSLError as exc:
                 # A certificate or handshake failure does not heal by retrying.
-                raise UpstreamTLSError(f"TLS with the upstream failed: {_reason(exc)}.") from None
+                raise UpstreamTLSError(f"TLS with the upstream failed: {reason(exc)}.") from None
             except ConnectTimeoutError:
                 error = UpstreamTimeout("connect", s.connect_timeout_s, retryable=True)
                 error.before_send = True
                 raise error from None
             except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
-                raise UpstreamReset(f"Upstream closed the connection: {_reason(exc)}.") from None
+                raise UpstreamReset(f"Upstream closed the connection: {reason(exc)}.") from None
 
     def read_chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:
         """What has arrived of the body (b"" at its end), within the idle and total budgets.
@@ -553,7 +554,7 @@ class Upstream:
             http.client.HTTPException,
         ) as exc:
             self._broke_off(resp)
-            raise UpstreamReset(f"Upstream broke off the response: {_reason(exc)}.") from None
+            raise UpstreamReset(f"Upstream broke off the response: {reason(exc)}.") from None
         finally:
             timer.disarm()
             if timer is not resp.idle_timer:
@@ -662,12 +663,6 @@ def _renamed(body: bytes, model: str) -> bytes:
 def _tls_options(settings: Settings) -> dict[str, Any]:
     """Certificates are always verified; a private CA can be trusted explicitly."""
     return {"ca_certs": settings.upstream_ca_bundle} if settings.upstream_ca_bundle else {}
-
-
-def _reason(exc: BaseException) -> str:
-    """urllib3's message without the connection object's repr in front."""
-    message = str(exc)
-    return message.split(">: ", 1)[1] if ">: " in message else message
 
 
 __all__ = ["GatewayError", "Upstream", "UpstreamRequest", "UpstreamResponse"]

@@ -4,9 +4,10 @@ Starts memcached and nginx when installed (otherwise says how to install them an
 without: gunicorn on the public port, no shared cache), the simulator when no upstream is
 configured, and stops every child on Ctrl-C or when one of them dies. SIGHUP reloads:
 the upstreams file is checked, gunicorn starts fresh workers while the old ones drain, and
-nginx re-reads its config. SIGTERM drains: gunicorn ends its calls within
-LLMGATE_GRACEFUL_TIMEOUT_S and nginx finishes its open requests (deploy/Dockerfile runs
-this same command; a Kubernetes pod is stopped with SIGTERM).
+nginx re-reads its config. SIGTERM drains (runner/drain.py): /readyz answers 503 at once
+while calls are served for LLMGATE_DRAIN_DELAY_S, then gunicorn ends its calls within
+LLMGATE_GRACEFUL_TIMEOUT_S while nginx goes on answering, then nginx quits (deploy/Dockerfile
+runs this same command; a Kubernetes pod is stopped with SIGTERM).
 
 A start that cannot be is one line, last: a bad setting (runner/settings.py for the
 runner's own, app/config.py for the gateway's), a port or run directory another server or
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from app.config import Settings, SettingsError
 from app.upstreams import ConfigError
-from runner import limits
+from runner import limits, resolve
+from runner.drain import drain, turn_unready
 from runner.procs import StartError, find_binary
 from runner.settings import RunnerSettings, with_values
 from runner.stack import Stack, StackOptions
@@ -166,6 +168,13 @@ def check_limits(stack: Stack) -> None:
         print(f"llmgate: warning: {line}", file=sys.stderr, flush=True)
 
 
+def check_upstream_names() -> None:
+    """A warning for each upstream host name that does not resolve (runner/resolve.py)."""
+    env = os.environ
+    for line in resolve.unresolved(resolve.targets(Settings.from_env(env), env)):
+        print(f"llmgate: warning: {line}", file=sys.stderr, flush=True)
+
+
 def could_not_start(exc: StartError | SettingsError | OSError) -> int:
     """The cause, last and alone: the log it came from (which keeps the whole story) is
     named on the line before."""
@@ -175,6 +184,10 @@ def could_not_start(exc: StartError | SettingsError | OSError) -> int:
     line = with_values(str(exc), os.environ) if isinstance(exc, SettingsError) else str(exc)
     print(f"llmgate: could not start: {line}", file=sys.stderr, flush=True)
     return 1
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,11 +201,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Ports and run directory first: a second runner is refused before it says more.
         stack.claim()
-        drain_file = os.environ.get("LLMGATE_DRAIN_FILE", "").strip()
-        if drain_file:
-            # Left by a previous run's preStop hook (an emptyDir outlives a container
-            # restart): it would keep this fresh instance unready.
-            Path(drain_file).unlink(missing_ok=True)
     except (StartError, OSError) as exc:
         stack.stop()
         return could_not_start(exc)
@@ -200,8 +208,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping, draining
+        if signum == signal.SIGTERM and not draining:
+            # Unready now, not at the main loop's next turn (runner/drain.py).
+            turn_unready(stack.drain_file)
         stopping = True
-        draining = signum == signal.SIGTERM
+        draining = draining or signum == signal.SIGTERM
 
     def reload(signum: int, frame: object) -> None:
         nonlocal reloading
@@ -212,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, reload)
     try:
         check_limits(stack)
+        check_upstream_names()
         stack.start()
     except (StartError, OSError) as exc:
         return could_not_start(exc)
@@ -235,9 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
     finally:
         if draining:
-            grace = runner.graceful_timeout_s
-            print(f"llmgate: draining (up to {grace} s)", flush=True)
-            stack.drain(grace + 5)
+            drain(stack, runner.graceful_timeout_s, runner.drain_delay_s, say=_say)
         else:
             print("llmgate: stopping", flush=True)
         stack.stop()

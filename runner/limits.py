@@ -4,8 +4,9 @@ Each one fails silently when it is too low: a descriptor limit caps a process (a
 with EMFILE, nginx logs "worker_connections are not enough"), a listen backlog is cut to
 ``net.core.somaxconn`` (connects beyond it wait for SYN retries), loopback connections run
 out of local ports (EADDRNOTAVAIL). We never change a sysctl; ``warnings`` names the limit,
-its value and what to set, and ``raise_nofile`` raises our own soft descriptor limit to the
-hard one (the children inherit it). ``read_kernel`` is the only reader of /proc and
+its value and what to set in one line, and docs/operations.md (DOCS) says why and how; and
+``raise_nofile`` raises our own soft descriptor limit to the hard one (the children inherit
+it). ``read_kernel`` is the only reader of /proc and
 ``resource``; ``warnings`` is pure.
 """
 
@@ -83,43 +84,37 @@ def read_kernel() -> Kernel:
     )
 
 
-def _hard_hint(n: int) -> str:
-    return (
-        f"Raise the hard limit to at least {n} (`ulimit -Hn {n}` as root before starting, "
-        f"LimitNOFILE={n} in a systemd unit, `docker run --ulimit nofile={n}:{n}`)"
-    )
+# Where each warning's explanation and fix are written out (the heading of that section).
+DOCS = "docs/operations.md#kernel-limits"
 
 
 def warnings(kernel: Kernel, sizing: Sizing, *, instances: int = 1) -> list[str]:
-    """What is too low for ``sizing`` (the stack of app/config.py's settings), one line each."""
+    """What is too low for ``sizing`` (the stack of app/config.py's settings): one line each,
+    with the value, what it costs, the figure or command to set and where the docs say why
+    and how (DOCS)."""
     found = []
     hard, soft = kernel.nofile_hard, kernel.nofile_soft
     if hard is not None and soft < hard:
         found.append(
-            f"RLIMIT_NOFILE soft limit is {soft}, below the hard limit {hard} and not raised: "
-            f"gunicorn and the simulator raise theirs, but set `ulimit -n {hard}` to be sure."
+            f"RLIMIT_NOFILE soft limit {soft} is below the hard {hard} and was not raised: "
+            f"set `ulimit -n {hard}`"
         )
     if hard is not None and hard < sizing.gunicorn_nofile:
         found.append(
-            f"RLIMIT_NOFILE hard limit is {hard}: a gunicorn worker at its limits needs "
-            f"{sizing.gunicorn_nofile} descriptors (LLMGATE_WORKER_CONNECTIONS="
-            f"{sizing.worker_connections} callers + an upstream connection per request in "
-            f"progress); past {hard} its accepts fail. {_hard_hint(sizing.gunicorn_nofile)}, "
-            "or lower LLMGATE_WORKER_CONNECTIONS."
+            f"RLIMIT_NOFILE hard limit {hard} < {sizing.gunicorn_nofile} a gunicorn worker "
+            f"needs (LLMGATE_WORKER_CONNECTIONS={sizing.worker_connections}): accepts fail past "
+            "it; raise it or lower the setting"
         )
     if sizing.capped:
         found.append(
-            f"RLIMIT_NOFILE hard limit is {hard}: nginx's {sizing.nginx_workers} workers get "
-            f"{sizing.nginx_connections} connections each, so nginx admits "
-            f"{sizing.conn_limit} API requests at once (limit_conn; the app would take "
-            f"{sizing.requests or 'any number'}; each stream holds two nginx connections). "
-            f"{_hard_hint(sizing.wanted_nginx_nofile)}."
+            f"RLIMIT_NOFILE hard limit {hard} < {sizing.wanted_nginx_nofile} nginx wants: it "
+            f"admits {sizing.conn_limit} API requests at once, not "
+            f"{sizing.requests or 'any number'}; raise it to {sizing.wanted_nginx_nofile}"
         )
     if kernel.somaxconn is not None and kernel.somaxconn < LISTEN_BACKLOG:
         found.append(
-            f"net.core.somaxconn is {kernel.somaxconn}: nginx's and gunicorn's listen backlogs "
-            f"({LISTEN_BACKLOG}) are cut to it, and connects beyond it wait for SYN retries "
-            f"(1 s, then 3 s). Set `sysctl -w net.core.somaxconn={LISTEN_BACKLOG}`."
+            f"net.core.somaxconn {kernel.somaxconn} < the listen backlog {LISTEN_BACKLOG}: "
+            f"a burst of connects waits for SYN retries; set it to {LISTEN_BACKLOG}"
         )
     ports = kernel.ports
     # nginx opens every proxied request's connection to one gunicorn address, and a worker
@@ -131,21 +126,18 @@ def warnings(kernel: Kernel, sizing: Sizing, *, instances: int = 1) -> list[str]
     if ports is not None and ports < need:
         low, high = kernel.port_range or (0, 0)
         found.append(
-            f"net.ipv4.ip_local_port_range is {low} {high} ({ports} ports): nginx may open "
-            f"{need} connections to one gunicorn address and gunicorn as many to one upstream. "
-            f"Set `sysctl -w net.ipv4.ip_local_port_range='{WIDE_PORT_RANGE}'`."
+            f"net.ipv4.ip_local_port_range {low} {high} has {ports} ports < {need} "
+            f"connections to one address: connects fail; set it to '{WIDE_PORT_RANGE}'"
         )
     if kernel.tw_reuse == 0:
         found.append(
-            "net.ipv4.tcp_tw_reuse is 0: every connection nginx closes toward gunicorn keeps "
-            "its local port in TIME_WAIT for 60 s, so more streams a minute than there are "
-            "local ports fail to connect. Set `sysctl -w net.ipv4.tcp_tw_reuse=2` (loopback "
-            "only, the kernel's default)."
+            "net.ipv4.tcp_tw_reuse is 0: each closed connection holds its local port for 60 s; "
+            "set it to 2"
         )
     total = sizing.gunicorn_nofile * sizing.app_workers + sizing.nginx_nofile * sizing.nginx_workers
     if kernel.file_max is not None and kernel.file_max < total:
         found.append(
-            f"fs.file-max is {kernel.file_max}: the gateway's processes may hold {total} "
-            f"descriptors at their limits. Set `sysctl -w fs.file-max={total * 2}`."
+            f"fs.file-max {kernel.file_max} < {total} descriptors the stack may hold: "
+            f"set it to {total * 2}"
         )
-    return found
+    return [f"{line} ({DOCS})" for line in found]

@@ -7,6 +7,7 @@ a starting point for /etc/nginx (adjust `listen`, the upstream servers and the p
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import resource
@@ -20,6 +21,13 @@ from runner.sizing import FD_SPARE, LISTEN_BACKLOG, Sizing, nginx_conn_limit, si
 __all__ = ["NginxParams", "nginx_conn_limit", "render_nginx", "start_nginx", "write_nginx_conf"]
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "nginx" / "llmgate.conf.template"
+# nginx's own answers while the runner drains: /readyz as the app words it (app/routes.py),
+# and a call gunicorn no longer takes as the app's gateway_shutdown (app/lifecycle.py).
+DRAINING_READYZ = '{"ready":false,"checks":{"draining":true}}'
+DRAINING_502 = (
+    '{"error":{"message":"The gateway instance is shutting down; retry the request.",'
+    '"type":"api_error","param":null,"code":"gateway_shutdown"}}'
+)
 _FIELD = re.compile(r"\{\{ (\w+) \}\}")
 
 
@@ -50,6 +58,9 @@ class NginxParams:
     tls_listen: str = ""
     tls_cert: str = ""
     tls_key: str = ""
+    # The runner's drain file (an absolute path; empty: none): while it exists nginx answers
+    # /readyz 503 itself and a refused connect to gunicorn as a 503 gateway_shutdown.
+    drain_file: str = ""
 
     @classmethod
     def for_settings(
@@ -120,6 +131,7 @@ class NginxParams:
             "send_timeout": f"{round(self.send_timeout_s * 1000)}ms",
             "ops_allow": " ".join(f"allow {a};" for a in self.ops_allow) or "# none allowed",
             "tls": self._tls(),
+            **self._drain(),
             "limit_conn": f"limit_conn llmgate_admission {self.conn_limit};"
             if self.conn_limit
             else "# no limit_conn: LLMGATE_MAX_REQUESTS_PER_WORKER is 0 (no limit)",
@@ -143,6 +155,18 @@ class NginxParams:
             "http2_max_concurrent_streams 128;",
         ]
         return "\n        ".join(lines)
+
+    def _drain(self) -> dict[str, str]:
+        if not self.drain_file:
+            none = "# no drain file: nginx answers nothing itself"
+            return {"drain_readyz": none, "drain_502": none}
+        # `if` with a `return` is the one use of it nginx documents as safe in a location.
+        test = f"if (-f {json.dumps(self.drain_file, ensure_ascii=False)})"
+        return {
+            "drain_readyz": f"{test} {{ return 503 '{DRAINING_READYZ}\\n'; }}\n"
+            "            default_type application/json;",
+            "drain_502": f"{test} {{ return 503 '{DRAINING_502}\\n'; }}",
+        }
 
     def _server_line(self, address: str) -> str:
         checks = f"max_fails={self.max_fails} fail_timeout={self.fail_timeout_s}s"

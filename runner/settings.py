@@ -21,6 +21,9 @@ DEFAULT_RUN_DIR = Path(__file__).resolve().parent.parent / ".run"
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # gunicorn.conf.py's default graceful timeout (the default LLMGATE_DEADLINE_S).
 GRACEFUL_TIMEOUT_S = 600
+# Seconds an instance answers /readyz 503 while still serving, before its drain begins: a
+# balancer polling every 2-5 s and taking two failures sees it go (runner/drain.py).
+DRAIN_DELAY_S = 5
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -33,6 +36,7 @@ class RunnerSettings:
     workers: int = 2  # LLMGATE_WORKERS
     # LLMGATE_GRACEFUL_TIMEOUT_S, whole seconds as gunicorn takes it.
     graceful_timeout_s: int = GRACEFUL_TIMEOUT_S
+    drain_delay_s: int = DRAIN_DELAY_S  # LLMGATE_DRAIN_DELAY_S, whole seconds
     log_level: str = "info"  # LLMGATE_LOG_LEVEL
     logs_to_stdout: bool = False  # LLMGATE_LOG_TO_STDOUT
     run_dir: Path = DEFAULT_RUN_DIR  # LLMGATE_RUN_DIR
@@ -61,6 +65,9 @@ class RunnerSettings:
             workers=_int("LLMGATE_WORKERS", raw("WORKERS"), cls.workers, 1),
             graceful_timeout_s=_int(
                 "LLMGATE_GRACEFUL_TIMEOUT_S", raw("GRACEFUL_TIMEOUT_S"), GRACEFUL_TIMEOUT_S, 1
+            ),
+            drain_delay_s=_int(
+                "LLMGATE_DRAIN_DELAY_S", raw("DRAIN_DELAY_S"), DRAIN_DELAY_S, 0, 3600
             ),
             log_level=_choice("LLMGATE_LOG_LEVEL", raw("LOG_LEVEL"), LOG_LEVELS, cls.log_level),
             logs_to_stdout=_flag("LLMGATE_LOG_TO_STDOUT", raw("LOG_TO_STDOUT")),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,6 +86,14 @@ class Stack:
     def app_url(self) -> str:
         return self.app_urls[0] if self.app_urls else ""
 
+    @property
+    def drain_file(self) -> Path:
+        """While it exists the instance is unready (gunicorn's and nginx's /readyz answer
+        503) and serves on: LLMGATE_DRAIN_FILE (a preStop hook's), else one in the run
+        directory. runner/drain.py creates it on SIGTERM."""
+        given = self.options.env.get("LLMGATE_DRAIN_FILE", "").strip()
+        return Path(given).absolute() if given else self.options.run_dir.absolute() / "draining"
+
     # -- lifecycle ---------------------------------------------------------------------
     def listeners(self) -> list[Listener]:
         """The fixed addresses this stack will listen on (ports 0 are picked free later)."""
@@ -130,6 +137,9 @@ class Stack:
             raise ValueError("app_bind names one gunicorn address: one instance only")
         try:
             self.claim()
+            # Left by a previous run (or its preStop hook: an emptyDir outlives a container
+            # restart), it would keep this fresh instance unready.
+            self.drain_file.unlink(missing_ok=True)
             # nginx workers run as nobody when we are root: they must reach the prefix.
             os.chmod(opts.run_dir, 0o755)
             if opts.memcached:
@@ -154,22 +164,6 @@ class Stack:
         if self.claims is not None:
             self.claims.release()
             self.claims = None
-
-    def drain(self, timeout: float) -> None:
-        """Stop without cutting a call: gunicorn drains (SIGTERM: unready, calls finish or
-        end with gateway_shutdown, app/lifecycle.py) while nginx quits gracefully (SIGQUIT:
-        it stops accepting and finishes its open requests; SIGTERM would cut them). Whatever
-        is left after ``timeout`` is stopped the hard way."""
-        for proc in self.procs:
-            if proc.name.startswith("gunicorn"):
-                proc.send_signal(signal.SIGTERM)
-            elif proc.name == "nginx":
-                proc.send_signal(signal.SIGQUIT)
-        end = time.monotonic() + timeout
-        serving = [p for p in self.procs if p.name.startswith(("gunicorn", "nginx"))]
-        while any(p.alive() for p in serving) and time.monotonic() < end:
-            time.sleep(0.1)
-        self.stop()
 
     def reload(self) -> None:
         """Fresh gunicorn workers (re-reading LLMGATE_CONFIG) and a re-read nginx config,
@@ -297,6 +291,7 @@ class Stack:
         env.update(self.options.env)
         if self.options.app_bind:
             env["LLMGATE_BIND"] = self.options.app_bind
+        env["LLMGATE_DRAIN_FILE"] = str(self.drain_file)
         env["PYTHONPATH"] = str(ROOT)
         # Each instance has its own metrics (gunicorn wipes the directory when it starts).
         metrics = "metrics" if self.options.instances == 1 else f"metrics-{instance}"
@@ -349,6 +344,7 @@ class Stack:
             app_workers=opts.workers * opts.instances,
             sizing=None if explicit else self.sizing,
             access_log="/dev/stdout" if opts.logs_to_stdout else "logs/access.log",
+            drain_file=str(self.drain_file),
             **explicit,
             **tls,
         )

@@ -48,6 +48,7 @@ from pymemcache.client.hash import HashClient
 from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
 
 from app.cache.backends import check_value, clamp_ttl, validate_key
+from app.reasons import reason
 
 if TYPE_CHECKING:
     from app.cache.discovery import NodeWatcher
@@ -441,7 +442,8 @@ class MemcachedBackend:
         except _NodeFailure as exc:
             self._count("errors")
             if self._breaker.failed(exc.node):
-                log.warning("memcached node %s failed (%s); skipping it", exc.node, exc.__cause__)
+                why = reason(exc.__cause__) if exc.__cause__ is not None else "no reason given"
+                log.warning("memcached node %s failed (%s); skipping it", exc.node, why)
             return failed
         except MemcacheError as exc:  # the node answered, with an error (SERVER_ERROR ...)
             self._count("errors")

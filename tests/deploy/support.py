@@ -12,7 +12,8 @@ from app.config import documented_settings
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
-KUBERNETES = DEPLOY / "kubernetes"
+KUBERNETES = DEPLOY / "kubernetes"  # the base: Kubernetes' own kinds only
+PROMETHEUS = DEPLOY / "kubernetes-prometheus"  # the overlay: + ServiceMonitor, HPA
 
 
 def dockerfile(path: Path = DEPLOY / "Dockerfile") -> list[tuple[str, str]]:
@@ -69,16 +70,52 @@ def documented_names() -> set[str]:
     return names
 
 
-def manifests(folder: Path = KUBERNETES) -> list[tuple[Path, dict]]:
-    """Every YAML document under deploy/kubernetes/, with its file."""
+def manifests(*folders: Path) -> list[tuple[Path, dict]]:
+    """Every YAML document in ``folders`` (the base and the overlay), with its file."""
     import yaml
 
     out = []
-    for path in sorted(folder.rglob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc is not None:
-                out.append((path, doc))
+    for folder in folders or (KUBERNETES, PROMETHEUS):
+        for path in sorted(folder.rglob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc is not None:
+                    out.append((path, doc))
     return out
+
+
+class KustomizeError(Exception):
+    pass
+
+
+def build(root: Path, _visited: tuple[Path, ...] = ()) -> list[dict]:
+    """The objects ``kubectl apply -k root`` would send, for what our kustomizations use
+    (``resources`` of files and folders, ``namespace``), with kustomize's two refusals that
+    a layout can run into: a folder that contains a kustomization already being built (an
+    overlay inside its base: "cycle detected") and a file outside the kustomization's folder
+    ("is not in or below"). ``kubectl kustomize`` agrees (tests/deploy/test_manifests_validate.py
+    compares them where kubectl is installed)."""
+    import yaml
+
+    root = root.resolve()
+    for seen in _visited:
+        if seen.is_relative_to(root):
+            raise KustomizeError(f"cycle detected: candidate root {root} contains {seen}")
+    kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+    objects: list[dict] = []
+    for entry in kustomization.get("resources", []):
+        path = (root / entry).resolve()
+        if path.is_dir():
+            objects += build(path, (*_visited, root))
+        elif not path.is_relative_to(root):
+            raise KustomizeError(f"file {path} is not in or below {root}")
+        else:
+            objects += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    namespace = kustomization.get("namespace")
+    if namespace:
+        for doc in objects:
+            if doc["kind"] != "Namespace":
+                doc.setdefault("metadata", {})["namespace"] = namespace
+    return objects
 
 
 def kind(name: str, metadata_name: str | None = None) -> dict:

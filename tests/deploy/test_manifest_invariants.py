@@ -22,10 +22,11 @@ import yaml
 from app import keyring, upstreams
 from app.config import Settings
 from app.lifecycle import MARGIN_S
-from runner.settings import GRACEFUL_TIMEOUT_S
+from runner.settings import RunnerSettings
 from tests.conftest import ROOT
 from tests.deploy.support import (
     KUBERNETES,
+    PROMETHEUS,
     dockerfile,
     documented_names,
     env_pairs,
@@ -63,15 +64,20 @@ def prestop_wait_s(container: dict) -> float:
 
 
 def check_grace(pod_spec: dict, env: dict[str, str]) -> None:
-    """grace period > preStop + graceful timeout; graceful timeout - margin >= deadline."""
+    """grace period > unready time + graceful timeout; graceful timeout - margin >= deadline.
+    Unready time: the preStop wait, or the runner's drain delay when that is longer (the
+    delay counts from the hook's drain file, runner/drain.py)."""
     settings = Settings.from_env(env)
-    graceful = float(env.get("LLMGATE_GRACEFUL_TIMEOUT_S") or GRACEFUL_TIMEOUT_S)
+    runner = RunnerSettings.from_env(env)
+    graceful = float(runner.graceful_timeout_s)
     grace = pod_spec["terminationGracePeriodSeconds"]
     (container,) = pod_spec["containers"]
     longest = max(settings.deadline_s, settings.first_byte_timeout_s, settings.idle_timeout_s)
-    assert grace > prestop_wait_s(container) + graceful, (
-        f"terminationGracePeriodSeconds {grace} <= preStop {prestop_wait_s(container)} + "
-        f"LLMGATE_GRACEFUL_TIMEOUT_S {graceful}: the kubelet would SIGKILL draining streams"
+    unready = max(prestop_wait_s(container), runner.drain_delay_s)
+    assert grace > unready + graceful, (
+        f"terminationGracePeriodSeconds {grace} <= preStop {prestop_wait_s(container)} (or "
+        f"LLMGATE_DRAIN_DELAY_S {runner.drain_delay_s}) + LLMGATE_GRACEFUL_TIMEOUT_S "
+        f"{graceful}: the kubelet would SIGKILL draining streams"
     )
     assert graceful - MARGIN_S >= longest, (
         f"LLMGATE_GRACEFUL_TIMEOUT_S {graceful} - {MARGIN_S} < the longest deadline "
@@ -84,16 +90,31 @@ def test_grace_period_covers_the_drain_which_covers_the_deadline() -> None:
 
 
 @pytest.mark.parametrize(
-    ("grace", "graceful", "deadline"),
-    [(600, "610", "600"), (630, "610", "609"), (620, "610", "600")],
-    ids=["grace-below-graceful-timeout", "deadline-in-the-margin", "no-room-for-prestop"],
+    ("grace", "graceful", "deadline", "delay"),
+    [
+        (600, "610", "600", "5"),
+        (630, "610", "609", "5"),
+        (620, "610", "600", "5"),
+        (630, "610", "600", "30"),
+    ],
+    ids=[
+        "grace-below-graceful-timeout",
+        "deadline-in-the-margin",
+        "no-room-for-prestop",
+        "drain-delay-beyond-prestop",
+    ],
 )
 def test_the_grace_check_fails_when_the_numbers_disagree(
-    grace: int, graceful: str, deadline: str
+    grace: int, graceful: str, deadline: str, delay: str
 ) -> None:
     pod_spec = yaml.safe_load(yaml.safe_dump(kind("Deployment")["spec"]["template"]["spec"]))
     pod_spec["terminationGracePeriodSeconds"] = grace
-    env = {**pod_env(), "LLMGATE_GRACEFUL_TIMEOUT_S": graceful, "LLMGATE_DEADLINE_S": deadline}
+    env = {
+        **pod_env(),
+        "LLMGATE_GRACEFUL_TIMEOUT_S": graceful,
+        "LLMGATE_DEADLINE_S": deadline,
+        "LLMGATE_DRAIN_DELAY_S": delay,
+    }
     with pytest.raises(AssertionError):
         check_grace(pod_spec, env)
 
@@ -146,7 +167,7 @@ def test_the_container_runs_the_images_command() -> None:
 
 def test_every_llmgate_name_is_a_real_setting() -> None:
     names = set()
-    for path in KUBERNETES.glob("*.yaml"):
+    for path in [*KUBERNETES.glob("*.yaml"), *PROMETHEUS.glob("*.yaml")]:
         names |= set(re.findall(r"\bLLMGATE_[A-Z0-9_]+", path.read_text()))
     assert names and names <= documented_names(), names - documented_names()
     Settings.from_env(pod_env())  # and their values parse

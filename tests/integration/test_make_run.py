@@ -4,39 +4,19 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 import urllib3
 
 from tests.conftest import require_binary
-from tests.support.runner_cli import STREAM_BODY, Runner, curl_stream, token_arrivals
-
-
-def _descendants(root: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
+from tests.support.runner_cli import (
+    STREAM_BODY,
+    Runner,
+    alive,
+    curl_stream,
+    descendants,
+    token_arrivals,
+)
 
 # `make run` and `make run-cluster` (the same runner with more instances and Memcached nodes).
 RUNS = {"run": [], "run-cluster": ["--instances", "2", "--memcached-nodes", "2"]}
@@ -67,10 +47,35 @@ def test_run_serves_then_stops_every_child_on_ctrl_c(runs_dir, make_target) -> N
         assert tokens[-1] - tokens[0] >= 0.1, "the tokens arrived together"
         ready = http.request("GET", run.url + "/readyz").json()
         assert ready["ready"] and ready["checks"]["memcached"]["ok"]
-        children = _descendants(run.proc.pid)
+        children = descendants(run.proc.pid)
         assert len(children) >= 4  # memcached, simulator, gunicorn (+ workers), nginx
     assert run.returncode == 0, run.rest
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in children if _alive(pid)], "children outlived Ctrl-C"
+    assert not [pid for pid in children if alive(pid)], "children outlived Ctrl-C"
+
+
+def test_run_warns_at_start_when_the_upstream_name_does_not_resolve(runs_dir) -> None:
+    """It starts (the name may resolve later), says so before the banner, and a call's
+    error names the host, as docs/troubleshooting.md shows."""
+    require_binary("nginx")
+    url = "https://no-such-host.invalid/v1"
+    settings = {"LLMGATE_UPSTREAM_URL": url, "LLMGATE_RETRIES": "0"}
+    with Runner(runs_dir / "unresolved", **settings) as run:
+        before = run.banner.split("llmgate is running on", 1)[0]
+        assert (
+            "llmgate: warning: upstream default: host no-such-host.invalid does not resolve ("
+            in before
+        ), run.banner
+        http = urllib3.PoolManager(retries=False)
+        resp = http.request(
+            "POST",
+            run.url + "/v1/chat/completions",
+            body=json.dumps({**STREAM_BODY, "stream": False}),
+            headers={"Content-Type": "application/json"},
+        )
+        error = resp.json()["error"]
+        assert (resp.status, error["code"]) == (502, "upstream_unreachable"), resp.data
+        assert "Failed to resolve 'no-such-host.invalid'" in error["message"], error
+    assert run.returncode == 0, run.rest

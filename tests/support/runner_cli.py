@@ -41,9 +41,9 @@ def runner_env(run_dir: Path, port: int, tls_port: int, **settings: str) -> dict
 
 
 class Runner:
-    def __init__(self, run_dir: Path, *args: str) -> None:
+    def __init__(self, run_dir: Path, *args: str, **settings: str) -> None:
         self.port, self.tls_port = free_port(), free_port()
-        env = runner_env(run_dir, self.port, self.tls_port)
+        env = runner_env(run_dir, self.port, self.tls_port, **settings)
         self.run_dir = run_dir
         self.argv = [sys.executable, "-m", "runner", *args]
         self.env = env
@@ -104,6 +104,33 @@ def run_refused(env: dict[str, str], wait_s: float = 15.0) -> Iterator[Refused]:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
         result.output = proc.communicate(timeout=30)[0]
+
+
+def descendants(root: int) -> set[int]:
+    """Every process below ``root`` (children, grandchildren, ...), from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its parent."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def curl_stream(url: str, *options: str, body: dict = STREAM_BODY) -> list[tuple[float, bytes]]:

@@ -55,6 +55,7 @@ PURE = {
     "app.limits",
     "app.bounds",
     "app.prices",
+    "app.reasons",
     "app.metering",
     "app.tracing",
     "app.cache.policy",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -56,6 +57,40 @@ def test_rendered_config_passes_nginx_t(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     conf = tmp_path / "nginx.conf"
     conf.write_text(render_nginx(_params()))
+    result = subprocess.run(
+        [binary, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_drain_file_makes_nginx_answer_readyz_and_a_gone_gunicorn_itself(tmp_path: Path) -> None:
+    """runner/drain.py: while the file exists, /readyz is nginx's 503 and a refused connect to
+    gunicorn is a 503 gateway_shutdown (tests/integration/test_run_drain.py runs it)."""
+    import json
+
+    from app.errors import GatewayShutdown
+    from runner.nginx import DRAINING_502, DRAINING_READYZ
+
+    plain = render_nginx(_params())
+    assert "-f " not in plain and "location = /readyz" in plain
+    drain = tmp_path / "run dir" / "draining"
+    text = render_nginx(dataclasses.replace(_params(), drain_file=str(drain)))
+    readyz = text[text.index("location = /readyz") :].split("}\n", 2)
+    assert f'if (-f "{drain}") {{ return 503 \'{DRAINING_READYZ}' in "".join(readyz[:2])
+    assert f'if (-f "{drain}") {{ return 503 \'{DRAINING_502}' in text
+    assert "error_page 502 = /_llmgate_error/502;" in text  # the status is the location's
+    # The same words as the app's: its /readyz (app/routes.py), its GatewayShutdown.
+    assert json.loads(DRAINING_READYZ) == {"ready": False, "checks": {"draining": True}}
+    shutdown = GatewayShutdown("The gateway instance is shutting down; retry the request.")
+    assert json.loads(DRAINING_502) == json.loads(shutdown.to_json())
+    binary = require_binary("nginx")
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "logs").mkdir()
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(text)
     result = subprocess.run(
         [binary, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"],
         capture_output=True,

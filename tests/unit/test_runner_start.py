@@ -24,12 +24,13 @@ def test_runner_settings_defaults_and_values() -> None:
             "LLMGATE_BIND": "0.0.0.0:8000, 127.0.0.1:8001",
             "LLMGATE_RUN_DIR": "/tmp/x",
             "LLMGATE_GRACEFUL_TIMEOUT_S": "30",
+            "LLMGATE_DRAIN_DELAY_S": "0",
         }
     )
     assert (s.port, s.workers, s.log_level, s.logs_to_stdout) == (9090, 4, "warning", True)
     assert s.bind == (("0.0.0.0", 8000), ("127.0.0.1", 8001))
     assert s.bind_setting == "0.0.0.0:8000,127.0.0.1:8001"
-    assert (s.run_dir, s.graceful_timeout_s) == (Path("/tmp/x"), 30)
+    assert (s.run_dir, s.graceful_timeout_s, s.drain_delay_s) == (Path("/tmp/x"), 30, 0)
 
 
 @pytest.mark.parametrize(
@@ -42,6 +43,8 @@ def test_runner_settings_defaults_and_values() -> None:
         ("LLMGATE_WORKERS", "-1", ">= 1"),
         ("LLMGATE_GRACEFUL_TIMEOUT_S", "1.5", "a whole number >= 1"),
         ("LLMGATE_GRACEFUL_TIMEOUT_S", "0", ">= 1"),
+        ("LLMGATE_DRAIN_DELAY_S", "-1", "between 0 and 3600"),
+        ("LLMGATE_DRAIN_DELAY_S", "2.5", "a whole number between 0 and 3600"),
         ("LLMGATE_LOG_LEVEL", "loud", "one of debug, info, warning, error, critical"),
         ("LLMGATE_LOG_TO_STDOUT", "maybe", "true or false"),
         ("LLMGATE_BIND", "127.0.0.1", "host:port entries"),

@@ -133,27 +133,27 @@ def test_a_roomy_kernel_gives_no_warning() -> None:
     [
         (
             limits.Kernel(nofile_soft=20_000, nofile_hard=20_000),
-            ["RLIMIT_NOFILE hard limit is 20000: a gunicorn worker", "nginx's 2 workers get"],
+            ["RLIMIT_NOFILE hard limit 20000 < 27256 a gunicorn worker", "< 29424 nginx wants"],
         ),
         (
             limits.Kernel(nofile_soft=1024, nofile_hard=1_048_576),
-            ["RLIMIT_NOFILE soft limit is 1024", "ulimit -n 1048576"],
+            ["RLIMIT_NOFILE soft limit 1024", "ulimit -n 1048576"],
         ),
         (
             limits.Kernel(nofile_soft=10**6, nofile_hard=10**6, somaxconn=128),
-            ["net.core.somaxconn is 128", "sysctl -w net.core.somaxconn=4096"],
+            ["net.core.somaxconn 128 <", "set it to 4096"],
         ),
         (
             limits.Kernel(nofile_soft=10**6, nofile_hard=10**6, port_range=(50000, 60000)),
-            ["net.ipv4.ip_local_port_range is 50000 60000 (10001 ports)", "1024 65535"],
+            ["net.ipv4.ip_local_port_range 50000 60000 has 10001 ports", "1024 65535"],
         ),
         (
             limits.Kernel(nofile_soft=10**6, nofile_hard=10**6, tw_reuse=0),
-            ["net.ipv4.tcp_tw_reuse is 0", "tcp_tw_reuse=2"],
+            ["net.ipv4.tcp_tw_reuse is 0", "set it to 2"],
         ),
         (
             limits.Kernel(nofile_soft=10**6, nofile_hard=10**6, file_max=50_000),
-            ["fs.file-max is 50000"],
+            ["fs.file-max 50000 <"],
         ),
     ],
 )
@@ -162,6 +162,36 @@ def test_each_low_limit_is_named_with_its_value_and_what_to_set(kernel, names) -
     found = " | ".join(limits.warnings(kernel, sizing))
     for name in names:
         assert name in found, found
+
+
+EVERY_LIMIT_LOW = limits.Kernel(
+    nofile_soft=1024,
+    nofile_hard=20_000,
+    somaxconn=128,
+    port_range=(50000, 60000),
+    tw_reuse=0,
+    file_max=50_000,
+)
+
+
+def test_each_warning_is_one_short_line_naming_the_docs_that_explain_it() -> None:
+    """Every start printed two warnings of ~400 characters each; the values stay on the
+    line, the explanation and the commands moved to the section the line names."""
+    sizing = _sized(WORKER_CONNECTIONS, hard=EVERY_LIMIT_LOW.nofile_hard)
+    found = limits.warnings(EVERY_LIMIT_LOW, sizing)
+    assert len(found) == 7, found
+    docs, _, anchor = limits.DOCS.partition("#")
+    headings = re.findall(r"^#+ (.+)$", (ROOT / docs).read_text(), re.M)
+    slugs = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+    assert anchor in slugs, (anchor, sorted(slugs))
+    for line in found:
+        assert "\n" not in line and len("llmgate: warning: " + line) <= 210, (len(line), line)
+        assert line.endswith(f"({limits.DOCS})"), line
+    # What the section says about each limit the warnings name.
+    section = (ROOT / docs).read_text().split("### Kernel limits", 1)[1].split("\n## ", 1)[0]
+    for name in ("RLIMIT_NOFILE", "net.core.somaxconn", "ip_local_port_range", "tcp_tw_reuse",
+                 "fs.file-max", "LimitNOFILE", "ulimit -Hn", "--ulimit nofile"):  # fmt: skip
+        assert name in section, name
 
 
 def test_the_limits_are_read_from_proc(tmp_path, monkeypatch) -> None:
@@ -193,4 +223,4 @@ def test_make_run_prints_the_warnings_at_start(tmp_path, monkeypatch, capsys) ->
     low = limits.Kernel(nofile_soft=10**6, nofile_hard=10**6, somaxconn=128)
     monkeypatch.setattr(limits, "read_kernel", lambda: low)
     check_limits(Stack(StackOptions(run_dir=tmp_path)))
-    assert "llmgate: warning: net.core.somaxconn is 128" in capsys.readouterr().err
+    assert "llmgate: warning: net.core.somaxconn 128 <" in capsys.readouterr().err
