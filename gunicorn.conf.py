@@ -7,6 +7,7 @@ before the fork would be shared). Values come from LLMGATE_* variables, see READ
 
 import os
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -94,11 +95,15 @@ def on_starting(server):
             sys.exit(f"llmgate: LLMGATE_KEYS_FILE: {exc}")
     # Shared by every worker, for the status page's uptime.
     os.environ["LLMGATE_STARTED_AT"] = str(time.time())
-    # Samples of a previous run would be summed into this one's.
+    # Samples of a previous run would be summed into this one's, and the status page's
+    # history (app/history.py: standard library only) would chart them.
+    from app.history import DIRECTORY
+
     directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob("*.db"):
         stale.unlink()
+    shutil.rmtree(directory / DIRECTORY, ignore_errors=True)
     # Raise the soft descriptor limit to the hard one: each stream costs two descriptors
     # (client + upstream) and the default 1024 caps a worker near 500 streams.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

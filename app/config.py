@@ -324,6 +324,14 @@ class Settings:
         "and creates it on SIGTERM).",
     )
 
+    status_sample_s: int = _setting(
+        "LLMGATE_STATUS_SAMPLE_S",
+        10,
+        "Seconds between the samples of the instance's status the gateway keeps for 15 "
+        "minutes, so that /status opens with that history (docs/observability.md). 0: none "
+        "kept, the page charts only what it polls itself.",
+    )
+
     log_prompts: bool = _setting(
         "LLMGATE_LOG_PROMPTS",
         False,
@@ -413,6 +421,8 @@ class Settings:
             raise SettingsError("LLMGATE_CACHE_MODE must be off, deterministic or all")
         if self.cache_l1_bytes < 1024:
             raise SettingsError("LLMGATE_CACHE_L1_BYTES must be >= 1024")
+        if self.status_sample_s < 0:
+            raise SettingsError("LLMGATE_STATUS_SAMPLE_S must be >= 0 (0: no history kept)")
         if self.log_memory_bytes < 0:
             raise SettingsError("LLMGATE_LOG_MEMORY_BYTES must be >= 0 (0: no logs kept)")
         if self.breaker_failures < 1 or not 0 < self.breaker_cooldown_s <= (

@@ -21,11 +21,13 @@ from app.breaker import BreakerPolicy
 from app.cache import build_answer_cache
 from app.config import Settings, SettingsError
 from app.gateway import Gateway
+from app.history import DIRECTORY, History, record
 from app.keyring import KeysFileError
 from app.limits import Counters, MemoryCounters
 from app.metrics import Metrics
 from app.prices import PriceTable
-from app.routes import api, register_error_handlers, register_operator_guard
+from app.routes import STARTED, api, register_error_handlers, register_operator_guard
+from app.status import history_sample, status_document
 from app.statuspage import status_page
 from app.tracing import Tracer
 from app.upstream import Upstream
@@ -58,6 +60,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     # Werkzeug would answer `/v1//models` with an HTML 308 to `/v1/models` (routing redirects
     # bypass the error handlers): no redirects, a doubled slash is refused (app/paths.py).
     app.url_map.merge_slashes = False
+    app.extensions["llmgate.history"] = start_history(settings, metrics)
     app.register_blueprint(api)
     app.register_blueprint(status_page)
     register_error_handlers(app)
@@ -102,6 +105,22 @@ def build_access(
         on_usage=lambda key, usage, cost: metrics.observe_key_usage(key.name, usage, cost),
         on_counter_error=metrics.limit_counter_errors.inc,
     )
+
+
+def start_history(settings: Settings, metrics: Metrics) -> History | None:
+    """The status page's history (app/history.py), and this worker's greenlet taking its
+    turns at sampling: only with the metrics directory that every worker shares."""
+    if not settings.status_sample_s or not metrics.multiproc_dir:
+        return None
+    import gevent
+
+    history = History(Path(metrics.multiproc_dir) / DIRECTORY, settings.status_sample_s)
+
+    def take(now: float) -> dict:
+        return history_sample(status_document(metrics.snapshot(), now=now, started=STARTED))
+
+    gevent.spawn(record, history, take, sleep=gevent.sleep)
+    return history
 
 
 def build_tracer(settings: Settings) -> Tracer | None:

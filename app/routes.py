@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import logging
+import math
 import os
 import time
 import uuid
@@ -208,10 +209,27 @@ def status_json() -> Response:
     gateway = _gateway()
     if gateway.metrics is None:
         raise errors.NotFound("Metrics are not enabled.")
-    document = status_document(gateway.metrics.snapshot(), now=time.time(), started=STARTED)
+    now = time.time()
+    document = status_document(gateway.metrics.snapshot(), now=now, started=STARTED)
+    since = request.args.get("since")
+    if since is not None:
+        # The samples the gateway kept (app/history.py) newer than the page's newest.
+        after = _unix_time(since)
+        history = current_app.extensions.get("llmgate.history")
+        document["history"] = [] if history is None else history.since(after, now)
     response = jsonify(document)
     response.headers["Cache-Control"] = "no-cache"
     return response
+
+
+def _unix_time(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise errors.BadRequest("since must be a Unix time in seconds.", param="since")
+    return value
 
 
 @api.route("/admin/usage", methods=["GET"])

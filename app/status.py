@@ -1,7 +1,9 @@
 """The /status.json document: the aggregated metrics reshaped for the status page. No I/O.
 
-Cumulative since start; the page keeps its own history and turns differences between two
-snapshots into rates, ratios and percentiles (see docs/observability.md).
+Cumulative since start; the page turns differences between two snapshots into rates, ratios
+and percentiles (see docs/observability.md). The gateway keeps such snapshots of the last
+15 minutes (app/history.py) as ``history_sample``s: the document without what the charts do
+not draw, so that a page opening on them is sent a few hundred kB at most.
 """
 
 from __future__ import annotations
@@ -57,6 +59,38 @@ def _upstreams(samples: Samples) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _keys(samples: Samples) -> dict[str, dict[str, float]]:
+    """Each gateway key's calls, billed tokens and cost since start, by its name (the
+    ``llmgate_key_*`` counters; absent when keys are off or no key made a call yet)."""
+    out: dict[str, dict[str, float]] = {}
+
+    def entry(labels: dict[str, str]) -> dict[str, float]:
+        fields = ("requests", "not_2xx", "prompt_tokens", "completion_tokens", "cost_usd")
+        return out.setdefault(labels.get("key", ""), dict.fromkeys(fields, 0.0))
+
+    for labels, value in samples.get("llmgate_key_requests_total", []):
+        row = entry(labels)
+        row["requests"] += value
+        if not labels.get("status", "").startswith("2"):
+            row["not_2xx"] += value
+    for labels, value in samples.get("llmgate_key_tokens_total", []):
+        kind = labels.get("kind", "")
+        if kind in ("prompt", "completion"):
+            entry(labels)[f"{kind}_tokens"] += value
+    for labels, value in samples.get("llmgate_key_cost_usd_total", []):
+        entry(labels)["cost_usd"] += value
+    return dict(sorted(out.items()))
+
+
+# Not drawn by the charts, and growing with the upstreams and keys configured.
+_NOT_CHARTED = ("upstreams", "keys")
+
+
+def history_sample(document: dict[str, Any]) -> dict[str, Any]:
+    """What the gateway keeps of a document for the page's history: what the charts draw."""
+    return {k: v for k, v in document.items() if k not in _NOT_CHARTED}
+
+
 def status_document(samples: Samples, *, now: float, started: float) -> dict[str, Any]:
     by_class: dict[str, float] = {"2xx": 0.0, "3xx": 0.0, "4xx": 0.0, "5xx": 0.0}
     for labels, value in samples.get("llmgate_requests_total", []):
@@ -79,6 +113,7 @@ def status_document(samples: Samples, *, now: float, started: float) -> dict[str
             "opened": _total(samples, "llmgate_upstream_connections_opened_total"),
         },
         "upstreams": _upstreams(samples),
+        "keys": _keys(samples),
         "histograms": {
             "request_duration_seconds": _histogram(samples, "llmgate_request_duration_seconds"),
             "ttft_seconds": _histogram(samples, "llmgate_ttft_seconds"),

@@ -1,9 +1,10 @@
 """The live status page: ``GET /status`` and its assets. Static files only, no state.
 
-The page is plain HTML + one script + one stylesheet from ``app/static/``; the script polls
-``status.json`` (the metrics snapshot served by the API blueprint) and draws its own charts,
-so the page needs no network beyond this gateway. Only the files named in ``_ASSETS`` are
-served: ``<name>`` never becomes a filesystem path.
+The page is plain HTML, two scripts and one stylesheet from ``app/static/``: status.js polls
+``status.json`` (the metrics snapshot served by the API blueprint, with the history the
+gateway kept) and draws its own charts; status-keys.js adds the gateway keys table from
+``admin/usage``. The page needs no network beyond this gateway. Only the files named in
+``_ASSETS`` are served: ``<name>`` never becomes a filesystem path.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 _PAGE = ("status.html", "text/html; charset=utf-8")
 _ASSETS = {
     "status.js": "text/javascript; charset=utf-8",
+    "status-keys.js": "text/javascript; charset=utf-8",
     "status.css": "text/css; charset=utf-8",
 }
 # Everything the page loads comes from here; JS sets styles through the CSSOM, which

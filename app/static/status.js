@@ -1,16 +1,21 @@
-/* llmgate status page: polls status.json every 2 s, keeps ~10 minutes of snapshots in this
+/* llmgate status page: polls status.json every 2 s, keeps 15 minutes of snapshots in this
    tab and draws them as small SVG line charts. No dependencies, no network but this gateway.
 
-   Snapshots are cumulative since the gateway started, so every figure comes from two of
-   them: rates are counter deltas over the server's clock; latency quantiles and the cache
-   hit ratio use the deltas over a sliding window (WINDOW_S). Each chart element exposes
-   data-points (points plotted), data-last (its first series' latest value) and
-   data-last-<series> for every series, for tests and scripts. */
+   The first poll asks for the snapshots the gateway kept of the last 15 minutes
+   (status.json?since=0, app/history.py), so the charts have data the moment the page opens;
+   every later poll asks for those newer than the newest held (a tab the browser throttled
+   gets its gaps filled). Snapshots are cumulative since the gateway started, so every figure
+   comes from two of them: rates are counter deltas over the server's clock; latency
+   quantiles and the cache hit ratio use the deltas over a sliding window (WINDOW_S). Each
+   chart element exposes data-points (points plotted), data-last (its first series' latest
+   value), data-max (its first series' largest) and data-last-<series> for every series, for
+   tests and scripts. Each snapshot polled is also sent to the page as the event
+   "llmgate:status" (status-keys.js draws the gateway keys table from it). */
 "use strict";
 
 (() => {
   const POLL_MS = 2000;
-  const KEEP_S = 600;
+  const KEEP_S = 900;
   const WINDOW_S = 30;
   const FETCH_TIMEOUT_MS = 5000;
   const DOTS_UP_TO = 12; // points are drawn as dots too while a series is this short
@@ -19,6 +24,7 @@
   const MISSES = ["miss", "refresh"]; // bypass is not a lookup: the request was not cacheable
 
   const samples = []; // snapshots, oldest first
+  const kept = new WeakSet(); // those of them that came from the gateway's own history
 
   // ---- figures from snapshots (pure: samples in, numbers or null out) -------------------
 
@@ -59,11 +65,13 @@
 
   const gauge = (read) => (i) => read(samples[i]);
 
+  // A histogram nothing was observed in yet has no buckets at all: it counts as zeros.
+  const buckets = (s, name) => (s.histograms && s.histograms[name]) || { le: [], counts: [] };
+
   const quantile = (name, q) => (i) => {
     if (i === 0) return null;
-    const now = samples[i].histograms && samples[i].histograms[name];
-    const then = samples[windowStart(i)].histograms && samples[windowStart(i)].histograms[name];
-    if (!now || !then || now.counts.length !== then.counts.length) return null;
+    const now = buckets(samples[i], name), then = buckets(samples[windowStart(i)], name);
+    if (then.counts.length && then.counts.length !== now.counts.length) return null;
     const delta = now.counts.map((c, k) => num(c) - num(then.counts[k]));
     return histogramQuantile(q, now.le.map(bound), delta);
   };
@@ -185,6 +193,8 @@
     for (const name of fig.getAttributeNames()) if (name.startsWith("data-last-")) fig.removeAttribute(name);
     fig.dataset.points = String(plotted.length);
     fig.dataset.last = series[0].last === null ? "" : String(series[0].last);
+    const firsts = series[0].values.filter((v) => v !== null);
+    fig.dataset.max = firsts.length ? String(Math.max(...firsts)) : "";
     for (const s of series) fig.setAttribute(`data-last-${s.key}`, s.last === null ? "" : String(s.last));
 
     const legend = fig.querySelector(".legend");
@@ -271,7 +281,10 @@
   }
 
   function render() {
-    document.getElementById("charts").dataset.samples = String(samples.length);
+    const main = document.getElementById("charts");
+    main.dataset.samples = String(samples.length);
+    main.dataset.history = String(samples.filter((s) => kept.has(s)).length);
+    main.dataset.from = samples.length ? String(samples[0].time) : "";
     if (!samples.length) return;
     for (const spec of CHARTS) drawChart(spec);
     drawTotals();
@@ -281,7 +294,7 @@
 
   // Counters only grow while the gateway runs, so a smaller total means it restarted.
   // (Not "started": under gunicorn it can differ between the workers answering.)
-  function add(snapshot) {
+  function add(snapshot, fromHistory) {
     const total = (s) => num(s.requests && s.requests.total);
     const last = samples[samples.length - 1];
     if (last && total(snapshot) < total(last)) {
@@ -290,7 +303,16 @@
       return;
     }
     samples.push(snapshot);
+    if (fromHistory) kept.add(snapshot);
     while (samples.length > 2 && snapshot.time - samples[0].time > KEEP_S) samples.shift();
+  }
+
+  // The gateway's history newer than what this tab holds, then the snapshot of now.
+  function take(answer) {
+    const history = Array.isArray(answer.history) ? answer.history : [];
+    delete answer.history;
+    for (const snapshot of history) add(snapshot, true);
+    add(answer, false);
   }
 
   function setState(state, text) {
@@ -305,12 +327,16 @@
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), FETCH_TIMEOUT_MS);
     try {
-      const response = await fetch("status.json", { cache: "no-store", signal: abort.signal });
+      const since = samples.length ? samples[samples.length - 1].time : 0;
+      const url = `status.json?since=${encodeURIComponent(since)}`;
+      const response = await fetch(url, { cache: "no-store", signal: abort.signal });
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
-      add(await response.json());
+      const answer = await response.json();
+      take(answer);
       const s = samples[samples.length - 1];
       setState("live", `live · ${clock(s.time)} · up ${duration(Math.max(0, s.time - s.started))}`);
       render();
+      document.dispatchEvent(new CustomEvent("llmgate:status", { detail: answer }));
     } catch (err) {
       const since = samples.length ? ` since ${clock(samples[samples.length - 1].time)}` : "";
       setState("error", `no answer from status.json${since} (${err.message || err}); retrying`);

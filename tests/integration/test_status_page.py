@@ -13,19 +13,13 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import math
-import os
 import re
-import select
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
-from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 import urllib3
@@ -38,22 +32,11 @@ from app.routes import register_error_handlers
 from app.statuspage import status_page
 from tests.conftest import ROOT, require_binary
 from tests.integration.sse_reader import chat
+from tests.support.chromium import CHROMIUM_FLAGS, DevTools, parse_page
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 DASHBOARD = ROOT / "deploy" / "grafana" / "llmgate-dashboard.json"
 PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1280,800",
-]
-CHARTS = ["ttft", "latency", "rps", "errors", "cache", "streams", "pool", "activity"]
 AUTH = {"Authorization": "Bearer sk-status-page"}
 
 # What the dashboard may query: app/metrics.py's names (histograms by their base name) and
@@ -407,129 +390,3 @@ class Traffic:
                 self._stop.wait(0.05)
         except BaseException as exc:  # reported by the test, not as a thread warning
             self.error = exc
-
-
-# -- Chromium helpers ------------------------------------------------------------------------
-
-
-class Page:
-    def __init__(self) -> None:
-        self.samples = -1
-        self.state = ""
-        self.charts: dict[str, dict[str, str]] = {}
-
-    def __repr__(self) -> str:
-        return f"Page(samples={self.samples}, state={self.state!r}, charts={self.charts})"
-
-
-def parse_page(html: str) -> Page:
-    """The data attributes of the charts, the sample count and the connection state."""
-    page = Page()
-
-    class Parser(HTMLParser):
-        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-            a = {k: v or "" for k, v in attrs}
-            if "chart" in a.get("class", "").split():
-                page.charts[a["id"].removeprefix("chart-")] = a
-            elif a.get("id") == "charts":
-                page.samples = int(a["data-samples"])
-            elif a.get("id") == "state":
-                page.state = a["data-state"]
-
-    Parser().feed(html)
-    assert sorted(page.charts) == sorted(CHARTS), page
-    return page
-
-
-class DevTools:
-    """Just enough of the Chrome DevTools protocol over ``--remote-debugging-pipe``:
-    JSON messages ending in NUL; Chromium reads them on fd 3 and writes on fd 4."""
-
-    def __init__(self, argv: list[str], *, log: Path) -> None:
-        self.argv = argv
-        self.log_path = log
-        self._next_id = 0
-        self._buffer = b""
-
-    def __enter__(self) -> DevTools:
-        to_chrome, self._writer = os.pipe()
-        self._reader, from_chrome = os.pipe()
-        # bash moves our pipe ends to the fds Chromium expects (dash takes only fds 0-9).
-        script = f'exec "$@" --remote-debugging-pipe 3<&{to_chrome} 4>&{from_chrome}'
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            ["bash", "-c", script, "bash", *self.argv],
-            pass_fds=(to_chrome, from_chrome),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=self._log,
-        )
-        os.close(to_chrome)
-        os.close(from_chrome)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with contextlib.suppress(OSError, RuntimeError, TimeoutError):
-            self.call("Browser.close", timeout=5)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self._writer)
-        os.close(self._reader)
-        self._log.close()
-
-    def call(self, method: str, session: str | None = None, timeout: float = 30, **params):
-        self._next_id += 1
-        message: dict = {"id": self._next_id, "method": method, "params": params}
-        if session:
-            message["sessionId"] = session
-        os.write(self._writer, json.dumps(message).encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        while True:
-            reply = self._receive(deadline, method)
-            if reply.get("id") == self._next_id:  # anything else is an event: not needed
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error']}")
-                return reply.get("result", {})
-
-    def _receive(self, deadline: float, method: str) -> dict:
-        while b"\0" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._reader], [], [], left)[0]:
-                raise TimeoutError(f"chromium did not answer {method}")
-            chunk = os.read(self._reader, 1 << 20)
-            if not chunk:
-                raise RuntimeError(f"chromium exited (status {self.proc.poll()}) during {method}")
-            self._buffer += chunk
-        message, self._buffer = self._buffer.split(b"\0", 1)
-        return json.loads(message)
-
-    def open(self, url: str, *, width: int, height: int) -> str:
-        """A new tab at ``url`` with a ``width`` x ``height`` viewport; its session id."""
-        target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        self.call(
-            "Emulation.setDeviceMetricsOverride",
-            session,
-            width=width,
-            height=height,
-            deviceScaleFactor=1,
-            mobile=False,
-        )
-        self.call("Page.navigate", session, url=url)
-        return session
-
-    def evaluate(self, session: str, expression: str):
-        result = self.call("Runtime.evaluate", session, expression=expression, returnByValue=True)
-        if "exceptionDetails" in result:
-            raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def wait_for(self, session: str, expression: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.evaluate(session, f"!!({expression})"):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"page never satisfied {expression}")
-            time.sleep(0.25)
