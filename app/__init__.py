@@ -10,7 +10,8 @@ Layers, imports flow downwards only:
                    lifecycle.py
     adapters       upstream.py, pools.py, cache/{memory,     the only owners of sockets and
                    memcached,tiered,discovery}.py,           clients
-                   metrics.py, health.py, otel.py, timers.py
+                   metrics.py, health.py, otel.py, outbox.py,
+                   timers.py
     pure           config.py, errors.py, sse.py, schema.py,  stdlib only, no I/O
                    headers.py, policy.py, keys.py, calls.py,
                    admission.py, budget.py, jsonedit.py, streams.py,

@@ -35,6 +35,11 @@ print(sorted({m.split(".")[0] for m in sys.modules} & {"opentelemetry", "google"
 
 
 def _run(**env: str) -> str:
+    return _python(_USE_THE_GATEWAY, **env)
+
+
+def _python(script: str, **env: str) -> str:
+    """The last line ``script`` printed, run by a fresh interpreter with ``env``."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("LLMGATE_", "OTEL_"))}
     environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     environ.update(
@@ -44,7 +49,7 @@ def _run(**env: str) -> str:
         **env,
     )
     out = subprocess.run(
-        [sys.executable, "-c", _USE_THE_GATEWAY],
+        [sys.executable, "-c", script],
         env=environ,
         cwd=ROOT,
         capture_output=True,
@@ -66,6 +71,54 @@ def test_without_an_endpoint_the_gateway_never_imports_opentelemetry() -> None:
         )
         == "['google', 'opentelemetry']"
     )
+
+
+# -- on: the export runs off the worker's loop ---------------------------------------------
+
+_EXPORT_UNDER_GEVENT = """
+from gevent import monkey
+monkey.patch_all()
+import time
+import gevent
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from app.config import Settings
+from app.otel import build_tracer
+
+class Busy(SpanExporter):
+    # Holds the CPU for a second per export, as encoding a huge batch would.
+    def __init__(self):
+        self.runs = []
+    def export(self, spans):
+        began = time.perf_counter()
+        while time.perf_counter() - began < 1.0:
+            pass
+        self.runs.append((began, time.perf_counter()))
+        return SpanExportResult.SUCCESS
+
+exporter = Busy()
+tracer = build_tracer(Settings(otel_endpoint="http://127.0.0.1:9/v1/traces"), exporter)
+ticks = []
+def tick():
+    while True:
+        ticks.append(time.perf_counter())
+        gevent.sleep(0.01)
+gevent.spawn(tick)
+gevent.sleep(0.05)
+tracer.request("chat m", [], start=time.monotonic(), attributes={}).end()
+while not exporter.runs:
+    gevent.sleep(0.05)
+began, ended = exporter.runs[0]
+print(sum(began < t < ended for t in ticks))
+"""
+
+
+def test_the_export_runs_off_the_gevent_loop() -> None:
+    """A greenlet ticking every 10 ms keeps ticking while an export burns a second of CPU:
+    the export runs in a thread of its own, which takes the GIL in turns with the loop. On
+    the loop (the SDK's BatchSpanProcessor, whose thread is a greenlet under gevent, or its
+    SimpleSpanProcessor, which exports inside ``span.end()``) the ticker would stop."""
+    ticks = int(_python(_EXPORT_UNDER_GEVENT, OTEL_BSP_SCHEDULE_DELAY="20"))
+    assert ticks >= 20, ticks  # ~50-100 when the loop runs; 0 when the export holds it
 
 
 # -- on: each attempt its own span ---------------------------------------------------------
