@@ -9,8 +9,9 @@ delays every request of the worker. The thread here is started with the unpatche
 ``popleft`` are atomic) and two unpatched locks: a doorbell the greenlets ring when a batch
 is full, and ``done``, released when the thread has finished. A patched socket the sender
 opens in that thread waits on a gevent hub of the thread's own (gevent makes one per thread
-that blocks), never on the worker's. The thread still takes the GIL to run: a busy sender
-costs the loop at most a switch interval (5 ms) each time it wants to run.
+that blocks), never on the worker's. The thread still takes the GIL to run: each time the
+loop wakes while the sender is busy, it waits up to Python's switch interval for the GIL,
+5 ms by default, which an outbox lowers to ``SWITCH_INTERVAL_S`` for the whole process.
 
 When the outbox holds ``capacity`` items, ``put`` refuses the next one (False: the caller
 counts it) rather than wait. ``close`` sends what is queued, waiting at most its timeout:
@@ -20,6 +21,7 @@ a sender stuck on a collector that never answers is left behind, not waited for.
 from __future__ import annotations
 
 import logging
+import sys
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
@@ -30,6 +32,10 @@ from gevent.monkey import get_original
 T = TypeVar("T")
 _allocate_lock, _start_new_thread = get_original("_thread", ["allocate_lock", "start_new_thread"])
 _log = logging.getLogger(__name__)
+# A request woken while the sender encodes waits this long at most for the GIL, each time it
+# wakes (a call wakes a few times). At Python's 5 ms a working collector's batches added
+# tens of ms to a call's p99.9 (bench/trace_latency.py).
+SWITCH_INTERVAL_S = 0.0005
 
 
 class Outbox(Generic[T]):
@@ -43,7 +49,8 @@ class Outbox(Generic[T]):
         on_close: Callable[[], object] = lambda: None,
     ) -> None:
         """``send(items)`` runs in the outbox's thread, at most ``batch`` items a call, every
-        ``interval_s`` or as soon as a batch is full; ``on_close()`` runs there last."""
+        ``interval_s`` or as soon as a batch is full; ``on_close()`` runs there last. The
+        list is lent: the outbox empties it once ``send`` returns (the items stay whole)."""
         self._send = send
         self._on_close = on_close
         self._capacity = capacity
@@ -56,6 +63,7 @@ class Outbox(Generic[T]):
         self._doorbell.acquire()
         self._done = _allocate_lock()
         self._done.acquire()
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         _start_new_thread(self._run, ())
 
     def put(self, item: T) -> bool:
@@ -100,3 +108,7 @@ class Outbox(Generic[T]):
                 self._send(batch)
             except Exception:  # one failed batch is lost, the next ones still go
                 _log.exception("outbox: sending a batch of %d failed", len(batch))
+            # A failed send leaves a reference cycle (its exception, the frames of its
+            # traceback, their locals: this list). Emptied, the items are freed now, not by
+            # the next full collection, which would stop the worker while it frees them.
+            batch.clear()

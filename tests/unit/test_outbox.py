@@ -5,10 +5,13 @@ below block on events the test sets, so the counts, not the timings, are checked
 
 from __future__ import annotations
 
+import gc
+import sys
 import threading
 import time
+import weakref
 
-from app.outbox import Outbox
+from app.outbox import SWITCH_INTERVAL_S, Outbox
 
 
 class Sender:
@@ -28,7 +31,7 @@ class Sender:
         if self.fail_first:
             self.fail_first = False
             raise RuntimeError("the collector said no")
-        self.batches.append(batch)
+        self.batches.append(list(batch))  # the outbox empties the list it lent
 
     def close(self) -> None:
         self.closed_in = threading.get_ident()
@@ -100,6 +103,48 @@ def test_a_failed_batch_loses_only_itself() -> None:
         outbox.put(i)
     assert outbox.close(10)
     assert sender.sent == [2, 3, 4, 5]
+
+
+class Item:
+    """An item a weak reference can follow."""
+
+
+def test_a_failed_batch_is_freed_without_waiting_for_the_garbage_collector() -> None:
+    """A failed export leaves a reference cycle (its exception, the traceback's frames,
+    their locals, the batch among them); emptied, the batch's items go at once, not at the
+    next full collection, which would walk them and stop the worker meanwhile."""
+
+    def send(batch: list[Item]) -> None:
+        try:
+            raise ConnectionError("refused")
+        except ConnectionError as exc:
+            error = exc  # kept in this frame: exception -> traceback -> frame -> error
+        raise error
+
+    items = [Item() for _ in range(3)]
+    alive = [weakref.ref(item) for item in items]
+    gc.disable()
+    try:
+        outbox = Outbox(send, capacity=10, batch=3, interval_s=60)
+        for item in items:
+            outbox.put(item)
+        del items, item
+        assert outbox.close(10)
+        assert [ref() for ref in alive] == [None, None, None]
+    finally:
+        gc.enable()
+
+
+def test_an_outbox_bounds_the_loops_wait_for_the_gil() -> None:
+    """While the sender runs, the loop waits at most the switch interval for the GIL each
+    time it wakes: an outbox lowers Python's 5 ms for the process."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        _outbox(Sender()).close(10)
+        assert sys.getswitchinterval() <= SWITCH_INTERVAL_S <= 0.001
+    finally:
+        sys.setswitchinterval(before)
 
 
 def _wait_for(condition, timeout: float = 10.0) -> None:
