@@ -11,8 +11,8 @@ Layers, imports flow downwards only:
                    lifecycle.py
     adapters       upstream.py, pools.py, cache/{memory,     the only owners of sockets and
                    memcached,tiered,discovery}.py,           clients
-                   metrics.py, health.py, otel.py, timers.py,
-                   history.py
+                   metrics.py, health.py, otel.py, outbox.py,
+                   timers.py, history.py
     pure           config.py, errors.py, schema.py,          stdlib and llmgate_wire only,
                    headers.py, policy.py, keys.py, calls.py, no I/O
                    admission.py, budget.py, logmemory.py, jsonedit.py,

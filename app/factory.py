@@ -49,7 +49,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
         build_answer_cache(settings, metrics),
         metrics,
         build_access(settings, metrics, prices),
-        build_tracer(settings),
+        build_tracer(settings, metrics),
         prices,
     )
     # This worker's admission limits (app/admission.py), taken by each API call's ticket.
@@ -123,14 +123,14 @@ def start_history(settings: Settings, metrics: Metrics) -> History | None:
     return history
 
 
-def build_tracer(settings: Settings) -> Tracer | None:
+def build_tracer(settings: Settings, metrics: Metrics) -> Tracer | None:
     """Traces over OTLP/HTTP when LLMGATE_OTEL_ENDPOINT is set; otherwise None, and
     OpenTelemetry is never imported (app/tracing.py)."""
     if not settings.otel_endpoint:
         return None
     from app.otel import build_tracer as otel_tracer
 
-    return otel_tracer(settings)
+    return otel_tracer(settings, on_drop=metrics.trace_spans_dropped.inc)
 
 
 def breaker_policy(settings: Settings) -> BreakerPolicy:

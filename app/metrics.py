@@ -229,6 +229,12 @@ class Metrics:
         for kind in KINDS:
             self.admission_rejected.labels(kind)
             self.admission_in_flight.labels(kind)
+        self.trace_spans_dropped = Counter(
+            "llmgate_trace_spans_dropped_total",
+            "Ended spans dropped, never exported, because the worker's export queue was full "
+            "(OTEL_BSP_MAX_QUEUE_SIZE): a collector slower than the traffic, or none.",
+            registry=reg,
+        )
         self.heartbeats = Counter(
             "llmgate_heartbeats_total", "`: ping` comments sent on idle streams.", registry=reg
         )

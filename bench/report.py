@@ -44,8 +44,9 @@ from typing import Any
 # Report order. overhead, memory, cache: the relay's cost against direct and nginx-only,
 # memory per open stream, cache hits;
 # capacity/http2: open streams through `make run`'s shape and HTTP/2 at nginx;
-# seed: the seed table over TLS and a WAN round trip.
-MODULES = ("overhead", "memory", "cache", "capacity", "http2", "seed")
+# seed: the seed table over TLS and a WAN round trip;
+# trace_latency: the tail of a call with traces on, the collector working, silent or absent.
+MODULES = ("overhead", "memory", "cache", "capacity", "http2", "seed", "trace_latency")
 
 Cell = str | int | float | None
 

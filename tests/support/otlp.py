@@ -3,15 +3,21 @@
 It takes ``POST /v1/traces`` with a protobuf ``ExportTraceServiceRequest`` (parsed with
 opentelemetry-proto's own classes, not the gateway's code), answers an empty
 ``ExportTraceServiceResponse`` and keeps every span as a plain ``Span`` value. With
-``keep=False`` it only counts them (a benchmark's sink).
+``keep=False`` it only counts them (a benchmark's sink), and parses a body only when its
+count is asked for: a collector runs elsewhere, not on the cores of the gateway it measures.
+
+``BlackHole`` is the collector that never answers: it accepts connections and reads what
+they send, and that is all.
 """
 
 from __future__ import annotations
 
 import gzip
+import socket
 import threading
 import time
 import zlib
+from contextlib import suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -94,7 +100,8 @@ class OtlpReceiver:
         self.keep = keep
         self.spans: list[Span] = []
         self.exports = 0
-        self.span_count = 0
+        self._count = 0
+        self._unparsed: list[bytes] = []
         self._lock = threading.Lock()
         receiver = self
 
@@ -110,7 +117,7 @@ class OtlpReceiver:
                     body = zlib.decompress(body)
                 status = 200 if self.path == "/v1/traces" else 404
                 if status == 200:
-                    receiver._take(parse(body))
+                    receiver._take(body)
                 answer = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -126,12 +133,22 @@ class OtlpReceiver:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def _take(self, spans: list[Span]) -> None:
+    def _take(self, body: bytes) -> None:
+        spans = parse(body) if self.keep else []
         with self._lock:
             self.exports += 1
-            self.span_count += len(spans)
-            if self.keep:
-                self.spans.extend(spans)
+            self._count += len(spans)
+            self.spans.extend(spans)
+            if not self.keep:
+                self._unparsed.append(body)
+
+    @property
+    def span_count(self) -> int:
+        """Spans received so far."""
+        with self._lock:
+            bodies, self._unparsed = self._unparsed, []
+            self._count += sum(len(parse(body)) for body in bodies)
+            return self._count
 
     def trace(self, trace_id: str) -> list[Span]:
         with self._lock:
@@ -153,3 +170,47 @@ class OtlpReceiver:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class BlackHole:
+    """``with BlackHole() as hole:`` a listener at ``hole.url`` that accepts, reads and
+    never answers; ``hole.connections`` and ``hole.received`` (bytes) count what came."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1/traces"
+        self.connections = 0
+        self.received = 0
+        self._held: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:  # closed by __exit__
+                return
+            with self._lock:
+                self.connections += 1
+                self._held.append(conn)
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        try:
+            while data := conn.recv(65536):
+                with self._lock:
+                    self.received += len(data)
+        except OSError:
+            pass
+
+    def __enter__(self) -> BlackHole:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # shutdown() first: close() alone would not wake a thread blocked in accept or recv.
+        with self._lock:
+            for sock in [self._listener, *self._held]:
+                with suppress(OSError):  # already shut by its peer
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
