@@ -15,6 +15,7 @@ import uuid
 
 import urllib3
 
+from runner.drain import drain
 from tests.support.otlp import BlackHole, OtlpReceiver
 
 SPANS_PER_CALL = 3
@@ -63,7 +64,7 @@ def test_a_black_holed_collector_holds_no_call_and_no_exit(make_stack) -> None:
         ended = calls * SPANS_PER_CALL
         assert ended - QUEUE - BATCH <= dropped <= ended - QUEUE - 1, dropped
         began = time.monotonic()
-        gw.stack.drain(timeout=120)
+        drain(gw.stack, grace_s=120, delay_s=0, say=lambda _: None)
         took = time.monotonic() - began
     assert took < EXIT_BOUND_S, took
 
@@ -78,7 +79,7 @@ def test_a_stopping_worker_sends_the_spans_it_holds(make_stack) -> None:
         _embed(gw, "flushed at exit", {"traceparent": traceparent})
         assert receiver.trace(trace_id) == []  # still queued in the worker
         began = time.monotonic()
-        gw.stack.drain(timeout=120)
+        drain(gw.stack, grace_s=120, delay_s=0, say=lambda _: None)
         took = time.monotonic() - began
         spans = receiver.wait_for(trace_id, SPANS_PER_CALL, timeout=5)
     assert sorted(s.kind for s in spans) == ["client", "internal", "server"]
