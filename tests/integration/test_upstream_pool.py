@@ -160,10 +160,13 @@ def test_a_worker_opens_spare_connections_ahead_of_a_busier_moment(make_stack) -
     http = urllib3.PoolManager(maxsize=40, retries=False)
     gw.sim_reset()
     assert set(round_of_streams(gw, http, 10)) == {200}
-    # 10 streams at once, each needing a connection: spares were opened behind them.
+    # 10 streams at once, each needing a connection: spares were opened behind them. A
+    # spare opened while the burst was still arriving is taken by a later caller of it (that
+    # is what it is for), so the round may end with none left over: the metric below counts
+    # them either way.
     stats = gw.sim_stats()
     opened = stats["connections_accepted"]
-    assert 10 < opened <= 15, stats  # at most half the connections in use, on top
+    assert 10 <= opened <= 15, stats  # at most half the connections in use, on top
     assert stats["connections_open"] == opened  # all kept
     # The worker's own counts agree: every connection the simulator saw, of which the spares
     # are those no call opened on its way (one each at most).
