@@ -177,12 +177,14 @@ def upstream_producer(
                 _publish(flight, head, events)
                 last, ended = _last_event(events, last), not chunk
             if limit is not None:
-                upstream.broken(resp)  # a malformed stream: the attempt failed
-                raise _too_large(limit)
+                too_large = _too_large(limit)
+                upstream.broken(resp, too_large)  # a malformed stream: the attempt failed
+                raise too_large
             if end is not None and not _ends(end, last):
                 # Cut short with a clean close (a body delimited by the connection's end):
                 # relay() tells each caller; the upstream's attempt failed.
-                upstream.broken(resp)
+                cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
+                upstream.broken(resp, cut)
             if flight.head is None:
                 flight.publish_head(head)
             resp.raw.release_conn()

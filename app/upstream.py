@@ -93,6 +93,7 @@ class UpstreamResponse:
     # records it, the attempt is pending; ``ended``: the body was read to its end.
     pending: bool = False
     probe: bool = False  # the attempt is its upstream's half-open probe (app/breaker.py)
+    failure: str | None = None  # the error type when it broke after its headers (its span's)
     ended: bool = False
     span: Span | None = None  # the attempt's span, ended when the exchange is done
     idle_timer: Alarm | None = None  # armed again for each read (Upstream.read_chunk)
@@ -226,7 +227,7 @@ class Upstream:
             self._judge(resp, OK if resp.ended else CANCELLED)
             self._pool_changed(-1)
             if resp.span is not None:
-                resp.span.end(error=_status_error(resp.status))
+                resp.span.end(error=resp.failure or _status_error(resp.status))
 
     def policy(self, req: UpstreamRequest | None = None) -> RetryPolicy:
         """LLMGATE_RETRIES and the backoff settings; for a caller that is itself retrying
@@ -348,9 +349,12 @@ class Upstream:
             raw, attempts, upstream=spec.name, span=span, pending=pending, probe=probe
         )
 
-    def broken(self, resp: UpstreamResponse) -> None:
+    def broken(self, resp: UpstreamResponse, error: GatewayError) -> None:
         """What the upstream sent after its headers cannot be relayed (a malformed stream,
-        one cut short): its attempt failed. Once: a pending attempt only."""
+        one cut short): its attempt failed, and its span says with what. Once: a pending
+        attempt only."""
+        if resp.pending:
+            resp.failure = tracing.error_type(error)
         self._judge(resp, FAILED)
 
     def hedge_delay(self, spec: UpstreamSpec) -> float | None:
@@ -536,16 +540,14 @@ class Upstream:
             phase, reported = "deadline", s.deadline_s
             timer = Alarm(remaining)
         else:
-            self._broke_off(resp)
-            raise UpstreamTimeout("deadline", s.deadline_s)
+            raise self._broke_off(resp, UpstreamTimeout("deadline", s.deadline_s))
         timer.arm()
         try:
             chunk = resp.read1(pools.READ_SIZE)
         except Alarm as exc:
             if exc is not timer:
                 raise
-            self._broke_off(resp)
-            raise UpstreamTimeout(phase, reported) from None
+            raise self._broke_off(resp, UpstreamTimeout(phase, reported)) from None
         except (
             ProtocolError,
             ReadTimeoutError,
@@ -553,8 +555,8 @@ class Upstream:
             HTTPError,
             http.client.HTTPException,
         ) as exc:
-            self._broke_off(resp)
-            raise UpstreamReset(f"Upstream broke off the response: {reason(exc)}.") from None
+            reset = UpstreamReset(f"Upstream broke off the response: {reason(exc)}.")
+            raise self._broke_off(resp, reset) from None
         finally:
             timer.disarm()
             if timer is not resp.idle_timer:
@@ -562,10 +564,12 @@ class Upstream:
         resp.ended = not chunk
         return chunk
 
-    def _broke_off(self, resp: UpstreamResponse) -> None:
-        """A read failed (a reset, a timeout): the attempt failed, its connection is dropped."""
+    def _broke_off(self, resp: UpstreamResponse, error: GatewayError) -> GatewayError:
+        """A read failed (a reset, a timeout): the attempt failed, its connection is dropped.
+        The error, for the caller to raise."""
         resp.close()
-        self.broken(resp)
+        self.broken(resp, error)
+        return error
 
     def read_all(self, resp: UpstreamResponse, deadline: Deadline, limit: int) -> bytes:
         parts: list[bytes] = []
@@ -574,8 +578,9 @@ class Upstream:
             parts.append(chunk)
             size += len(chunk)
             if size > limit:
-                self._broke_off(resp)
-                raise UpstreamError(f"Upstream response exceeds {limit} bytes.")
+                raise self._broke_off(
+                    resp, UpstreamError(f"Upstream response exceeds {limit} bytes.")
+                )
         resp.raw.release_conn()
         return b"".join(parts)
 
