@@ -1,4 +1,5 @@
-"""Non-stream latency with traces off and on, whatever the collector does.
+"""Non-stream latency with traces off and on, whatever the collector does, and how sure the
+difference is.
 
 Four stacks side by side, each nginx -> gunicorn (2 gevent workers) -> its simulator
 (answering at once), no Memcached, the same non-stream chat call through each:
@@ -13,17 +14,26 @@ Four stacks side by side, each nginx -> gunicorn (2 gevent workers) -> its simul
 The exporter's defaults apply (a batch every 5 s or at 512 spans, 2,048 queued at most,
 10 s per export). bench/loadgen.py's callers (raw sockets, one keep-alive connection each,
 the next call as soon as the last answer ended) send the calls, four at a time: about two
-per worker, so that what holds a worker (an export on its loop, a garbage collection, a wait
-for the GIL) holds a call or two, and shows in the tail instead of hiding behind the
-queueing of a busier load. 32 rounds of 500 calls go through the four stacks in turn, in a
-rotating order, so that drift on a shared machine hits all alike. Per setup: p50, p99,
-p99.9 and max, the p99.9 added to the off stack's, the spans the receiver took and those the
-workers dropped (llmgate_trace_spans_dropped_total), the share of the cores other processes
-used.
+per worker, so that what holds a worker (a garbage collection, a wait for the GIL) holds a
+call or two, and shows in the tail instead of hiding behind the queueing of a busier load.
+
+What is compared is each setup's p99.9 minus off's, with a 95 % interval (bench/tail_stats.py):
+- rounds of 50 calls go through the four stacks in turn (a *rotation*, a fraction of a
+  second), in a rotating order, so that what else the machine does falls on all four alike;
+- a rotation during which other processes used more than ``QUIET`` of the cores is left out
+  of all four (the tail measured is the gateway's, not a neighbour's test run); how many
+  were kept is reported, and the black hole's figure over every rotation too;
+- the stacks are started afresh for each of several *sessions* (what one set of processes
+  happens to be stays with it for its life), and the bootstrap resamples sessions, then
+  blocks of rotations within each.
+Each session measures for a fixed time, so the run's length is known (about 14 minutes) and
+its number of calls is not. The smoke run (`make bench-smoke`) takes one short session and
+keeps every rotation.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -37,17 +47,19 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import loadgen, machine, proctree
-from bench.loadgen import pct
 from bench.report import Cell, Config, Section
+from bench.tail_stats import Interval, Rotation, difference, quantile
 from runner.procs import free_port
 from runner.stack import Stack, StackOptions
 from tests.support.otlp import BlackHole
 
 SETUPS = ("off", "collector", "black hole", "none")
-COLUMNS = ["setup", "calls", "errors", "p50", "p99", "p99.9", "max", "+p99.9",
-           "spans exported", "spans dropped", "others % cores"]  # fmt: skip
+COLUMNS = ["setup", "calls", "errors", "p50", "p99", "p99.9", "max", "+p99.9", "low", "high",
+           "spans exported", "spans dropped"]  # fmt: skip
 CALL = {"model": "sim-model", "messages": [{"role": "user", "content": "bench"}], "max_tokens": 16}
 DROPPED = "llmgate_trace_spans_dropped_total"
+QUIET = 0.10  # at most this share of all cores used by other processes during a rotation
+TARGET_MS = 2.0  # issue 20: the black hole's p99.9 at most this much above off's
 # The receiver, in a process of its own: prints its URL, then a span count per line read.
 SINK = """
 import sys
@@ -59,10 +71,12 @@ with OtlpReceiver(keep=False) as sink:
 """
 
 
-def sizes(smoke: bool) -> dict[str, int]:
+def sizes(smoke: bool) -> dict[str, float]:
     if smoke:
-        return {"callers": 2, "rounds": 1, "per_round": 40, "warm": 20}
-    return {"callers": 4, "rounds": 32, "per_round": 500, "warm": 500}
+        return {"callers": 2, "sessions": 1, "session_s": 0, "min_rotations": 3, "per_round": 20,
+                "warm": 20, "quiet": 1.0, "block": 10, "resamples": 100}  # fmt: skip
+    return {"callers": 4, "sessions": 5, "session_s": 135, "min_rotations": 0, "per_round": 50,
+            "warm": 500, "quiet": QUIET, "block": 10, "resamples": 1000}  # fmt: skip
 
 
 class Sink:
@@ -84,8 +98,8 @@ class Sink:
         self.proc.wait(10)
 
 
-def dropped(stack: Stack) -> int | None:
-    """The stack's dropped spans, from its /metrics (None: no such metric)."""
+def dropped(stack: Stack) -> int:
+    """The stack's dropped spans, from its /metrics (0: no such metric yet)."""
     with urllib.request.urlopen(stack.url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
     found = [
@@ -94,48 +108,55 @@ def dropped(stack: Stack) -> int | None:
         for sample in family.samples
         if sample.name == DROPPED
     ]
-    return round(sum(found)) if found else None
+    return round(sum(found))
 
 
 class Runs:
-    """Every round's answers of each setup, and how busy other processes kept the cores."""
+    """Every session's rotations, the share of the cores other processes used during each,
+    and the counts beside the latencies."""
 
-    def __init__(self, ours: list[int]) -> None:
-        self.ours = ours
-        self.totals: dict[str, list[float]] = {s: [] for s in SETUPS}
+    def __init__(self) -> None:
+        self.sessions: list[list[Rotation]] = []
+        self.others: list[list[float]] = []
         self.errors: dict[str, int] = dict.fromkeys(SETUPS, 0)
-        self.others: dict[str, list[tuple[float, float]]] = {s: [] for s in SETUPS}
+        self.dropped: dict[str, int] = dict.fromkeys(SETUPS, 0)
+        self.exported = 0
 
-    def run(self, setup: str, url: str, request: bytes, callers: int, count: int) -> None:
-        host, port = url.removeprefix("http://").split(":")
-        others = machine.Others(self.ours)
-        got = loadgen.run(host, int(port), request, callers, count)
-        self.others[setup].append((others.share(), got.wall))
-        self.totals[setup] += got.total
-        self.errors[setup] += len(got.errors)
-
-    def others_share(self, setup: str) -> float:
-        """Wall-time weighted mean over the setup's rounds."""
-        pairs = self.others[setup]
-        wall = sum(w for _, w in pairs)
-        return sum(s * w for s, w in pairs) / wall if wall else 0.0
+    def kept(self, quiet: float) -> list[list[Rotation]]:
+        return [
+            [r for r, share in zip(rotations, others, strict=True) if share <= quiet]
+            for rotations, others in zip(self.sessions, self.others, strict=True)
+        ]
 
 
 def run(cfg: Config) -> Section:
     size = sizes(cfg.smoke)
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-bench-trace-"))
     sink, hole = Sink(), BlackHole().__enter__()
-    endpoints = {
-        "off": "",
-        "collector": sink.url,
-        "black hole": hole.url,
-        "none": f"http://127.0.0.1:{free_port()}/v1/traces",
-    }
+    runs = Runs()
+    try:
+        for index in range(int(size["sessions"])):
+            session(cfg, size, runs, run_dir / f"session-{index}", (sink, hole.url), index)
+        return section(size, runs)
+    finally:
+        hole.__exit__(None, None, None)
+        sink.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def session(
+    cfg: Config, size: dict[str, float], runs: Runs, run_dir: Path, sinks: tuple[Sink, str],
+    index: int,
+) -> None:  # fmt: skip
+    """Fresh stacks, warmed up, then rotations until the session's time is up."""
+    sink, hole_url = sinks
+    endpoints = {"off": "", "collector": sink.url, "black hole": hole_url,
+                 "none": f"http://127.0.0.1:{free_port()}/v1/traces"}  # fmt: skip
     stacks: dict[str, Stack] = {}
     try:
-        cfg.progress("trace_latency: starting 4 stacks (off, collector, black hole, none)")
-        for setup, endpoint in endpoints.items():
-            env = {"LLMGATE_OTEL_ENDPOINT": endpoint} if endpoint else {}
+        cfg.progress(f"trace_latency: session {index + 1} of {size['sessions']:.0f}, 4 stacks")
+        for setup in SETUPS[index % 4 :] + SETUPS[: index % 4]:  # start order rotates too
+            env = {"LLMGATE_OTEL_ENDPOINT": endpoints[setup]} if endpoints[setup] else {}
             options = StackOptions(
                 run_dir=run_dir / setup.replace(" ", "-"),
                 memcached=False,
@@ -146,72 +167,120 @@ def run(cfg: Config) -> Section:
             stacks[setup] = Stack(options).start()
         procs = [proc.popen.pid for stack in stacks.values() for proc in stack.procs]
         ours = [os.getpid(), sink.proc.pid, *[pid for p in procs for pid in proctree.tree(p)]]
-        runs = Runs(ours)
         request = loadgen.request_bytes("/v1/chat/completions", CALL)
+        address = {s: stacks[s].url.removeprefix("http://").split(":") for s in SETUPS}
         for setup in SETUPS:  # pools, imports, the first batches
-            runs.run(setup, stacks[setup].url, request, size["callers"], size["warm"])
-        runs = Runs(runs.ours)  # the warm-up is not measured
+            loadgen.run(address[setup][0], int(address[setup][1]), request,
+                        int(size["callers"]), int(size["warm"]))  # fmt: skip
         if not cfg.smoke:
             time.sleep(6)  # the warm-up's last batch leaves within the 5 s schedule
         spans_before = sink.spans()
-        for index in range(size["rounds"]):
-            if index % 8 == 0:
-                cfg.progress(f"trace_latency: round {index + 1} of {size['rounds']}")
-            for setup in SETUPS[index % 4 :] + SETUPS[: index % 4]:
-                runs.run(setup, stacks[setup].url, request, size["callers"], size["per_round"])
+        rotations: list[Rotation] = []
+        others: list[float] = []
+        ends = time.monotonic() + size["session_s"]
+        while len(rotations) < size["min_rotations"] or time.monotonic() < ends:
+            order = SETUPS[len(rotations) % 4 :] + SETUPS[: len(rotations) % 4]
+            busy = machine.Others(ours)
+            rotation: Rotation = {}
+            for setup in order:
+                got = loadgen.run(address[setup][0], int(address[setup][1]), request,
+                                  int(size["callers"]), int(size["per_round"]))  # fmt: skip
+                rotation[setup] = got.total
+                runs.errors[setup] += len(got.errors)
+            rotations.append(rotation)
+            others.append(busy.share())
         if not cfg.smoke:
             time.sleep(6)  # the last batch leaves within the 5 s schedule
-        exported = sink.spans() - spans_before
-        return section(size, runs, exported, {s: dropped(stacks[s]) for s in SETUPS})
+        runs.sessions.append(rotations)
+        runs.others.append(others)
+        runs.exported += sink.spans() - spans_before
+        for setup in SETUPS:
+            runs.dropped[setup] += dropped(stacks[setup])
     finally:
         # In parallel: a worker of the black hole's or the refused stack waits 5 s at exit.
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(Stack.stop, stacks.values()))
-        hole.__exit__(None, None, None)
-        sink.stop()
-        shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def section(
-    size: dict[str, int], runs: Runs, exported: int, drops: dict[str, int | None]
-) -> Section:
-    off = pct(runs.totals["off"], 0.999)
+def section(size: dict[str, float], runs: Runs) -> Section:
+    kept = runs.kept(size["quiet"])
+    total = sum(len(s) for s in runs.sessions)
+    quiet = sum(len(s) for s in kept)
+    shares = [share for o in runs.others for share in o]
+    kept_shares = [share for share in shares if share <= size["quiet"]]
     rows: list[list[Cell]] = []
-    data: dict = {"settings": {**size, "workers": 2, "simulator": "--ttft-ms 0"}}
+    data: dict = {"settings": {**size, "workers": 2, "simulator": "--ttft-ms 0",
+                               "rotations": total, "rotations kept": quiet,
+                               "others % cores, kept": round(_mean(kept_shares) * 100, 1),
+                               "others % cores, all": round(_mean(shares) * 100, 1)}}  # fmt: skip
+    verdict = "no black hole row"
     for setup in SETUPS:
-        samples = runs.totals[setup]
-        p999 = pct(samples, 0.999)
-        row: list[Cell] = [
-            setup,
-            len(samples),
-            runs.errors[setup],
-            pct(samples, 0.5),
-            pct(samples, 0.99),
-            p999,
-            max(samples) * 1000 if samples else None,
-            p999 - off,
-            exported if setup == "collector" else None,
-            drops[setup],
-            runs.others_share(setup) * 100,
-        ]
+        samples = [t for s in kept for r in s for t in r[setup]]
+        row: list[Cell] = [setup, len(samples), runs.errors[setup], quantile(samples, 0.5),
+                           quantile(samples, 0.99), quantile(samples, 0.999),
+                           max(samples) * 1000 if samples else math.nan]  # fmt: skip
+        if setup == "off":
+            row += [None, None, None]
+        else:
+            got = difference(kept, setup, "off", block=int(size["block"]),
+                             resamples=int(size["resamples"]))  # fmt: skip
+            row += [got.point, got.low, got.high]
+            if setup == "black hole":
+                verdict = _verdict(got.low, got.high, size["quiet"] < 1)
+        row += [runs.exported if setup == "collector" else None, runs.dropped[setup]]
         rows.append(row)
         data[setup] = dict(zip(COLUMNS[1:], row[1:], strict=True))
+    everything = difference(runs.sessions, "black hole", "off", block=int(size["block"]),
+                            resamples=int(size["resamples"]))  # fmt: skip
+    data["black hole, every rotation"] = vars(everything)
+    data["black hole, each session"] = [_excess(s, "black hole") for s in kept]
+    data["verdict"] = verdict
     return Section(
         key="trace_latency",
         title="Tracing: non-stream latency with the collector working, black-holed or absent",
         columns=COLUMNS,
         rows=rows,
         data=data,
-        notes=[
-            "Latency in ms, from the request's first byte sent to the answer's last byte "
-            f"read, {size['callers']} callers in a closed loop through nginx and gunicorn "
-            "(2 workers), the simulator answering at once.",
-            "+p99.9: the setup's p99.9 minus the off stack's (issue 20's target for the black "
-            "hole: at most 2 ms). Spans exported: what the receiver took during the measured "
-            "rounds, two per call (the request and its upstream attempt); dropped: "
-            "llmgate_trace_spans_dropped_total, warm-up included (the black hole and the "
-            "refused port take none: their queues stay full).",
-            "others % cores: the share of all cores processes other than the benchmark's "
-            "own used during the setup's rounds; above a few percent its tail is noisy.",
-        ],
+        notes=_notes(size, quiet, total, verdict, everything),
     )
+
+
+def _excess(rotations: list[Rotation], setup: str) -> float:
+    """``setup``'s p99.9 minus off's over ``rotations``."""
+    p999 = [quantile([t for r in rotations for t in r[s]], 0.999) for s in (setup, "off")]
+    return p999[0] - p999[1]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def _verdict(low: float, high: float, judged: bool) -> str:
+    if not judged:
+        return "not judged (the smoke run's sizes mean nothing)"
+    if high <= TARGET_MS:
+        return "met: the whole interval is at most 2 ms"
+    if low > TARGET_MS:
+        return "not met: the whole interval is above 2 ms"
+    return "undecided: the interval holds 2 ms"
+
+
+def _notes(
+    size: dict[str, float], quiet: int, total: int, verdict: str, everything: Interval
+) -> list[str]:
+    point, low, high = everything.point, everything.low, everything.high
+    return [
+        "Latency in ms, from the request's first byte sent to the answer's last byte read, "
+        f"{size['callers']:.0f} callers in a closed loop through nginx and gunicorn (2 workers), "
+        "the simulator answering at once.",
+        f"Rotations kept: {quiet} of {total} (those during which other processes used at most "
+        f"{size['quiet']:.0%} of the cores); every number of the table is over them. "
+        f"{size['sessions']:.0f} session(s) of fresh stacks.",
+        "+p99.9: the setup's p99.9 minus off's; low, high: its 95 % interval (bootstrap over "
+        "sessions, then blocks of rotations, paired: bench/tail_stats.py).",
+        f"Issue 20's target, the black hole's +p99.9 at most {TARGET_MS:g} ms: {verdict}. "
+        f"Over every rotation, noisy ones too: {point:+.2f} ms [{low:+.2f}, {high:+.2f}].",
+        "Spans exported: what the receiver took during the measured rotations, two per call; "
+        "dropped: llmgate_trace_spans_dropped_total, warm-ups included (the black hole and "
+        "the refused port take none: their queues stay full).",
+    ]
