@@ -11,7 +11,9 @@ over ``requests``), so neither the encoding nor a slow, black-holed or absent co
 on the worker's gevent loop. Not the SDK's ``BatchSpanProcessor``: under gevent its thread is
 a greenlet on that loop. A full queue drops the span and counts it (``on_drop``): tracing
 never holds a request back. A queued span is a compact copy (``_compact``): few objects
-for the garbage collector to walk. The standard ``OTEL_BSP_SCHEDULE_DELAY`` / ``_MAX_QUEUE_SIZE`` /
+for the garbage collector to walk; a span the full queue refuses is not copied. After a failed
+export the next try is one span alone, a whole interval later (the outbox's rule): a
+collector that never answers costs one span's encoding per export timeout, not a batch's. The standard ``OTEL_BSP_SCHEDULE_DELAY`` / ``_MAX_QUEUE_SIZE`` /
 ``_MAX_EXPORT_BATCH_SIZE`` (batching), ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` / ``_TIMEOUT`` /
 ``_CERTIFICATE`` (the collector) and ``OTEL_TRACES_SAMPLER`` (default: parent-based, always
 on) variables apply. At the worker's exit what is queued is sent, waiting at most
@@ -33,7 +35,7 @@ from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -99,8 +101,9 @@ class ThreadExport(SpanProcessor):
     def __init__(self, exporter: SpanExporter, on_drop: Callable[[int], object]) -> None:
         capacity = _variable("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
         self._on_drop = on_drop
+        self._exporter = exporter
         self._outbox: Outbox[ReadableSpan] = Outbox(
-            exporter.export,
+            self._export,
             capacity=capacity,
             batch=min(capacity, _variable("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)),
             interval_s=_variable("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000,
@@ -108,9 +111,16 @@ class ThreadExport(SpanProcessor):
         )
 
     def on_end(self, span: ReadableSpan) -> None:
-        sampled = span.context is not None and span.context.trace_flags.sampled
-        if sampled and not self._outbox.put(_compact(span)):
+        if span.context is None or not span.context.trace_flags.sampled:
+            return
+        # A full queue (a collector that does not answer) refuses the span: no copy is made
+        # for it, which would only add to the garbage collector's work.
+        if not (self._outbox.has_room() and self._outbox.put(_compact(span))):
             self._on_drop(1)
+
+    def _export(self, spans: list[ReadableSpan]) -> bool:
+        """In the outbox's thread: True when the collector took the batch."""
+        return self._exporter.export(spans) is SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
         self._outbox.close(FLUSH_S)

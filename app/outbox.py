@@ -16,12 +16,19 @@ loop wakes while the sender is busy, it waits up to Python's switch interval for
 When the outbox holds ``capacity`` items, ``put`` refuses the next one (False: the caller
 counts it) rather than wait. ``close`` sends what is queued, waiting at most its timeout:
 a sender stuck on a collector that never answers is left behind, not waited for.
+
+After a failed send the thread waits the whole interval, then tries one item alone, and goes
+back to full batches once one went through. A collector that never answers then costs the
+encoding of one span per try instead of a batch's (512 spans, ~20 ms of CPU that the loop
+shares the GIL and the cores with, every export timeout), and one that refuses everything
+at once is not retried in a loop.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
@@ -41,7 +48,7 @@ SWITCH_INTERVAL_S = 0.0005
 class Outbox(Generic[T]):
     def __init__(
         self,
-        send: Callable[[list[T]], object],
+        send: Callable[[list[T]], bool],
         *,
         capacity: int,
         batch: int,
@@ -49,8 +56,10 @@ class Outbox(Generic[T]):
         on_close: Callable[[], object] = lambda: None,
     ) -> None:
         """``send(items)`` runs in the outbox's thread, at most ``batch`` items a call, every
-        ``interval_s`` or as soon as a batch is full; ``on_close()`` runs there last. The
-        list is lent: the outbox empties it once ``send`` returns (the items stay whole)."""
+        ``interval_s`` or as soon as a batch is full, and returns True when they were
+        delivered (False or an exception: they were not); ``on_close()`` runs there last.
+        The list is lent: the outbox empties it once ``send`` returns (the items stay
+        whole)."""
         self._send = send
         self._on_close = on_close
         self._capacity = capacity
@@ -58,6 +67,7 @@ class Outbox(Generic[T]):
         self._interval_s = interval_s
         self._items: deque[T] = deque()
         self._closing = False
+        self._failing = False  # the last send failed: wait, then one item alone
         # Both locks start taken: the thread waits on the doorbell, close() on done.
         self._doorbell = _allocate_lock()
         self._doorbell.acquire()
@@ -66,13 +76,20 @@ class Outbox(Generic[T]):
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         _start_new_thread(self._run, ())
 
+    def has_room(self) -> bool:
+        """Whether ``put`` would take an item now. Only ``put`` fills the outbox: for the
+        side that puts, a True holds until its next put."""
+        return not self._closing and len(self._items) < self._capacity
+
     def put(self, item: T) -> bool:
         """Queue ``item`` for the thread; False (not queued) when the outbox is full or
         closing. Never waits."""
         if self._closing or len(self._items) >= self._capacity:
             return False
         self._items.append(item)
-        if len(self._items) >= self._batch:
+        # Rung once, as a batch fills: the thread sends everything queued each time it wakes,
+        # and a failing thread, which waits its whole interval, is not woken by every put.
+        if len(self._items) == self._batch:
             self._ring()
         return True
 
@@ -92,7 +109,7 @@ class Outbox(Generic[T]):
         """The thread: wait for the doorbell or the interval, send everything queued."""
         try:
             while not self._closing:
-                self._doorbell.acquire(timeout=self._interval_s)
+                self._wait()
                 self._send_queued()
             self._send_queued()
             self._on_close()
@@ -101,14 +118,27 @@ class Outbox(Generic[T]):
         finally:
             self._done.release()
 
+    def _wait(self) -> None:
+        """For the doorbell or the interval; after a failed send, the whole interval (a full
+        batch does not cut it short) unless the outbox closes."""
+        ends = time.monotonic() + self._interval_s
+        while True:
+            rung = self._doorbell.acquire(timeout=max(0.0, ends - time.monotonic()))
+            if not (rung and self._failing) or self._closing:
+                return
+
     def _send_queued(self) -> None:
         while self._items:
-            batch = [self._items.popleft() for _ in range(min(self._batch, len(self._items)))]
+            size = 1 if self._failing else self._batch
+            batch = [self._items.popleft() for _ in range(min(size, len(self._items)))]
             try:
-                self._send(batch)
+                self._failing = self._send(batch) is not True
             except Exception:  # one failed batch is lost, the next ones still go
                 _log.exception("outbox: sending a batch of %d failed", len(batch))
+                self._failing = True
             # A failed send leaves a reference cycle (its exception, the frames of its
             # traceback, their locals: this list). Emptied, the items are freed now, not by
             # the next full collection, which would stop the worker while it frees them.
             batch.clear()
+            if self._failing and not self._closing:
+                return  # the next try waits for the interval (close tries what is left)

@@ -1,6 +1,7 @@
 """The outbox (app/outbox.py): what is put is sent, in batches, from a thread of its own; a
 full outbox refuses rather than waits; close sends what is queued and waits no longer than
-its timeout; a failed batch loses only itself. Plain threads here (no gevent): the senders
+its timeout; a failed batch loses only itself, and is followed by one item alone, after the
+whole interval. Plain threads here (no gevent): the senders
 below block on events the test sets, so the counts, not the timings, are checked."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class Sender:
         self.fail_first = fail_first
         self.closed_in: int | None = None
 
-    def send(self, batch: list[int]) -> None:
+    def send(self, batch: list[int]) -> bool:
         self.threads.add(threading.get_ident())
         if self.gate is not None:
             self.gate.wait(30)
@@ -32,6 +33,7 @@ class Sender:
             self.fail_first = False
             raise RuntimeError("the collector said no")
         self.batches.append(list(batch))  # the outbox empties the list it lent
+        return True
 
     def close(self) -> None:
         self.closed_in = threading.get_ident()
@@ -105,6 +107,58 @@ def test_a_failed_batch_loses_only_itself() -> None:
     assert sender.sent == [2, 3, 4, 5]
 
 
+class Tries:
+    """Fails its first ``failures`` sends; keeps the size of every try and what went."""
+
+    def __init__(self, failures: int, gate: threading.Event | None = None) -> None:
+        self.failures = failures
+        self.gate = gate
+        self.sizes: list[int] = []
+        self.sent: list[int] = []
+
+    def send(self, batch: list[int]) -> bool:
+        if self.gate is not None:
+            self.gate.wait(30)
+        self.sizes.append(len(batch))
+        if len(self.sizes) <= self.failures:
+            return False
+        self.sent += batch
+        return True
+
+
+def test_after_a_failed_send_one_item_goes_alone_until_one_went_through() -> None:
+    """A collector that never answers costs one item's encoding per try, not a batch's."""
+    gate = threading.Event()
+    tries = Tries(failures=3, gate=gate)
+    outbox = Outbox(tries.send, capacity=100, batch=3, interval_s=0.01)
+    for i in range(12):
+        outbox.put(i)
+    gate.set()  # the first try, held until all twelve were queued, fails
+    _wait_for(lambda: sum(tries.sizes) == 12)
+    first = tries.sizes[0]  # a batch of 3 (or fewer, had the interval come first)
+    rest = 12 - first - 3
+    assert tries.sizes == [first, 1, 1, 1] + [3] * (rest // 3) + ([rest % 3] if rest % 3 else [])
+    assert tries.sent == list(range(first + 2, 12))  # the third lone item went through
+    assert outbox.close(10)
+
+
+def test_a_failing_sender_is_tried_again_only_after_the_whole_interval() -> None:
+    """Not at each batch that fills meanwhile: a collector refusing everything at once would
+    be retried in a loop. Closing tries what is left, one item at a time."""
+    gate = threading.Event()
+    tries = Tries(failures=100, gate=gate)
+    outbox = Outbox(tries.send, capacity=100, batch=2, interval_s=60)
+    for i in range(3):
+        outbox.put(i)  # a full batch, tried at once (held until the third item is queued)
+    gate.set()
+    _wait_for(lambda: tries.sizes == [2])  # it failed, with an item left in the queue
+    outbox.put(3)  # and a batch fills again within the minute
+    time.sleep(0.3)
+    assert tries.sizes == [2]
+    assert outbox.close(10)
+    assert tries.sizes == [2, 1, 1]
+
+
 class Item:
     """An item a weak reference can follow."""
 
@@ -114,7 +168,7 @@ def test_a_failed_batch_is_freed_without_waiting_for_the_garbage_collector() -> 
     their locals, the batch among them); emptied, the batch's items go at once, not at the
     next full collection, which would walk them and stop the worker meanwhile."""
 
-    def send(batch: list[Item]) -> None:
+    def send(batch: list[Item]) -> bool:
         try:
             raise ConnectionError("refused")
         except ConnectionError as exc:

@@ -161,6 +161,71 @@ def test_a_queued_span_is_a_few_objects_for_the_garbage_collector(monkeypatch) -
     assert request.attributes == {**attributes, "http.response.status_code": 200}
 
 
+def test_a_full_queue_copies_none_of_the_spans_it_refuses(monkeypatch) -> None:
+    """With a collector that never answers the queue stays full and every span is dropped:
+    the compact copy is made only for a span that is queued."""
+    import threading
+
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from app import otel
+
+    class Stuck(SpanExporter):
+        def __init__(self) -> None:
+            self.gate = threading.Event()
+
+        def export(self, spans: Any) -> SpanExportResult:
+            self.gate.wait(30)
+            return SpanExportResult.SUCCESS
+
+    copies: list[Any] = []
+    compact = otel._compact
+
+    def counted(span: Any) -> Any:
+        copies.append(span)
+        return compact(span)
+
+    monkeypatch.setattr(otel, "_compact", counted)
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
+    exporter, dropped = Stuck(), list[int]()
+    tracer = otel.build_tracer(
+        Settings(otel_endpoint="http://127.0.0.1:9/v1/traces"), exporter, on_drop=dropped.append
+    )
+    for _ in range(50):
+        tracer.request("chat m", [], start=time.monotonic(), attributes={}).end()
+    exporter.gate.set()
+    tracer.shutdown()
+    assert len(copies) + len(dropped) == 50
+    assert len(copies) <= 4 + 2, len(copies)  # the queue, and a batch the stuck export took
+
+
+def test_a_failed_export_is_followed_by_one_span_alone(monkeypatch) -> None:
+    """The exporter's answer reaches the outbox: after a FAILURE the next try is one span,
+    then whole batches again (app/outbox.py)."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from app.otel import build_tracer
+
+    class FailsFirst(SpanExporter):
+        def __init__(self) -> None:
+            self.sizes: list[int] = []
+
+        def export(self, spans: Any) -> SpanExportResult:
+            self.sizes.append(len(spans))
+            ok = len(self.sizes) > 1
+            return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")  # only full batches and the exit
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+    exporter = FailsFirst()
+    tracer = build_tracer(Settings(otel_endpoint="http://127.0.0.1:9/v1/traces"), exporter)
+    for _ in range(8):
+        tracer.request("chat m", [], start=time.monotonic(), attributes={}).end()
+    tracer.shutdown()  # the failed batch's retry waits for the exit: one span, then three
+    assert exporter.sizes == [4, 1, 3]
+
+
 # -- on: each attempt its own span ---------------------------------------------------------
 
 
