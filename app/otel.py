@@ -5,15 +5,18 @@ only when LLMGATE_OTEL_ENDPOINT is set (without it nothing imports this module).
 TracerProvider of its own, not the process-wide one: nothing else in the worker traces
 through it by accident, and the tests can build several.
 
-Ended spans leave through an ``Outbox`` (app/outbox.py): ending one only puts it on a bounded
-queue; a real OS thread encodes batches and sends them with the OTLP/HTTP exporter (protobuf
-over ``requests``), so neither the encoding nor a slow, black-holed or absent collector runs
-on the worker's gevent loop. Not the SDK's ``BatchSpanProcessor``: under gevent its thread is
-a greenlet on that loop. A full queue drops the span and counts it (``on_drop``): tracing
-never holds a request back. A queued span is a compact copy (``_compact``): few objects
-for the garbage collector to walk; a span the full queue refuses is not copied. After a failed
-export the next try is one span alone, a whole interval later (the outbox's rule): a
-collector that never answers costs one span's encoding per export timeout, not a batch's. The standard ``OTEL_BSP_SCHEDULE_DELAY`` / ``_MAX_QUEUE_SIZE`` /
+A span is recorded in plain fields (``OtelSpan``) and, when it ends, handed over as one
+``ReadableSpan``, what the SDK's exporters take: the SDK's sampler, ids and trace flags
+decide as they would in its tracer, but its live span (locks, bounded containers checking
+each attribute as it is set) is not made. Ended spans leave through an ``Outbox``
+(app/outbox.py): ending one only puts it on a bounded queue; a real OS thread encodes batches
+and sends them with the OTLP/HTTP exporter (protobuf over ``requests``), so neither the
+encoding nor a slow, black-holed or absent collector runs on the worker's gevent loop. Not
+the SDK's ``BatchSpanProcessor``: under gevent its thread is a greenlet on that loop. A full
+queue drops the span and counts it (``on_drop``), without making it: tracing never holds a
+request back. After a failed export the next try is one span alone, a whole interval later
+(the outbox's rule): a collector that never answers costs one span's encoding per export
+timeout, not a batch's. The standard ``OTEL_BSP_SCHEDULE_DELAY`` / ``_MAX_QUEUE_SIZE`` /
 ``_MAX_EXPORT_BATCH_SIZE`` (batching), ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` / ``_TIMEOUT`` /
 ``_CERTIFICATE`` (the collector) and ``OTEL_TRACES_SAMPLER`` (default: parent-based, always
 on) variables apply. At the worker's exit what is queued is sent, waiting at most
@@ -32,21 +35,33 @@ import time
 from collections.abc import Callable, Iterable
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from app.config import Settings
 from app.outbox import Outbox
-from app.tracing import CLIENT, INTERNAL, SERVER, Attributes, Span
+from app.tracing import CLIENT, INTERNAL, SERVER, Attributes, Span, Value
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _FIELDS = frozenset({"traceparent", "tracestate"})
 _KINDS = {SERVER: SpanKind.SERVER, CLIENT: SpanKind.CLIENT, INTERNAL: SpanKind.INTERNAL}
 FLUSH_S = 5.0  # a worker's exit waits at most this long for its last spans to leave
+_SCOPE = InstrumentationScope("llmgate")
+_ERROR, _UNSET = Status(StatusCode.ERROR), Status(StatusCode.UNSET)
 
 
 def build_tracer(
@@ -71,23 +86,49 @@ class OtelTracer:
         service_name: str,
         on_drop: Callable[[int], object] = lambda count: None,
     ) -> None:
+        # The provider brings the sampler (OTEL_TRACES_SAMPLER), the ids and the resource,
+        # and shuts the export down at the worker's exit; its spans are not used (below).
         self._provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-        self._provider.add_span_processor(ThreadExport(exporter, on_drop))
-        self._tracer = self._provider.get_tracer("llmgate")
+        self.export = ThreadExport(exporter, on_drop)
+        self._provider.add_span_processor(self.export)
+        self.sampler = self._provider.sampler
+        self.ids = self._provider.id_generator
+        self.resource = self._provider.resource
 
     def request(
         self, name: str, headers: Iterable[tuple[str, str]], *, start: float, attributes: Attributes
     ) -> Span:
         carrier = {k.lower(): v for k, v in headers if k.lower() in _FIELDS}
         parent = _PROPAGATOR.extract(carrier) if carrier else None
-        span = self._tracer.start_span(
-            name,
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=_clean(attributes),
-            start_time=_ns(start),
+        return self.start(name, parent, SpanKind.SERVER, _clean(attributes), _ns(start))
+
+    def start(
+        self,
+        name: str,
+        parent: Context | None,
+        kind: SpanKind,
+        attributes: dict[str, Value],
+        start_ns: int,
+    ) -> OtelSpan:
+        """A span as the SDK's tracer would start it (its sampler, ids and trace flags)."""
+        found = trace.get_current_span(parent).get_span_context()
+        above = found if found.is_valid else None
+        if above is not None:
+            trace_id, random_id = above.trace_id, above.trace_flags.random_trace_id
+        else:
+            trace_id, random_id = self.ids.generate_trace_id(), self.ids.is_trace_id_random()
+        decision = self.sampler.should_sample(parent, trace_id, name, kind, attributes)
+        flags = TraceFlags.SAMPLED if decision.decision.is_sampled() else TraceFlags.DEFAULT
+        context = SpanContext(
+            trace_id,
+            self.ids.generate_span_id(),
+            is_remote=False,
+            trace_flags=TraceFlags(flags | (TraceFlags.RANDOM_TRACE_ID if random_id else 0)),
+            trace_state=decision.trace_state,
         )
-        return OtelSpan(self._tracer, span)
+        recording = decision.decision.is_recording()
+        fields = dict(decision.attributes or {}) if recording else None
+        return OtelSpan(self, name, context, above, kind, fields, start_ns)
 
     def shutdown(self) -> None:
         """Export what is queued (waiting at most ``FLUSH_S``) and stop the export thread."""
@@ -110,12 +151,10 @@ class ThreadExport(SpanProcessor):
             on_close=exporter.shutdown,
         )
 
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.context is None or not span.context.trace_flags.sampled:
-            return
-        # A full queue (a collector that does not answer) refuses the span: no copy is made
-        # for it, which would only add to the garbage collector's work.
-        if not (self._outbox.has_room() and self._outbox.put(_compact(span))):
+    def queue(self, span: Callable[[], ReadableSpan]) -> None:
+        """Queue the span ``span()`` makes, or count it dropped when the queue is full: a
+        span refused is never made (a collector that does not answer keeps it full)."""
+        if not (self._outbox.has_room() and self._outbox.put(span())):
             self._on_drop(1)
 
     def _export(self, spans: list[ReadableSpan]) -> bool:
@@ -124,31 +163,6 @@ class ThreadExport(SpanProcessor):
 
     def shutdown(self) -> None:
         self._outbox.close(FLUSH_S)
-
-
-def _compact(span: ReadableSpan) -> ReadableSpan:
-    """The ended span as it waits for its export: 4 objects the garbage collector tracks
-    instead of the live span's 15 to 20 (its locks, bounded containers, their lists).
-
-    A queued span waits seconds, so it reaches the oldest generation, which each full
-    collection walks while the worker stands still; a full queue holds 2,048 of them (a
-    collector that does not answer). The attributes become a plain dict of plain values,
-    which the collector does not track. Nothing is lost: the gateway's spans stay far below
-    the SDK's limits, so their dropped counts (0 here) were 0 too."""
-    return ReadableSpan(
-        name=span.name,
-        context=span.context,
-        parent=span.parent,
-        resource=span.resource,
-        attributes=dict(span.attributes or {}),
-        events=tuple(span.events),
-        links=tuple(span.links),
-        kind=span.kind,
-        status=span.status,
-        start_time=span.start_time,
-        end_time=span.end_time,
-        instrumentation_scope=span.instrumentation_scope,
-    )
 
 
 def _variable(name: str, default: int) -> int:
@@ -162,21 +176,52 @@ def _variable(name: str, default: int) -> int:
 
 
 class OtelSpan:
-    __slots__ = ("_span", "_tracer")
+    """A span recorded in plain fields, handed to the export as one ``ReadableSpan`` when it
+    ends: what an ended span of the SDK's becomes, without the SDK's live span on the way
+    (its locks, its bounded containers, which check each attribute as it is set: two thirds
+    of the CPU tracing added to a call, measured under gevent's patch). Its checks are not
+    needed here: ``app/tracing.py`` gives a few plain values per span, far below the SDK's
+    limits. A span whose trace is not sampled records nothing; its context still travels.
+    What is set after the end is ignored, as by the SDK."""
 
-    def __init__(self, tracer: trace.Tracer, span: trace.Span) -> None:
+    __slots__ = ("_attributes", "_context", "_end", "_events", "_kind", "_links", "_name",
+                 "_parent", "_start", "_tracer")  # fmt: skip
+
+    def __init__(
+        self,
+        tracer: OtelTracer,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: dict[str, Value] | None,
+        start_ns: int,
+    ) -> None:
         self._tracer = tracer
-        self._span = span
+        self._name = name
+        self._context = context
+        self._parent = parent
+        self._kind = kind
+        self._attributes = attributes  # None: not recording
+        self._events: list[Event] = []
+        self._links: list[Link] = []
+        self._start = start_ns
+        self._end: int | None = None
 
     @property
     def trace_id(self) -> str:
-        return trace.format_trace_id(self._span.get_span_context().trace_id)
+        return trace.format_trace_id(self._context.trace_id)
+
+    def _recording(self) -> dict[str, Value] | None:
+        return self._attributes if self._end is None else None
 
     def set(self, attributes: Attributes) -> None:
-        self._span.set_attributes(_clean(attributes))
+        if (recorded := self._recording()) is not None:
+            recorded.update(_clean(attributes))
 
     def rename(self, name: str) -> None:
-        self._span.update_name(name)
+        if self._recording() is not None:
+            self._name = name
 
     def child(
         self,
@@ -186,35 +231,54 @@ class OtelSpan:
         attributes: Attributes | None = None,
         start: float | None = None,
     ) -> Span:
-        span = self._tracer.start_span(
-            name,
-            context=trace.set_span_in_context(self._span),
-            kind=_KINDS[kind],
-            attributes=_clean(attributes or {}),
-            start_time=None if start is None else _ns(start),
-        )
-        return OtelSpan(self._tracer, span)
+        start_ns = time.time_ns() if start is None else _ns(start)
+        return self._tracer.start(name, self._as_parent(), _KINDS[kind],
+                                  _clean(attributes or {}), start_ns)  # fmt: skip
 
     def event(self, name: str, attributes: Attributes | None = None, *, at: float) -> None:
-        self._span.add_event(name, _clean(attributes or {}), timestamp=_ns(at))
+        if self._recording() is not None:
+            self._events.append(Event(name, _clean(attributes or {}), timestamp=_ns(at)))
 
     def link(self, other: Span, attributes: Attributes | None = None) -> None:
         assert isinstance(other, OtelSpan)
-        self._span.add_link(other._span.get_span_context(), _clean(attributes or {}))
+        if self._recording() is not None:
+            self._links.append(Link(other._context, _clean(attributes or {})))
 
     def inject(self, headers: dict[str, str]) -> dict[str, str]:
         out = {k: v for k, v in headers.items() if k.lower() not in _FIELDS}
-        _PROPAGATOR.inject(out, context=trace.set_span_in_context(self._span))
+        _PROPAGATOR.inject(out, context=self._as_parent())
         return out
 
     def end(self, *, error: str | None = None, at: float | None = None) -> None:
+        if (recorded := self._recording()) is None:
+            return
         if error is not None:
-            self._span.set_attribute("error.type", error)
-            self._span.set_status(Status(StatusCode.ERROR))
-        self._span.end(end_time=None if at is None else _ns(at))
+            recorded["error.type"] = error
+        self._end = time.time_ns() if at is None else _ns(at)
+        if self._context.trace_flags.sampled:
+            self._tracer.export.queue(lambda: self._ended(error is not None))
+
+    def _ended(self, failed: bool) -> ReadableSpan:
+        return ReadableSpan(
+            name=self._name,
+            context=self._context,
+            parent=self._parent,
+            resource=self._tracer.resource,
+            attributes=self._attributes,
+            events=tuple(self._events),
+            links=tuple(self._links),
+            kind=self._kind,
+            status=_ERROR if failed else _UNSET,
+            start_time=self._start,
+            end_time=self._end,
+            instrumentation_scope=_SCOPE,
+        )
+
+    def _as_parent(self) -> Context:
+        return trace.set_span_in_context(NonRecordingSpan(self._context))
 
 
-def _clean(attributes: Attributes) -> dict[str, str | bool | int | float]:
+def _clean(attributes: Attributes) -> dict[str, Value]:
     return {k: v for k, v in attributes.items() if v is not None}
 
 
