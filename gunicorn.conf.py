@@ -19,11 +19,11 @@ workers = int(os.environ.get("LLMGATE_WORKERS", "2"))
 # gevent's worker, with gunicorn's own error pages (requests its parser refuses) written as
 # OpenAI JSON instead of HTML. A dotted path (gunicorn does not take "module:Class" here):
 # this file must not import the app.
-worker_class = "app.worker.JSONErrorGeventWorker"
+worker_class = "app.edge.worker.JSONErrorGeventWorker"
 # Each stream holds one connection for its whole life; gunicorn's default of 1000 left
 # streams beyond it hanging. Descriptors are raised to match in on_starting.
 # The admission limits (LLMGATE_MAX_REQUESTS/STREAMS_PER_WORKER) default to 4/5 and 2/5 of
-# it (app/config.py, admission_defaults), so the app refuses before gunicorn stops accepting.
+# it (app/core/config.py, admission_defaults), so the app refuses before gunicorn stops accepting.
 worker_connections = int(os.environ.get("LLMGATE_WORKER_CONNECTIONS", "15000"))
 wsgi_app = "app.factory:create_app()"
 preload_app = False
@@ -35,7 +35,7 @@ timeout = 30
 graceful_timeout = int(os.environ.get("LLMGATE_GRACEFUL_TIMEOUT_S", "600"))
 # Longer than nginx's upstream keepalive_timeout (15 s), so nginx closes idle connections
 # first and never sends a request on a connection gunicorn is closing (a draining worker
-# waits app/worker.py's IDLE_CLOSE_AFTER_S, also longer, before closing its idle ones).
+# waits app/edge/worker.py's IDLE_CLOSE_AFTER_S, also longer, before closing its idle ones).
 keepalive = 75
 backlog = 4096
 # Header limits, aligned with nginx (nginx/llmgate.conf.template) so that what nginx accepts
@@ -74,21 +74,21 @@ if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
 
 def on_starting(server):
     # A wrong upstreams file stops the start here, once, with its line and field, instead
-    # of every worker failing to boot. app.upstreams is pure (standard library only).
+    # of every worker failing to boot. app.upstream.catalog is pure (standard library only).
     config = os.environ.get("LLMGATE_CONFIG", "").strip()
     if config:
-        from app.upstreams import ConfigError, load
+        from app.upstream.catalog import ConfigError, load
 
         try:
             load(Path(config).read_text(), os.environ, path=config)
         except (OSError, ConfigError) as exc:
             sys.exit(f"llmgate: LLMGATE_CONFIG: {exc}")
-    # The gateway keys file likewise (app.keyring is pure too). Workers re-read it when it
+    # The gateway keys file likewise (app.tenancy.keyring is pure too). Workers re-read it when it
     # changes; a later bad edit is logged and ignored there, the keys in force stay.
     keys_file = os.environ.get("LLMGATE_KEYS_FILE", "").strip()
     if keys_file:
-        from app.keyring import KeysFileError
-        from app.keyring import load as load_keys
+        from app.tenancy.keyring import KeysFileError
+        from app.tenancy.keyring import load as load_keys
 
         try:
             load_keys(Path(keys_file).read_text(), path=keys_file)
@@ -97,8 +97,8 @@ def on_starting(server):
     # Shared by every worker, for the status page's uptime.
     os.environ["LLMGATE_STARTED_AT"] = str(time.time())
     # Samples of a previous run would be summed into this one's, and the status page's
-    # history (app/history.py: standard library only) would chart them.
-    from app.history import DIRECTORY
+    # history (app/edge/status_history.py: standard library only) would chart them.
+    from app.edge.status_history import DIRECTORY
 
     directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     directory.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ def post_worker_init(worker):
 
 def child_exit(server, worker):
     # A dead worker's live gauges (active streams, pool use) must stop counting. The import
-    # stays here: app.metrics imports only prometheus_client, and only the master runs this.
-    from app.metrics import mark_process_dead
+    # stays here: app.observe.metrics imports only prometheus_client, and only the master runs this.
+    from app.observe.metrics import mark_process_dead
 
     mark_process_dead(worker.pid)

@@ -14,24 +14,24 @@ from pathlib import Path
 
 from flask import Flask
 
-from app import upstreams
-from app.access import Access, KeySource
-from app.admission import Gate, Limits
-from app.breaker import BreakerPolicy
 from app.cache import build_answer_cache
-from app.config import Settings, SettingsError
+from app.core.admission import Gate, Limits
+from app.core.config import Settings, SettingsError
+from app.edge.routes import STARTED, api, register_error_handlers, register_operator_guard
+from app.edge.status_data import history_sample, status_document
+from app.edge.status_history import DIRECTORY, History, record
+from app.edge.status_page import status_page
 from app.gateway import Gateway
-from app.history import DIRECTORY, History, record
-from app.keyring import KeysFileError
-from app.limits import Counters, MemoryCounters
-from app.metrics import Metrics
-from app.prices import PriceTable
-from app.routes import STARTED, api, register_error_handlers, register_operator_guard
-from app.status import history_sample, status_document
-from app.statuspage import status_page
-from app.tracing import Tracer
-from app.upstream import Upstream
-from app.upstreams import UpstreamSpec
+from app.observe.metrics import Metrics
+from app.observe.tracing import Tracer
+from app.tenancy.access import Access, KeySource
+from app.tenancy.keyring import KeysFileError
+from app.tenancy.limits import Counters, MemoryCounters
+from app.tenancy.prices import PriceTable
+from app.upstream import catalog as upstreams
+from app.upstream.breaker import BreakerPolicy
+from app.upstream.catalog import UpstreamSpec
+from app.upstream.exchange import Upstream
 
 
 def create_app(settings: Settings | None = None, environ: Mapping[str, str] | None = None) -> Flask:
@@ -52,13 +52,13 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
         build_tracer(settings, metrics),
         prices,
     )
-    # This worker's admission limits (app/admission.py), taken by each API call's ticket.
+    # This worker's admission limits (app/core/admission.py), taken by each API call's ticket.
     app.extensions["llmgate.admission"] = Gate(
         Limits(settings.max_requests_per_worker, settings.max_streams_per_worker),
         metrics.observe_admission,
     )
     # Werkzeug would answer `/v1//models` with an HTML 308 to `/v1/models` (routing redirects
-    # bypass the error handlers): no redirects, a doubled slash is refused (app/paths.py).
+    # bypass the error handlers): no redirects, a doubled slash is refused (app/request/paths.py).
     app.url_map.merge_slashes = False
     app.extensions["llmgate.history"] = start_history(settings, metrics)
     app.register_blueprint(api)
@@ -98,7 +98,7 @@ def build_access(
         counters,
         fail_open=settings.limits_fail == "open",
         # A stream lasts at most the deadline, and its last writes to a slow caller each
-        # wait at most the send timeout (app/flight.py).
+        # wait at most the send timeout (app/streams/flight.py).
         stream_hold_s=settings.deadline_s + settings.send_timeout_s,
         prices=prices,
         default_output_tokens=settings.default_max_output_tokens,
@@ -108,7 +108,7 @@ def build_access(
 
 
 def start_history(settings: Settings, metrics: Metrics) -> History | None:
-    """The status page's history (app/history.py), and this worker's greenlet taking its
+    """The status page's history (app/edge/status_history.py), and this worker's greenlet taking its
     turns at sampling: only with the metrics directory that every worker shares."""
     if not settings.status_sample_s or not metrics.multiproc_dir:
         return None
@@ -125,10 +125,10 @@ def start_history(settings: Settings, metrics: Metrics) -> History | None:
 
 def build_tracer(settings: Settings, metrics: Metrics) -> Tracer | None:
     """Traces over OTLP/HTTP when LLMGATE_OTEL_ENDPOINT is set; otherwise None, and
-    OpenTelemetry is never imported (app/tracing.py)."""
+    OpenTelemetry is never imported (app/observe/tracing.py)."""
     if not settings.otel_endpoint:
         return None
-    from app.otel import build_tracer as otel_tracer
+    from app.observe.otel import build_tracer as otel_tracer
 
     return otel_tracer(settings, on_drop=metrics.trace_spans_dropped.inc)
 

@@ -17,30 +17,33 @@ from typing import Any
 
 import gevent
 
-from app import jsonedit, keys, schema, tracing
-from app.access import Access, Grant
+from app.cache import keys
 from app.cache import policy as cache_policy
+from app.cache.coalesce import Flights, lease_wait_producer, replay_producer
 from app.cache.entry import Entry
 from app.cache.policy import BYPASS, COALESCED, STATUS_HEADER, Directive
+from app.cache.replay import reply_from_entry
 from app.cache.store import AnswerCache, entry_from_flight
-from app.calls import CLIENT_CLOSED, SSE_HEADERS, Call, Reply, Trace
-from app.coalesce import Flights, lease_wait_producer, replay_producer
-from app.config import Settings
-from app.errors import GatewayError, ModelNotAllowed, wrap_upstream_body
-from app.flight import ClientGone, Flight, Head, Listener, Producer
-from app.headers import downstream_headers, upstream_request_headers, without_credentials
-from app.keyring import GatewayKey
-from app.lifecycle import Lifecycle
-from app.logmemory import LogBudget
-from app.metering import with_output_cap, with_usage_requested, without_usage_chunk
-from app.metrics import Metrics
-from app.policy import Deadline
-from app.prices import PriceTable
-from app.relay import DisconnectWatcher, relay, upstream_producer
-from app.replay import reply_from_entry
-from app.streams import END_OF_STREAM
-from app.tracing import Tracer
-from app.upstream import Upstream, UpstreamRequest
+from app.core.config import Settings
+from app.core.errors import GatewayError, ModelNotAllowed, wrap_upstream_body
+from app.observe import tracing
+from app.observe.metrics import Metrics
+from app.observe.tracing import Tracer
+from app.request import jsonedit, schema
+from app.request.call import CLIENT_CLOSED, SSE_HEADERS, Call, Reply, Trace
+from app.request.events import END_OF_STREAM
+from app.request.headers import downstream_headers, upstream_request_headers, without_credentials
+from app.request.metering import with_output_cap, with_usage_requested, without_usage_chunk
+from app.streams.drain import Lifecycle
+from app.streams.flight import ClientGone, Flight, Head, Listener, Producer
+from app.streams.log_memory import LogBudget
+from app.streams.relay import DisconnectWatcher, relay, upstream_producer
+from app.tenancy.access import Access, Grant
+from app.tenancy.keyring import GatewayKey
+from app.tenancy.prices import PriceTable
+from app.upstream import spans
+from app.upstream.exchange import Upstream, UpstreamRequest
+from app.upstream.retry import Deadline
 
 # Routes whose streams end with a usage chunk when asked (stream_options.include_usage).
 USAGE_ROUTES = frozenset({"chat", "completions"})
@@ -74,10 +77,10 @@ class Gateway:
         self.metrics = metrics
         self.access = access  # gateway keys and their limits; None: callers pass through
         self.tracer = tracer  # None: tracing is off (LLMGATE_OTEL_ENDPOINT unset)
-        self.prices = prices  # the config file's price table: each call's cost (observe.py)
+        self.prices = prices  # the config file's price table: each call's cost (edge/finish.py)
         self.flights = Flights()
         self.lifecycle = Lifecycle()
-        # What this worker's kept event logs may hold together (app/logmemory.py).
+        # What this worker's kept event logs may hold together (app/streams/log_memory.py).
         observe = None if metrics is None else metrics.observe_log_memory
         self.log_budget = LogBudget(settings.log_memory_bytes, observe)
 
@@ -119,7 +122,7 @@ class Gateway:
             if "cache" in body:
                 # Our control object, not the provider's: it never goes upstream.
                 forward = _without_cache(call.body, body)
-        # Admission control (app/admission.py): a slot, and a stream slot for a stream, or a
+        # Admission control (app/core/admission.py): a slot, and a stream slot for a stream, or a
         # 429 now; routes.py gives them back when the response body is closed. Before the
         # key's grant: a call this worker cannot take costs its caller nothing.
         call.admission.admit(stream)
@@ -191,8 +194,8 @@ class Gateway:
         return self._follow(call, body, flight, status, compute)
 
     def _start_span(self, call: Call) -> None:
-        """The request's span (app/tracing.py), from when the call arrived; observe.py ends
-        it when the last byte has left."""
+        """The request's span (app/observe/tracing.py), from when the call arrived;
+        app/edge/finish.py ends it when the last byte has left."""
         assert self.tracer is not None
         call.trace.span = self.tracer.request(
             tracing.request_name(call.route, call.method, call.path),
@@ -206,7 +209,8 @@ class Gateway:
     def _grant(
         self, call: Call, key: GatewayKey, body: dict[str, Any] | None, stream: bool, forward: bytes
     ) -> tuple[bytes, Grant]:
-        """Take the call's share of its key's limits (app/access.py); the body to forward."""
+        """Take the call's share of its key's limits (app/tenancy/access.py); the body to
+        forward."""
         assert self.access is not None
         model = _model(body)
         if model is not None and not self.upstream.serves_for(model, key.upstreams):
@@ -435,7 +439,7 @@ class Gateway:
             call.trace.attempts = head.attempts
             call.trace.upstream = head.upstream or None
             if call.trace.span is not None:
-                tracing.answered_by(call.trace.span, self.upstream.specs, head.upstream)
+                spans.answered_by(call.trace.span, self.upstream.specs, head.upstream)
         if flight.head_at is not None and flight.source == "upstream":
             call.trace.upstream_ttfb_s = flight.head_at - flight.started
         if head is None:
@@ -519,7 +523,7 @@ class Gateway:
             chunks = relay(
                 listener,
                 heartbeat=self.settings.heartbeat_s,
-                # A stream cut before its route's end is reported as broken (app/streams.py).
+                # A stream cut before its route's end is reported as broken (app/request/events.py).
                 end=END_OF_STREAM.get(route),
                 on_error=partial(setattr, trace, "stream_error"),
                 ping_first=ping_first,
@@ -540,7 +544,7 @@ def _model(body: dict[str, Any] | None) -> str | None:
 
 
 def _without_cache(raw: bytes, body: dict[str, Any]) -> bytes:
-    """The caller's bytes with only the ``cache`` member cut out (app/jsonedit.py): the
+    """The caller's bytes with only the ``cache`` member cut out (app/request/jsonedit.py): the
     provider's prompt cache keys on the exact prompt bytes, so nothing else may move."""
     try:
         return jsonedit.without_member(raw, "cache")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import urllib3
 
-from app.config import Settings
+from app.core.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from runner.procs import Proc, free_port
 from runner.stack import Stack, StackOptions

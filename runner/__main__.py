@@ -10,7 +10,7 @@ LLMGATE_GRACEFUL_TIMEOUT_S while nginx goes on answering, then nginx quits (depl
 runs this same command; a Kubernetes pod is stopped with SIGTERM).
 
 A start that cannot be is one line, last: a bad setting (runner/settings.py for the
-runner's own, app/config.py for the gateway's), a port or run directory another server or
+runner's own, app/core/config.py for the gateway's), a port or run directory another server or
 runner holds (runner/claims.py: nginx's reuseport would let a second one join the port), or
 the cause a child gave as it died (runner/procs.py), whose log keeps the rest.
 
@@ -28,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from app.config import Settings, SettingsError
-from app.upstreams import ConfigError
+from app.core.config import Settings, SettingsError
+from app.upstream.catalog import ConfigError
 from runner import limits, resolve
 from runner.drain import drain, turn_unready
 from runner.procs import StartError, find_binary

@@ -3,12 +3,12 @@ balancer finds the instance gone before it has stopped sending (`make run`, the 
 systemd's stop; Ctrl-C stops at once instead).
 
 1. **Unready, still serving.** The drain file appears (a Kubernetes preStop hook may have
-   made it already): gunicorn's ``/readyz`` (app/routes.py) and nginx's own
+   made it already): gunicorn's ``/readyz`` (app/edge/routes.py) and nginx's own
    (nginx/llmgate.conf.template) answer 503 ``"draining": true``; every other call is
    served as before. This lasts LLMGATE_DRAIN_DELAY_S, counted from when the file
    appeared, so a preStop hook's sleep counts toward it.
 2. **gunicorn drains.** SIGTERM: its workers stop listening and finish their calls, or end
-   them with ``gateway_shutdown`` (app/lifecycle.py), within LLMGATE_GRACEFUL_TIMEOUT_S.
+   them with ``gateway_shutdown`` (app/streams/drain.py), within LLMGATE_GRACEFUL_TIMEOUT_S.
    nginx keeps answering meanwhile: ``/readyz`` 503, and a call gunicorn no longer takes a
    503 ``gateway_shutdown`` rather than a refused connect. It is reloaded (SIGHUP) at that
    moment so that its idle connections to gunicorn close at once instead of holding a
@@ -82,7 +82,7 @@ def drain(
         for proc in gunicorns:
             proc.send_signal(signal.SIGTERM)
         # nginx's idle keep-alive connections to gunicorn would each hold a draining worker
-        # until one side's idle timeout (15-16 s, app/worker.py). A reload closes them at
+        # until one side's idle timeout (15-16 s, app/edge/worker.py). A reload closes them at
         # once: the old nginx workers finish the calls they carry and close the idle ones,
         # the new ones answer as before (/readyz 503, a call gunicorn refuses a 503).
         for proc in nginx:

@@ -89,7 +89,7 @@ DOCS = "docs/operations.md#kernel-limits"
 
 
 def warnings(kernel: Kernel, sizing: Sizing, *, instances: int = 1) -> list[str]:
-    """What is too low for ``sizing`` (the stack of app/config.py's settings): one line each,
+    """What is too low for ``sizing`` (the stack of app/core/config.py's settings): one line each,
     with the value, what it costs, the figure or command to set and where the docs say why
     and how (DOCS)."""
     found = []

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.config import Settings, SettingsError, worker_connections
+from app.core.config import Settings, SettingsError, worker_connections
 from runner.sizing import FD_SPARE, LISTEN_BACKLOG, Sizing, nginx_conn_limit, size_for
 
 __all__ = ["NginxParams", "nginx_conn_limit", "render_nginx", "start_nginx", "write_nginx_conf"]
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "nginx" / "llmgate.conf.template"
-# nginx's own answers while the runner drains: /readyz as the app words it (app/routes.py),
-# and a call gunicorn no longer takes as the app's gateway_shutdown (app/lifecycle.py).
+# nginx's own answers while the runner drains: /readyz as the app words it (app/edge/routes.py),
+# and a call gunicorn no longer takes as the app's gateway_shutdown (app/streams/drain.py).
 DRAINING_READYZ = '{"ready":false,"checks":{"draining":true}}'
 DRAINING_502 = (
     '{"error":{"message":"The gateway instance is shutting down; retry the request.",'

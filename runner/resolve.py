@@ -15,8 +15,8 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from app.config import Settings
-from app.upstreams import ConfigError, UpstreamSpec, from_environment, load
+from app.core.config import Settings
+from app.upstream.catalog import ConfigError, UpstreamSpec, from_environment, load
 
 LOOKUP_S = 3.0
 DOCS = "docs/troubleshooting.md#an-upstream-that-cannot-be-reached"

@@ -1,9 +1,9 @@
-"""The runner's own settings (the gateway's are app/config.py's): read once, checked at once.
+"""The runner's own settings (the gateway's are app/core/config.py's): read once, checked at once.
 
 `make run` reads these from LLMGATE_* variables before it starts anything; gunicorn.conf.py
 reads some of them again in gunicorn, which must never be where a bad value is found (its
 ``int()`` would fail in a child, behind a traceback). A bad value is a ``SettingsError`` of
-one line in app/config.py's style: the name, what is allowed, and the value given. No I/O
+one line in app/core/config.py's style: the name, what is allowed, and the value given. No I/O
 here: whether a port is free is runner/claims.py's question, asked later.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config import SettingsError
+from app.core.config import SettingsError
 
 DEFAULT_RUN_DIR = Path(__file__).resolve().parent.parent / ".run"
 # gunicorn's levels (anything else it would take silently as info).

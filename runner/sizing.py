@@ -1,7 +1,7 @@
 """One setting sizes the whole stack: gunicorn's connections make nginx's. No I/O here.
 
 ``LLMGATE_WORKER_CONNECTIONS`` (gunicorn's ``worker_connections``) times the gunicorn workers is
-the gateway's capacity; the app's admission limits are shares of it (app/config.py,
+the gateway's capacity; the app's admission limits are shares of it (app/core/config.py,
 ``admission_defaults``) and nginx is sized from those:
 
 - ``limit_conn`` (nginx's outer guard): the app's request limit over every worker plus
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.config import Settings
+from app.core.config import Settings
 
 # nginx's idle keep-alive connections to gunicorn, per nginx worker (`keepalive` in
 # nginx/llmgate.conf.template's upstream block).

@@ -16,8 +16,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app import upstreams
-from app.config import Settings, worker_connections
+from app.core.config import Settings, worker_connections
+from app.upstream import catalog as upstreams
 from runner import limits
 from runner.claims import Claims, Listener
 from runner.nginx import NginxParams, start_nginx, write_nginx_conf
@@ -167,7 +167,7 @@ class Stack:
 
     def reload(self) -> None:
         """Fresh gunicorn workers (re-reading LLMGATE_CONFIG) and a re-read nginx config,
-        without failing a call: old workers drain (app/lifecycle.py). A wrong upstreams file
+        without failing a call: old workers drain (app/streams/drain.py). A wrong upstreams file
         raises ConfigError and nothing is reloaded."""
         config = self.options.env.get("LLMGATE_CONFIG", "").strip()
         if config:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.config import Settings
+from app.core.config import Settings
 
 if TYPE_CHECKING:  # the package itself imports nothing heavy: its pure modules stay pure
     from app.cache.store import AnswerCache
-    from app.metrics import Metrics
+    from app.observe.metrics import Metrics
 
 
 def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> AnswerCache | None:

@@ -48,7 +48,7 @@ from pymemcache.client.hash import HashClient
 from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
 
 from app.cache.backends import check_value, clamp_ttl, validate_key
-from app.reasons import reason
+from app.core.reasons import reason
 
 if TYPE_CHECKING:
     from app.cache.discovery import NodeWatcher
@@ -63,7 +63,7 @@ T = TypeVar("T")
 FLAG_VALUE = 0x6C670100
 FLAG_MANIFEST = 0x6C670200
 FLAG_PART = 0x6C670300
-FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/limits.py)
+FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/tenancy/limits.py)
 
 DEFAULT_PART_BYTES = 900 * 1024  # under Memcached's 1 MiB item limit, key and header included
 DEFAULT_MAX_VALUE_BYTES = 8 * 1024 * 1024
@@ -312,7 +312,7 @@ class MemcachedBackend:
         """Nodes being skipped right now (for health reporting)."""
         return self._breaker.dead()
 
-    # -- counters (app/limits.py) -----------------------------------------------------------
+    # -- counters (app/tenancy/limits.py) ----------------------------------------------------------
     def incr(self, key: str, delta: int, ttl: int, *, renew: bool = False) -> int | None:
         """Add ``delta`` to the counter ``key``, created at 0 to live ``ttl`` seconds when
         absent (``renew``: an existing counter's TTL starts again, one ``touch`` more). The

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.errors import BadRequest
+from app.core.errors import BadRequest
 
 MODES = ("off", "deterministic", "all")
 CACHEABLE_ROUTES = frozenset({"chat", "completions", "embeddings", "responses"})
@@ -27,8 +27,6 @@ CACHEABLE_ROUTES = frozenset({"chat", "completions", "embeddings", "responses"})
 MAX_TTL_S = 30 * 24 * 3600 - 1
 
 HIT, MISS, BYPASS, REFRESH, COALESCED = "HIT", "MISS", "BYPASS", "REFRESH", "COALESCED"
-# The bounded values of the metrics' cache `outcome` label (a HIT names its level).
-CACHE_OUTCOMES = ("hit_l1", "hit_l2", "miss", "bypass", "refresh", "coalesced")
 STATUS_HEADER = "X-LLMGate-Cache"
 
 

@@ -15,13 +15,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from app.cache.entry import Entry, EntryError
+from app.cache.keys import lease_key
 from app.cache.policy import Directive, acceptable_age, entry_ttl
-from app.config import Settings
-from app.flight import Finished, Flight
-from app.keys import lease_key
-from app.metrics import Metrics
-from app.relay import is_error_event
-from app.streams import completed_ok
+from app.core.config import Settings
+from app.observe.metrics import Metrics
+from app.request.events import completed_ok, is_error_event
+from app.streams.flight import Finished, Flight
 
 log = logging.getLogger("llmgate.cache")
 

@@ -8,7 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
-from app.config import documented_settings
+from app.core.config import documented_settings
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -62,7 +62,7 @@ def make_recipe(target: str) -> list[list[str]]:
 
 
 def documented_names() -> set[str]:
-    """Every LLMGATE_* variable the project defines: the gateway's settings (app/config.py)
+    """Every LLMGATE_* variable the project defines: the gateway's settings (app/core/config.py)
     and the process settings documented in docs/configuration.md (gunicorn, the runner)."""
     names = {name for name, _, _ in documented_settings()}
     text = (ROOT / "docs" / "configuration.md").read_text()

@@ -2,13 +2,13 @@
 code, checked the way production would find out otherwise:
 
 - grace period > preStop wait + graceful timeout, and graceful timeout - the drain's margin
-  (app/lifecycle.py) >= the longest deadline (LLMGATE_DEADLINE_S and the other timeouts, read
+  (app/streams/drain.py) >= the longest deadline (LLMGATE_DEADLINE_S and the other timeouts, read
   through Settings.from_env from the image's ENV, the ConfigMap and the pod's env);
 - the probes ask paths the app serves (its Flask url_map) on ports the container names, and
   the preStop hook creates the drain file the app reads;
 - the container runs the image's command (`make run`'s), every LLMGATE_* name is a real
   setting, the selectors find their pods, the upstreams file loads with the Secret's keys;
-- the HPA's metric is the Prometheus Adapter rule's output, over a gauge app/metrics.py has.
+- the HPA's metric is the Prometheus Adapter rule's output, over a gauge app/observe/metrics.py has.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import socket
 import pytest
 import yaml
 
-from app import keyring, upstreams
-from app.config import Settings
-from app.lifecycle import MARGIN_S
+from app.core.config import Settings
+from app.streams.drain import MARGIN_S
+from app.tenancy import keyring
+from app.upstream import catalog as upstreams
 from runner.settings import RunnerSettings
 from tests.conftest import ROOT
 from tests.deploy.support import (
@@ -249,8 +250,8 @@ def test_the_hpa_metric_comes_from_the_adapter_rule_over_a_real_gauge() -> None:
     assert re.fullmatch(rule["name"]["matches"], metric)
     for field in ("<<.Series>>", "<<.LabelMatchers>>", "<<.GroupBy>>"):
         assert field in rule["metricsQuery"]
-    # The gauge exists in app/metrics.py (docs/metrics.md lists it) and is per pod.
-    from app.metrics import Metrics
+    # The gauge exists in app/observe/metrics.py (docs/metrics.md lists it) and is per pod.
+    from app.observe.metrics import Metrics
 
     families = {m.name: m for m in Metrics(multiproc_dir="").registry.collect()}
     assert families[metric].type == "gauge", metric

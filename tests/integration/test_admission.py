@@ -13,7 +13,7 @@ from pathlib import Path
 
 import urllib3
 
-from app.config import Settings
+from app.core.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from tests.integration.sse_reader import chat, content_of, data_events, read_events
 from tests.support.calls import raw_chat_request

@@ -650,9 +650,9 @@ def test_a_lease_read_never_enters_l1_so_memcached_trouble_is_not_waited_on(
     """Process A holds the lease; process B sees it held. When B then loses Memcached, B must
     learn that no lease can be had (None: compute at once), not find a copy of A's lease in
     its own L1 and wait ``lease_s`` for an entry nobody will write where B can read it."""
+    from app.cache.keys import lease_key
     from app.cache.store import AnswerCache
-    from app.config import Settings
-    from app.keys import lease_key
+    from app.core.config import Settings
 
     settings = Settings(cache_lease_s=30)
     a_l2 = MemcachedBackend([("127.0.0.1", mc_port)])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from app.config import Settings
+from app.core.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from runner.procs import free_port
 from tests.conftest import require_binary
@@ -127,7 +127,7 @@ def test_upstream_unreachable_is_502(make_stack) -> None:
     resp = gw.post("/v1/chat/completions", chat())
     error = assert_openai_error(resp, 502, "upstream_unreachable")
     assert resp.headers["x-should-retry"] == "false"
-    # Where and why, without urllib3's repr of one of app/pools.py's connection classes.
+    # Where and why, without urllib3's repr of one of app/upstream/pools.py's connection classes.
     address = url.removeprefix("http://").removesuffix("/v1")
     assert f"{address}: " in error["message"] and "refused" in error["message"]
     assert "Connection(" not in error["message"] and "host=" not in error["message"]

@@ -17,8 +17,8 @@ import pytest
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.bounds import PROMPT_OVERHEAD
-from app.keyring import hash_key
+from app.request.bounds import PROMPT_OVERHEAD
+from app.tenancy.keyring import hash_key
 from runner.procs import free_port
 from tests.integration.sse_reader import chat
 
@@ -171,7 +171,7 @@ def test_a_token_budget_refuses_the_call_that_would_cross_it(keyed) -> None:
                     messages=[{"role": "user", "content": f"budget {i}"}])  # fmt: skip
         resp = _post(keyed.url, body, "budget")
         statuses.append(resp.status)
-        # Held before the call: the body's bytes bound its prompt (app/bounds.py), plus 300.
+        # Held before the call: the body's bytes bound its prompt (app/request/bounds.py), plus 300.
         held = len(json.dumps(body).encode()) + PROMPT_OVERHEAD + 300
         if resp.status == 200:
             # The answer's own usage: what the simulator says it spent.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
+from app.core.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from runner.procs import free_port
 from tests.integration.test_error_shapes import assert_json_error, request_head, send_raw

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.keyring import hash_key
+from app.tenancy.keyring import hash_key
 from tests.integration.test_error_shapes import assert_json_error
 
 GOOD = "llmg-body-good-secret"

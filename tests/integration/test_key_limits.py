@@ -20,7 +20,7 @@ import pytest
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.keyring import hash_key
+from app.tenancy.keyring import hash_key
 from tests.integration.test_upstreams import sim_stats, start_simulator
 
 KEYS = {

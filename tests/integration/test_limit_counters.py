@@ -1,4 +1,4 @@
-"""The limit counters' contract (app/limits.py ``Counters``), kept by both implementations:
+"""The limit counters' contract (app/tenancy/limits.py ``Counters``), kept by both implementations:
 Memcached's (real memcached on loopback) and the per-worker stand-in. Memcached's own
 contents are read with a plain client of the test's, not through the code under test.
 """
@@ -14,7 +14,7 @@ import pytest
 from pymemcache.client.base import Client
 
 from app.cache.memcached import MemcachedBackend
-from app.limits import MemoryCounters
+from app.tenancy.limits import MemoryCounters
 from runner.procs import free_port
 from tests.integration.test_cache_backends import start_memcached
 

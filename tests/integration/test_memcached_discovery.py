@@ -156,8 +156,8 @@ def test_the_real_resolver_returns_every_address_of_a_name() -> None:
 
 
 def test_readiness_probes_what_a_dns_name_resolves_to(pods: int) -> None:
-    from app.config import Settings
-    from app.health import readiness
+    from app.core.config import Settings
+    from app.edge.readiness import readiness
 
     settings = Settings(memcached=f"dns+localhost:{pods},dns+no-such-host.invalid:{pods}")
     _, checks = readiness(settings, [], {})

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import urllib3
 
-from app.config import Settings
+from app.core.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from runner.procs import free_port
 from tests.conftest import require_binary

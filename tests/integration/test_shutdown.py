@@ -87,7 +87,7 @@ def test_sigterm_lets_short_streams_finish_and_ends_long_ones_with_an_error_even
 
 
 def test_an_idle_keep_alive_caller_does_not_hold_a_stopping_worker(runs_dir: Path) -> None:
-    from app.worker import IDLE_CLOSE_AFTER_S
+    from app.edge.worker import IDLE_CLOSE_AFTER_S
 
     grace = 120
     options = StackOptions(run_dir=runs_dir / "idle-keepalive", workers=1, memcached=False,
@@ -222,7 +222,7 @@ def test_a_request_arriving_when_idle_connections_are_closed_is_still_answered(
     """A caller whose request is on its way when the draining worker closes its idle
     connections: the connection stopped being idle at the request's first byte, so it is
     left open and the request answered, with Connection: close."""
-    from app.worker import IDLE_CLOSE_AFTER_S
+    from app.edge.worker import IDLE_CLOSE_AFTER_S
 
     options = StackOptions(run_dir=runs_dir / "drain-arriving", workers=1, memcached=False,
                            nginx=False, env={"LLMGATE_GRACEFUL_TIMEOUT_S": "60"})  # fmt: skip

@@ -1,5 +1,5 @@
 """The status page opened after traffic: it charts the last minutes at once, from the
-history the gateway kept (app/history.py), and shows each gateway key's use and what is
+history the gateway kept (app/edge/status_history.py), and shows each gateway key's use and what is
 left of its limits. Real nginx, two gunicorn gevent workers, Memcached, a simulator;
 headless Chromium driven over the DevTools protocol.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from app.keyring import hash_key
+from app.tenancy.keyring import hash_key
 from tests.conftest import ROOT, require_binary
 from tests.integration.sse_reader import chat
 from tests.integration.test_upstreams import start_simulator

@@ -27,9 +27,9 @@ from flask import Flask, jsonify
 from prometheus_client.metrics import MetricWrapperBase
 from werkzeug.serving import make_server
 
-from app.metrics import Metrics
-from app.routes import register_error_handlers
-from app.statuspage import status_page
+from app.edge.routes import register_error_handlers
+from app.edge.status_page import status_page
+from app.observe.metrics import Metrics
 from tests.conftest import ROOT, require_binary
 from tests.integration.sse_reader import chat
 from tests.support.chromium import CHROMIUM_FLAGS, DevTools, parse_page
@@ -39,7 +39,7 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "llmgate-dashboard.json"
 PROMETHEUS = ROOT / "deploy" / "prometheus" / "prometheus.yml"
 AUTH = {"Authorization": "Bearer sk-status-page"}
 
-# What the dashboard may query: app/metrics.py's names (histograms by their base name) and
+# What the dashboard may query: app/observe/metrics.py's names (histograms by their base name) and
 # each one's labels. A rename in the app or in the dashboard breaks a test below.
 METRICS: dict[str, set[str]] = {
     "llmgate_requests_total": {"route", "status", "cache"},
@@ -306,7 +306,7 @@ def test_page_and_assets_are_served_with_types_and_revalidation(scripted_gateway
             headers={"If-None-Match": asset.headers["ETag"]},
         )
         assert again.status == 304
-    for name in ("status.html", "nope.js", "..%2Fstatuspage.py", "%2E%2E"):
+    for name in ("status.html", "nope.js", "..%2Fstatus_page.py", "%2E%2E"):
         missing = http.request("GET", f"{scripted_gateway}/status/assets/{name}")
         assert missing.status == 404, name
         assert json.loads(missing.data)["error"]["code"]

@@ -1,4 +1,4 @@
-"""Span exports off the request path (app/outbox.py): a collector that accepts connections
+"""Span exports off the request path (app/observe/outbox.py): a collector that accepts connections
 and never answers holds no call and no worker's exit, and the spans it cannot take are
 dropped and counted; the spans a worker still holds when it stops are sent before it exits.
 
@@ -27,7 +27,7 @@ BLACK_HOLED = {
     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": str(BATCH),
     "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "120",
 }
-EXIT_BOUND_S = 30  # the flush's own 5 s (app/otel.py, FLUSH_S) and the drain's, generously
+EXIT_BOUND_S = 30  # the flush's own 5 s (app/observe/otel.py, FLUSH_S) and the drain's, generously
 
 
 def _embed(gw, text: str, headers: dict[str, str] | None = None) -> None:

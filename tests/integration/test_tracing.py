@@ -5,7 +5,7 @@ coalesced follower; and the traceparent the simulator received.
 One gunicorn worker, so the follower joins the leader's flight in the same process (across
 workers it would wait on the Memcached lease instead, and have no leader span to link to).
 OTEL_BSP_SCHEDULE_DELAY=100 makes each worker export within ~0.1 s of a span's end, from its
-export thread (a real OS thread, off the gevent loop: app/outbox.py), whose patched sockets
+export thread (a real OS thread, off the gevent loop: app/observe/outbox.py), whose patched sockets
 wait on a gevent hub of that thread's own: spans arriving at all is the check that it works.
 test_trace_export.py has the collectors that never answer.
 """

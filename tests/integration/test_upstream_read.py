@@ -19,13 +19,13 @@ from collections.abc import Iterator
 import pytest
 import urllib3
 
-from app.config import Settings
-from app.errors import UpstreamProtocolError
-from app.flight import Flight
-from app.policy import Deadline
-from app.pools import READ_BUFFER
-from app.relay import upstream_producer
-from app.upstream import Upstream, UpstreamRequest
+from app.core.config import Settings
+from app.core.errors import UpstreamProtocolError
+from app.streams.flight import Flight
+from app.streams.relay import upstream_producer
+from app.upstream.exchange import Upstream, UpstreamRequest
+from app.upstream.pools import READ_BUFFER
+from app.upstream.retry import Deadline
 from tests.support.scripted_server import Exchange, LoopbackServer, Request, completion, wait_for
 from tests.support.sim import SimProcess
 
@@ -51,7 +51,7 @@ def test_a_stream_is_read_through_a_small_buffer_to_its_end(sim: SimProcess) -> 
         received = b""
         while chunk := upstream.read_chunk(resp, deadline):
             received += chunk
-        resp.raw.release_conn()  # read to its end: back to the pool (app/relay.py)
+        resp.raw.release_conn()  # read to its end: back to the pool (app/streams/relay.py)
     finally:
         upstream.done_with(resp)
         upstream.pool.clear()  # closes the pooled connection

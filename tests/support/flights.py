@@ -1,4 +1,5 @@
-"""A scripted producer for flights (app/flight.py), shared by the unit tests of flights and of
+"""A scripted producer for flights (app/streams/flight.py), shared by the unit tests of flights and
+of
 the memory their logs keep."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from collections.abc import Callable
 import gevent
 import gevent.event
 
-from app.flight import Finished, Flight, Head
+from app.streams.flight import Finished, Flight, Head
 from llmgate_wire import sse
 
 

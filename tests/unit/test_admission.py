@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from app import admission
-from app.admission import REQUESTS, STREAMS, Gate, Held, Limits, Load, Ticket
-from app.calls import SSE_HEADERS, Reply
-from app.config import WORKER_CONNECTIONS, Settings, SettingsError, admission_defaults
-from app.errors import Overloaded
+from app.core import admission
+from app.core.admission import REQUESTS, STREAMS, Gate, Held, Limits, Load, Ticket
+from app.core.config import WORKER_CONNECTIONS, Settings, SettingsError, admission_defaults
+from app.core.errors import Overloaded
 from app.factory import create_app
+from app.request.call import SSE_HEADERS, Reply
 from runner.nginx import NginxParams, nginx_conn_limit, render_nginx
 from tests.conftest import ROOT
 

@@ -1,4 +1,4 @@
-"""The most a call can be billed (app/bounds.py) and what it costs (app/prices.py).
+"""The most a call can be billed (app/request/bounds.py) and what it costs (app/tenancy/prices.py).
 
 The prompt bound is checked against what it must stay above: the UTF-8 bytes of every text
 the body carries (no tokenizer makes more tokens than bytes), whatever JSON spelling the
@@ -13,9 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app import bounds, prices, upstreams
-from app.bounds import IMAGE_TOKENS, PROMPT_OVERHEAD, choices, output_bound, prompt_bound
-from app.prices import Price, PriceTable
+from app.request import bounds
+from app.request.bounds import IMAGE_TOKENS, PROMPT_OVERHEAD, choices, output_bound, prompt_bound
+from app.tenancy import prices
+from app.tenancy.prices import Price, PriceTable
+from app.upstream import catalog as upstreams
 
 texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=200)
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from app.budget import RetryBudget, caller_retry_count, gateway_retries
-from app.config import Settings, SettingsError
-from app.errors import UpstreamUnreachable
-from app.metrics import Metrics
-from app.policy import Deadline
-from app.upstream import Upstream, UpstreamRequest
-from app.upstreams import UpstreamSpec
+from app.core.config import Settings, SettingsError
+from app.core.errors import UpstreamUnreachable
+from app.observe.metrics import Metrics
+from app.upstream.catalog import UpstreamSpec
+from app.upstream.exchange import Upstream, UpstreamRequest
+from app.upstream.retry import Deadline
+from app.upstream.retry_budget import RetryBudget, caller_retry_count, gateway_retries
 
 
 # -- the budget's accounting ---------------------------------------------------------------

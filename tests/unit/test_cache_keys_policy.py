@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app import keys
-from app.cache import policy
+from app.cache import keys, policy
 from app.cache.entry import Entry, EntryError
-from app.errors import BadRequest
+from app.core.errors import BadRequest
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
 ALICE = [("Authorization", "Bearer sk-alice")]

@@ -10,7 +10,7 @@ from app.cache.memory import MemoryBackend
 from app.cache.policy import Directive
 from app.cache.store import DECODED_KEYS, DECODED_MAX_BYTES, AnswerCache
 from app.cache.tiered import TieredCache
-from app.config import Settings
+from app.core.config import Settings
 
 KEY = "llmgate:v1:" + "a" * 64
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings, SettingsError, documented_settings
+from app.core.config import Settings, SettingsError, documented_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from app.config import Settings
+from app.core.config import Settings
 from app.factory import create_app
 
 

@@ -8,12 +8,12 @@ import json
 import gevent
 import pytest
 
-from app import streams
+from app.cache.coalesce import Flights
 from app.cache.store import entry_from_flight
-from app.coalesce import Flights
-from app.errors import ClientTooSlow, GatewayError, UpstreamProtocolError, UpstreamReset
-from app.flight import ClientGone, Finished, Flight, Head
-from app.relay import relay
+from app.core.errors import ClientTooSlow, GatewayError, UpstreamProtocolError, UpstreamReset
+from app.request import events as streams
+from app.streams.flight import ClientGone, Finished, Flight, Head
+from app.streams.relay import relay
 from llmgate_wire import sse
 from tests.support.flights import script
 
@@ -60,7 +60,7 @@ def test_an_unexpected_exception_mid_stream_ends_with_an_error_event() -> None:
     last = sse.Decoder().feed(out[2])[0].json()
     assert last["error"]["code"] == "upstream_protocol_error"
     assert len(out) == 3
-    assert told == ["upstream_protocol_error"]  # for the trace (observe.py)
+    assert told == ["upstream_protocol_error"]  # for the trace (edge/finish.py)
 
 
 def test_events_in_when_the_caller_reads_go_out_as_one_batch() -> None:

@@ -3,10 +3,10 @@
 - SSE (llmgate_wire/sse.py): any chunking of any valid event stream decodes to the events that were
   encoded, and re-encoding them gives the stream back byte for byte. (Arbitrary bytes in any
   chunking are in test_sse_robust.py.)
-- Cache keys (app/keys.py): requests that differ only in what cannot change the answer share
+- Cache keys (app/cache/keys.py): requests that differ only in what cannot change the answer share
   one key; two tenants never share one, whatever the bodies.
-- Validation (app/schema.py, app/cache/policy.py, app/paths.py): on any JSON, any bytes and
-  any header value, the only exception is our BadRequest (a 400), never a 500.
+- Validation (app/request/schema.py, app/cache/policy.py, app/request/paths.py): on any JSON,
+  any bytes and any header value, the only exception is our BadRequest (a 400), never a 500.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import keys, schema
+from app.cache import keys
 from app.cache import policy as cache_policy
-from app.errors import BadRequest
-from app.paths import forwarded_path
+from app.core.errors import BadRequest
+from app.request import schema
+from app.request.paths import forwarded_path
 from llmgate_wire import sse
 
 # -- SSE ------------------------------------------------------------------------------------
@@ -97,7 +98,7 @@ _BODIES = st.dictionaries(
     st.text(max_size=8).filter(lambda k: k not in keys.IGNORED_FIELDS), _JSON, max_size=6
 )
 # Header values as HTTP delivers them: latin-1 text (WSGI) without CR, LF or NUL (nginx,
-# gunicorn and app/headers.py refuse those).
+# gunicorn and app/request/headers.py refuse those).
 _VALUE = st.text(
     st.characters(max_codepoint=255, blacklist_characters="\r\n\x00"), min_size=1, max_size=12
 )

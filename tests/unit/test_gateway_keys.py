@@ -11,9 +11,7 @@ from typing import Any
 
 import pytest
 
-from app import bounds, keyring, limits
-from app.access import Access, KeySource
-from app.errors import (
+from app.core.errors import (
     BadRequest,
     InvalidApiKey,
     LimitsUnavailable,
@@ -21,10 +19,13 @@ from app.errors import (
     ModelNotPriced,
     RateLimited,
 )
-from app.jsonedit import with_member
-from app.keyring import GatewayKey, KeyRing, KeysFileError, hash_key, load, presented_key
-from app.metering import is_usage_chunk, with_usage_requested, without_usage_chunk
-from app.prices import Price, PriceTable
+from app.request import bounds
+from app.request.jsonedit import with_member
+from app.request.metering import is_usage_chunk, with_usage_requested, without_usage_chunk
+from app.tenancy import keyring, limits
+from app.tenancy.access import Access, KeySource
+from app.tenancy.keyring import GatewayKey, KeyRing, KeysFileError, hash_key, load, presented_key
+from app.tenancy.prices import Price, PriceTable
 from tests.conftest import ROOT
 
 SECRET = "llmg-test-secret"

@@ -18,13 +18,13 @@ from app.cache.memory import MemoryBackend
 from app.cache.policy import Directive
 from app.cache.store import AnswerCache, entry_from_flight
 from app.cache.tiered import TieredCache
-from app.calls import Call
-from app.config import Settings
-from app.errors import UpstreamReset
-from app.flight import ClientGone, Finished, Flight, Head
+from app.core.config import Settings
+from app.core.errors import UpstreamReset
 from app.gateway import Gateway
-from app.policy import Deadline
-from app.upstream import Upstream
+from app.request.call import Call
+from app.streams.flight import ClientGone, Finished, Flight, Head
+from app.upstream.exchange import Upstream
+from app.upstream.retry import Deadline
 from llmgate_wire import sse
 
 SETTINGS = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=0)
@@ -240,7 +240,7 @@ COMPLETION = {
 
 
 def _published(stream: bool, entry) -> tuple[bool, Flight]:
-    from app.coalesce import publish_entry
+    from app.cache.coalesce import publish_entry
 
     result: list[bool] = []
 
@@ -287,7 +287,7 @@ def test_an_entry_that_cannot_take_the_waiters_shape_is_not_published() -> None:
     from app.cache.entry import Entry
 
     embedding = json.dumps({"object": "list", "data": []}).encode()
-    from app.coalesce import publish_entry
+    from app.cache.coalesce import publish_entry
 
     flight = Flight(lambda f: None)
     flight.stream = True
@@ -302,7 +302,7 @@ def _holder_finishes_in_between(*, add_then_gone: bool = False):
     ``add_then_gone``: the release lands between the caller's `add` and its `get`, which
     try_lease then answers with None. The settings, the L1, the holder's entry, the cache."""
     from app.cache.entry import Entry
-    from app.keys import lease_key
+    from app.cache.keys import lease_key
 
     settings = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=5)
     l1 = MemoryBackend(1 << 20)
@@ -333,7 +333,7 @@ def test_a_waiter_that_finds_the_lease_gone_just_after_the_holder_stored_replays
     lease, or (released between its `add` and its `get`) saw no lease at all, which reads as
     Memcached trouble: either way it called the upstream a second time (CI: 2 upstream calls
     for 200 identical streams over three instances). It looks once more before computing."""
-    from app.coalesce import lease_wait_producer
+    from app.cache.coalesce import lease_wait_producer
 
     _, _, entry, answers = _holder_finishes_in_between(
         add_then_gone=released == "between the add and the get"
@@ -354,7 +354,7 @@ def test_a_new_leader_that_wins_the_lease_just_after_the_holder_stored_replays_t
     """A request whose lookup missed just before the holder stored its entry, and whose
     lease attempt came just after the holder released: it holds the lease, and would call
     the upstream a second time. It looks once more."""
-    from app.keys import lease_key
+    from app.cache.keys import lease_key
 
     settings, l1, entry, answers = _holder_finishes_in_between()
     gateway = Gateway(settings, Upstream(settings), answers)

@@ -1,11 +1,11 @@
-"""A forwarded header value never carries a line break (app/headers.py)."""
+"""A forwarded header value never carries a line break (app/request/headers.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.errors import BadRequest
-from app.headers import upstream_request_headers
+from app.core.errors import BadRequest
+from app.request.headers import upstream_request_headers
 
 
 @pytest.mark.parametrize("value", ["a\r\nX-Injected: 1", "a\nb", "a\rb", "a\x00b", "\r\n"])

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from app import errors, schema
-from app.headers import downstream_headers, upstream_request_headers, with_upstream_key
+from app.core import errors
+from app.request import schema
+from app.request.headers import downstream_headers, upstream_request_headers, with_upstream_key
 
 
 def test_upstream_headers_drop_hop_by_hop_and_client_details() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from gevent.server import StreamServer
 
-from app.config import Settings
-from app.health import readiness
-from app.upstreams import from_environment
+from app.core.config import Settings
+from app.edge.readiness import readiness
+from app.upstream.catalog import from_environment
 
 
 class Silent:

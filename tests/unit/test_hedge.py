@@ -1,4 +1,5 @@
-"""Hedged first token: the delay (app/hedge.py) and the race of two starts (app/race.py).
+"""Hedged first token: the delay (app/upstream/hedge.py) and the race of two starts
+(app/upstream/race.py).
 
 The race runs real greenlets; the exchanges are stand-ins that sleep and then return or
 raise, recording whether they were closed, so each outcome can be counted.
@@ -9,10 +10,10 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from app import race
-from app.errors import UpstreamUnreachable
-from app.hedge import MIN_SAMPLES, HedgePolicy, TtftWindow
-from app.upstreams import load
+from app.core.errors import UpstreamUnreachable
+from app.upstream import race
+from app.upstream.catalog import load
+from app.upstream.hedge import MIN_SAMPLES, HedgePolicy, TtftWindow
 
 
 # -- the delay -------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""app/jsonedit.py: one member edited, every other byte as the caller wrote it.
+"""app/request/jsonedit.py: one member edited, every other byte as the caller wrote it.
 
 The property tests write random JSON objects with random whitespace between every token and
 random key order (strings full of braces, quotes, backslashes and non-ASCII), then check the
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.jsonedit import find_member, members, with_value, without_member
+from app.request.jsonedit import find_member, members, with_value, without_member
 
 _TRICKY = st.text(alphabet=st.sampled_from('{}[]":,\\ \t\nabcé€😀\x00\u2028/'), max_size=12)
 _KEYS = st.one_of(_TRICKY, st.sampled_from(["cache", "model", "messages", "stream"]))

@@ -1,11 +1,14 @@
-"""The layer rule of app/__init__.py, held by a test: pure modules import only the standard
-library, other pure modules and llmgate_wire; only the adapters import the network libraries.
-And the rule of the llmgate-client distribution (pyproject.toml): the packages it ships import
-nothing of the gateway, only the standard library, each other and its declared dependencies.
+"""The layering of app/layers.toml, held by a test: each package of app imports only the
+packages the table lists for it (lowest first, so no circle and no upward arrow); pure modules
+import only the standard library, other pure modules and llmgate_wire; only a library's
+owners import it. And the rule of the llmgate-client distribution (pyproject.toml): the
+packages it ships import nothing of the gateway, only the standard library, each other and
+its declared dependencies.
 
 Every import form counts, each resolved to the full name of the module it loads:
-``import app.upstream``, ``from app import upstream`` (app.upstream, because app/upstream.py
-exists; ``from app.errors import BadRequest`` is app.errors), relative imports resolved
+``import app.upstream.exchange``, ``from app.upstream import exchange`` (app.upstream.exchange,
+because app/upstream/exchange.py exists; ``from app.core.errors import BadRequest`` is
+app.core.errors), relative imports resolved
 against the importing module's package, ``importlib.import_module("...")`` with a literal
 name, and imports anywhere in the file: inside functions, ``try`` blocks and
 ``if TYPE_CHECKING:`` blocks.
@@ -27,49 +30,16 @@ import re
 import subprocess
 import sys
 import tomllib
+from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT
 
-PURE = {
-    "app.admission",
-    "app.budget",
-    "app.logmemory",
-    "app.config",
-    "app.errors",
-    "app.schema",
-    "app.headers",
-    "app.policy",
-    "app.keys",
-    "app.calls",
-    "app.status",
-    "app.upstreams",
-    "app.breaker",
-    "app.outliers",
-    "app.jsonedit",
-    "app.streams",
-    "app.paths",
-    "app.hedge",
-    "app.keyring",
-    "app.limits",
-    "app.bounds",
-    "app.prices",
-    "app.reasons",
-    "app.metering",
-    "app.tracing",
-    "app.cache.policy",
-    "app.cache.entry",
-    "app.cache.shapes",
-    "app.cache.chunks",
-}
-OWNERS = {
-    "urllib3": {"app.upstream", "app.pools"},
-    "pymemcache": {"app.cache.memcached"},
-    "prometheus_client": {"app.metrics"},
-    "flask": {"app.routes", "app.factory", "app.statuspage"},
-    "opentelemetry": {"app.otel"},
-}
+LAYERS = tomllib.loads((ROOT / "app" / "layers.toml").read_text("utf-8"))
+PACKAGES: dict[str, dict[str, Any]] = LAYERS["packages"]
+PURE = {f"app.{unit}.{name}" for unit, spec in PACKAGES.items() for name in spec.get("pure", ())}
+OWNERS = {library: set(modules) for library, modules in LAYERS["owners"].items()}
 
 
 def _distribution() -> tuple[set[str], set[str]]:
@@ -150,6 +120,21 @@ def _pure_may_import(name: str) -> bool:
     return root in (*sys.stdlib_module_names, "llmgate_wire") or name in PURE or name == "app"
 
 
+def unit_of(module: str) -> str:
+    """The entry of app/layers.toml a module of app belongs to: its package under app, or
+    the top-level module itself (``app.gateway``, ``app.factory``); ``app`` for the root."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "app" and len(parts) > 1 else parts[0]
+
+
+def _package_may_import(module: str, name: str) -> bool:
+    """Within app, an import of another package is allowed when the table lists it."""
+    if not (module.startswith("app.") and name.startswith("app.")):
+        return True
+    unit, other = unit_of(module), unit_of(name)
+    return unit == other or other in PACKAGES.get(unit, {}).get("imports", ())
+
+
 def _shipped_may_import(module: str, name: str) -> bool:
     root = name.split(".")[0]
     return root in sys.stdlib_module_names or root in SHIPPED_MAY_IMPORT[module.split(".")[0]]
@@ -166,6 +151,8 @@ def violations(module: str, source: str, *, is_package: bool = False) -> list[st
             if not _shipped_may_import(module, name)
         ]
     for name in names:
+        if not _package_may_import(module, name):
+            found.append(f"{module} ({unit_of(module)}) imports {name} ({unit_of(name)})")
         if module in PURE and not _pure_may_import(name):
             found.append(f"{module} (pure) imports {name}")
         owners = OWNERS.get(name.split(".")[0])
@@ -205,12 +192,44 @@ def test_the_rule_names_only_modules_that_exist() -> None:
     assert named <= set(_modules()), named - set(_modules())
 
 
+def test_the_table_holds_every_package_and_module_of_app() -> None:
+    """Each package under app/ and each top-level module but the root is one entry of
+    app/layers.toml, and the table names nothing else."""
+    units = {unit_of(m) for m in _modules() if m != "app"}
+    assert units == set(PACKAGES)
+    flat = sorted(p.stem for p in (ROOT / "app").glob("*.py") if p.name != "__init__.py")
+    assert flat == ["factory", "gateway"]  # no flat module but the orchestrator and the factory
+
+
+def test_the_table_lists_each_package_above_what_it_imports() -> None:
+    """Lowest first: a package imports only packages listed before it, so the table has no
+    circle and no upward arrow."""
+    seen: list[str] = []
+    for unit, spec in PACKAGES.items():
+        assert set(spec.get("imports", ())) <= set(seen), (unit, spec["imports"], seen)
+        seen.append(unit)
+
+
+def test_every_import_the_table_allows_is_used() -> None:
+    """The table says what the code does, not more: an allowed import no module makes is a
+    stale line (a package that stopped needing another must say so)."""
+    used: dict[str, set[str]] = {unit: set() for unit in PACKAGES}
+    for module in _modules():
+        if module == "app":
+            continue
+        source, is_package = _path(module)
+        for name in imported_modules(source, module, is_package=is_package):
+            if name.startswith("app.") and unit_of(name) != unit_of(module):
+                used[unit_of(module)].add(unit_of(name))
+    assert {unit: set(spec.get("imports", ())) for unit, spec in PACKAGES.items()} == used
+
+
 def test_pure_modules_import_only_stdlib_and_pure_modules() -> None:
     for module in sorted(PURE):
         assert _check(module) == []
 
 
-def test_only_the_owner_imports_each_client_library() -> None:
+def test_every_module_imports_only_what_the_table_and_the_owners_allow() -> None:
     for module in _modules():
         assert _check(module) == []
 
@@ -226,44 +245,47 @@ def test_the_shipped_packages_import_nothing_of_the_gateway() -> None:
 
 # -- the checker catches every import form -------------------------------------------------
 
-BREAKER = (ROOT / "app" / "breaker.py").read_text()
+BREAKER = (ROOT / "app" / "upstream" / "breaker.py").read_text()
 
 
 @pytest.mark.parametrize(
     "line",
     [
-        "from app import upstream",
-        "from . import upstream",
-        "import app.upstream",
-        "import app.upstream as up",
-        "from app.upstream import Upstream",
-        "from .upstream import Upstream",
-        "from app import errors, upstream",
+        "from app.upstream import exchange",
+        "from . import exchange",
+        "import app.upstream.exchange",
+        "import app.upstream.exchange as up",
+        "from app.upstream.exchange import Upstream",
+        "from .exchange import Upstream",
+        "from app.upstream import hedge, exchange",
         "from app.cache import memcached",
-        "from .cache.memcached import MemcachedBackend",
+        "from ..cache.memcached import MemcachedBackend",
         "from app.cache import build_answer_cache",  # the package that builds the adapters
-        "from app import metrics",
+        "from app.observe import metrics",
         "import urllib3",
         "from urllib3.exceptions import ReadTimeoutError",
-        "def later():\n    from app import upstream",
-        "import typing\nif typing.TYPE_CHECKING:\n    from app.upstream import Upstream",
+        "def later():\n    from app.upstream import exchange",
+        "import typing\nif typing.TYPE_CHECKING:\n    from app.upstream.exchange import Upstream",
         "try:\n    import gevent\nexcept ImportError:\n    gevent = None",
-        "import importlib\nUP = importlib.import_module('app.upstream')",
+        "import importlib\nUP = importlib.import_module('app.upstream.exchange')",
         "from app import gateway",  # orchestration
+        "from app.streams import flight",  # a package above upstream
     ],
 )
 def test_a_pure_module_importing_a_lower_layer_in_any_form_is_caught(line: str) -> None:
-    assert violations("app.breaker", BREAKER + "\n" + line + "\n"), line
+    assert violations("app.upstream.breaker", BREAKER + "\n" + line + "\n"), line
 
 
 @pytest.mark.parametrize(
     "line",
     [
-        "from app import errors",
-        "from . import errors",
-        "from .errors import BadRequest",
-        "import app.errors",
-        "from app.cache import policy",
+        "from app.core import errors",
+        "from ..core import errors",
+        "from ..core.errors import BadRequest",
+        "import app.core.errors",
+        "from . import hedge",
+        "from .retry import Deadline",
+        "from app.request import headers",
         "import app",
         "import json, re",
         "from collections import abc",
@@ -272,30 +294,45 @@ def test_a_pure_module_importing_a_lower_layer_in_any_form_is_caught(line: str) 
     ],
 )
 def test_a_pure_module_importing_stdlib_or_pure_modules_passes(line: str) -> None:
-    assert violations("app.breaker", BREAKER + "\n" + line + "\n") == []
+    assert violations("app.upstream.breaker", BREAKER + "\n" + line + "\n") == []
 
 
 def test_relative_imports_resolve_against_the_importing_package() -> None:
     source = (
         "from . import entry, build_answer_cache\n"
-        "from .. import errors\n"
-        "from ..metrics import Metrics\n"
+        "from ..core import errors\n"
+        "from ..observe.metrics import Metrics\n"
         "from .memcached import MemcachedBackend\n"
     )
     assert imported_modules(source, "app.cache.policy") == {
         "app.cache.entry",
         "app.cache",
-        "app.errors",
-        "app.metrics",
+        "app.core.errors",
+        "app.observe.metrics",
         "app.cache.memcached",
     }
     # In a package's __init__.py, "." is the package itself.
     assert imported_modules("from . import memory\n", "app.cache", is_package=True) == {
         "app.cache.memory"
     }
-    assert violations("app.cache.policy", "from ..metrics import Metrics\n") == [
-        "app.cache.policy (pure) imports app.metrics"
+    assert violations("app.cache.policy", "from ..observe.metrics import Metrics\n") == [
+        "app.cache.policy (pure) imports app.observe.metrics"
     ]
+
+
+def test_an_import_the_table_does_not_allow_is_caught() -> None:
+    """Upward (upstream importing streams), sideways (tenancy importing observe, which the
+    table does not list) and from a top-level module (gateway importing the edge)."""
+    assert violations("app.upstream.exchange", "from app.streams.flight import Flight\n") == [
+        "app.upstream.exchange (upstream) imports app.streams.flight (streams)"
+    ]
+    assert violations("app.tenancy.access", "from app.observe import metrics\n") == [
+        "app.tenancy.access (tenancy) imports app.observe.metrics (observe)"
+    ]
+    assert violations("app.gateway", "from app.edge import routes\n") == [
+        "app.gateway (gateway) imports app.edge.routes (edge)"
+    ]
+    assert violations("app.streams.relay", "from app.upstream import exchange\n") == []
 
 
 def test_a_client_library_outside_its_owner_is_caught() -> None:
@@ -311,10 +348,10 @@ CLIENT_POLICY = (ROOT / "llmgate_client" / "policy.py").read_text()
 @pytest.mark.parametrize(
     "line",
     [
-        "from app.policy import parse_retry_after",
+        "from app.upstream.retry import parse_retry_after",
         "from app import sse",
         "import app",
-        "def later():\n    import app.errors",
+        "def later():\n    import app.core.errors",
         "from simulator import text",
         "from runner.procs import find_binary",
         "import flask",
@@ -370,3 +407,21 @@ def test_every_module_imports_first_without_a_cycle() -> None:
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+# -- the map in the docs -------------------------------------------------------------------
+
+
+def package_map() -> str:
+    """docs/architecture.md's package map, as app/layers.toml says it."""
+    rows = ["| Package | What it is | May import |", "|---|---|---|"]
+    for unit, spec in PACKAGES.items():
+        where = f"`app/{unit}.py`" if unit in ("gateway", "factory") else f"`app/{unit}/`"
+        rows.append(f"| {where} | {spec['what']} | {', '.join(spec['imports']) or '—'} |")
+    return "\n".join(rows)
+
+
+def test_the_architecture_page_draws_the_map_of_the_table() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text("utf-8")
+    expected = package_map()
+    assert expected in page, f"docs/architecture.md's package map should read:\n{expected}"

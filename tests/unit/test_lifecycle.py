@@ -5,13 +5,13 @@ from __future__ import annotations
 import gevent
 import pytest
 
-from app import streams
-from app.config import Settings
-from app.errors import GatewayShutdown
+from app.core.config import Settings
+from app.core.errors import GatewayShutdown
 from app.factory import create_app
-from app.flight import Flight, Head
-from app.lifecycle import Lifecycle
-from app.relay import relay
+from app.request import events as streams
+from app.streams.drain import Lifecycle
+from app.streams.flight import Flight, Head
+from app.streams.relay import relay
 from llmgate_wire import sse
 
 HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)

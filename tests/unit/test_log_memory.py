@@ -1,4 +1,5 @@
-"""The memory budget of kept event logs (app/logmemory.py), in one process: what an event is
+"""The memory budget of kept event logs (app/streams/log_memory.py), in one process: what an event
+is
 counted at against what tracemalloc sees, the budget's accounting, flights sharing it
 (refused, given up midway with a follower reading, given back), and the gateway's use of it
 (no-store and a full budget keep no log, take no followers and no lease)."""
@@ -13,18 +14,18 @@ import gevent
 import gevent.event
 import pytest
 
+from app.cache.coalesce import Flights
 from app.cache.memory import MemoryBackend
 from app.cache.policy import Directive
 from app.cache.store import AnswerCache, entry_from_flight
 from app.cache.tiered import TieredCache
-from app.coalesce import Flights
-from app.config import Settings
-from app.flight import Finished, Flight, Head
+from app.core.config import Settings
 from app.gateway import Gateway
-from app.logmemory import REPORT_STEP, LogBudget, event_cost
-from app.metrics import Metrics
-from app.policy import Deadline
-from app.upstream import Upstream
+from app.observe.metrics import Metrics
+from app.streams.flight import Finished, Flight, Head
+from app.streams.log_memory import REPORT_STEP, LogBudget, event_cost
+from app.upstream.exchange import Upstream
+from app.upstream.retry import Deadline
 from llmgate_wire import sse
 from tests.support.flights import script
 

@@ -8,10 +8,10 @@ import pytest
 from app.cache import build_answer_cache
 from app.cache.memcached import MemcachedBackend
 from app.cache.tiered import TieredCache
-from app.config import Settings, SettingsError
+from app.core.config import Settings, SettingsError
 from app.factory import build_access
-from app.keyring import hash_key
-from app.metrics import Metrics
+from app.observe.metrics import Metrics
+from app.tenancy.keyring import hash_key
 
 
 def _settings(**env: str) -> Settings:

@@ -6,7 +6,7 @@ import re
 
 from prometheus_client.metrics import MetricWrapperBase
 
-from app.metrics import Metrics
+from app.observe.metrics import Metrics
 from tests.conftest import ROOT
 
 
@@ -28,7 +28,7 @@ def _exported() -> dict[str, set[str]]:
 def test_every_metric_is_documented_with_its_labels() -> None:
     documented, exported = _documented(), _exported()
     assert len(exported) >= 15
-    assert set(exported) == set(documented), "docs/metrics.md and app/metrics.py differ"
+    assert set(exported) == set(documented), "docs/metrics.md and app/observe/metrics.py differ"
     for name, labels in exported.items():
         assert labels == documented[name], f"{name}: labels {labels} vs {documented[name]}"
 

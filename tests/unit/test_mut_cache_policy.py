@@ -14,7 +14,7 @@ import math
 import pytest
 
 from app.cache import policy
-from app.errors import BadRequest
+from app.core.errors import BadRequest
 
 NOT_SECONDS = "expected seconds >= 0."
 

@@ -1,4 +1,4 @@
-"""Header filtering edges the mutation run found untested (app/headers.py).
+"""Header filtering edges the mutation run found untested (app/request/headers.py).
 
 RFC 9110 7.6.1: Connection is a comma-separated list of field names (optional whitespace
 around the commas); every field it names is hop-by-hop and must not be forwarded, either way.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.headers import downstream_headers, upstream_request_headers
+from app.request.headers import downstream_headers, upstream_request_headers
 
 
 @pytest.mark.parametrize("connection", ["x-a, close", "x-a,close", "close ,X-A", " X-A "])
@@ -44,7 +44,7 @@ def test_downstream_takes_a_list_of_pairs_and_keeps_repeated_fields() -> None:
 
 # -- an upstream's own key ------------------------------------------------------------------
 def test_an_upstream_key_replaces_every_caller_credential() -> None:
-    from app.headers import with_upstream_key
+    from app.request.headers import with_upstream_key
 
     sent = {"Authorization": "Bearer c", "API-Key": "c", "x-api-key": "c", "X-Other": "o"}
     assert with_upstream_key(dict(sent), "k") == {"X-Other": "o", "Authorization": "Bearer k"}
@@ -52,7 +52,7 @@ def test_an_upstream_key_replaces_every_caller_credential() -> None:
 
 
 def test_a_fallback_key_only_for_callers_without_one() -> None:
-    from app.headers import with_upstream_key
+    from app.request.headers import with_upstream_key
 
     for own in ("Authorization", "API-KEY", "X-Api-Key"):
         assert with_upstream_key({own: "c"}, "k", fallback_only=True) == {own: "c"}
@@ -67,7 +67,7 @@ def test_a_fallback_key_only_for_callers_without_one() -> None:
 
 
 def test_no_key_leaves_the_headers_as_they_are() -> None:
-    from app.headers import with_upstream_key
+    from app.request.headers import with_upstream_key
 
     headers = {"Authorization": "Bearer c"}
     assert with_upstream_key(headers, "") is headers
@@ -76,7 +76,7 @@ def test_no_key_leaves_the_headers_as_they_are() -> None:
 
 # -- with gateway keys, the caller's identity stays with the gateway --------------------------
 def test_without_credentials_drops_every_identity_header_in_any_case() -> None:
-    from app.headers import without_credentials
+    from app.request.headers import without_credentials
 
     sent = {
         "Authorization": "Bearer gateway-key",

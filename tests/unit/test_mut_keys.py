@@ -1,10 +1,10 @@
-"""The v1 cache key format, pinned (app/keys.py).
+"""The v1 cache key format, pinned (app/cache/keys.py).
 
 Keys live in a Memcached shared by every worker and every gateway instance, including two
 releases side by side during a rolling deploy. So the bytes of a `llmgate:v1:` key are a
 contract: a release that computes them differently must bump KEY_VERSION, or old and new
 instances silently stop sharing (or, worse, start mixing) entries. The format, as documented
-here and in app/keys.py:
+here and in app/cache/keys.py:
 
 - canonical body: the request body without `stream`, `stream_options`, `user` and `cache`,
   as JSON with sorted keys, no insignificant whitespace and non-ASCII text as UTF-8 (the
@@ -24,7 +24,7 @@ import hashlib
 import json
 import struct
 
-from app import keys
+from app.cache import keys
 
 BODY = {
     "model": "m",

@@ -1,4 +1,4 @@
-"""Retry policy edges the mutation run found untested (app/policy.py and
+"""Retry policy edges the mutation run found untested (app/upstream/retry.py and
 llmgate_wire/retry_after.py).
 
 Expected values come from the README's retry rules and RFC 9110 10.2.3 (Retry-After is
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import email.utils
 
-from app.policy import Deadline, RetryPolicy
+from app.upstream.retry import Deadline, RetryPolicy
 from llmgate_wire.retry_after import parse_retry_after
 
 

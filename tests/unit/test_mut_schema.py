@@ -1,4 +1,4 @@
-"""Request checks the mutation run found untested (app/schema.py).
+"""Request checks the mutation run found untested (app/request/schema.py).
 
 Every rejection is an OpenAI-shaped 400 (README, Errors): `invalid_json` for a body that is
 not a JSON object, `missing_required_parameter` / `invalid_type` naming the parameter, as the
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from app import schema
-from app.errors import BadRequest
+from app.core.errors import BadRequest
+from app.request import schema
 
 ONE_ITEM = "an array with at least one item."
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
+from app.core.config import Settings
 from runner.nginx import NginxParams, render_nginx
 from tests.conftest import require_binary
 
@@ -33,7 +33,7 @@ def test_every_field_is_filled_and_limits_follow_the_settings() -> None:
 def test_nginx_closes_idle_connections_to_gunicorn_before_gunicorn_would() -> None:
     """A server closing a kept connection while nginx sends a POST on it fails that call:
     nginx's idle timeout must end first, in service (gunicorn's keepalive) and in a drain."""
-    from app.worker import IDLE_CLOSE_AFTER_S
+    from app.edge.worker import IDLE_CLOSE_AFTER_S
     from tests.conftest import ROOT
 
     text = render_nginx(_params())
@@ -71,7 +71,7 @@ def test_a_drain_file_makes_nginx_answer_readyz_and_a_gone_gunicorn_itself(tmp_p
     gunicorn is a 503 gateway_shutdown (tests/integration/test_run_drain.py runs it)."""
     import json
 
-    from app.errors import GatewayShutdown
+    from app.core.errors import GatewayShutdown
     from runner.nginx import DRAINING_502, DRAINING_READYZ
 
     plain = render_nginx(_params())
@@ -82,7 +82,7 @@ def test_a_drain_file_makes_nginx_answer_readyz_and_a_gone_gunicorn_itself(tmp_p
     assert f'if (-f "{drain}") {{ return 503 \'{DRAINING_READYZ}' in "".join(readyz[:2])
     assert f'if (-f "{drain}") {{ return 503 \'{DRAINING_502}' in text
     assert "error_page 502 = /_llmgate_error/502;" in text  # the status is the location's
-    # The same words as the app's: its /readyz (app/routes.py), its GatewayShutdown.
+    # The same words as the app's: its /readyz (app/edge/routes.py), its GatewayShutdown.
     assert json.loads(DRAINING_READYZ) == {"ready": False, "checks": {"draining": True}}
     shutdown = GatewayShutdown("The gateway instance is shutting down; retry the request.")
     assert json.loads(DRAINING_502) == json.loads(shutdown.to_json())

@@ -7,10 +7,10 @@ import json
 import logging
 from typing import Any
 
-from app.calls import SSE_HEADERS, Call, Reply, Trace
-from app.config import Settings
-from app.metrics import Metrics
-from app.observe import _facts_in_answer, _server_timing, _usage_in_body, cache_outcome, finish
+from app.core.config import Settings
+from app.edge.finish import _facts_in_answer, _server_timing, _usage_in_body, cache_outcome, finish
+from app.observe.metrics import Metrics
+from app.request.call import SSE_HEADERS, Call, Reply, Trace
 from llmgate_wire import sse
 
 

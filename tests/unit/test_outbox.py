@@ -1,4 +1,4 @@
-"""The outbox (app/outbox.py): what is put is sent, in batches, from a thread of its own; a
+"""The outbox (app/observe/outbox.py): what is put is sent, in batches, from a thread of its own; a
 full outbox refuses rather than waits; close sends what is queued and waits no longer than
 its timeout; a failed batch loses only itself, and is followed by one item alone, after the
 whole interval. Plain threads here (no gevent): the senders
@@ -12,7 +12,7 @@ import threading
 import time
 import weakref
 
-from app.outbox import SWITCH_INTERVAL_S, Outbox
+from app.observe.outbox import SWITCH_INTERVAL_S, Outbox
 
 
 class Sender:

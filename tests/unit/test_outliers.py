@@ -1,11 +1,12 @@
-"""Each attempt's result for its upstream's breaker (app/outliers.py): no sockets, a fake clock."""
+"""Each attempt's result for its upstream's breaker (app/upstream/outliers.py): no sockets, a fake
+clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.breaker import BreakerPolicy
-from app.outliers import CANCELLED, FAILED, OK, RATE_LIMITED, Outliers, result_at_status
+from app.upstream.breaker import BreakerPolicy
+from app.upstream.outliers import CANCELLED, FAILED, OK, RATE_LIMITED, Outliers, result_at_status
 
 POLICY = BreakerPolicy(failures_to_open=3, window=10, window_min=6, cooldown_s=5)
 

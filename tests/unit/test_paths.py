@@ -1,4 +1,4 @@
-"""app/paths.py: a forwarded path stays under /v1 and reaches the upstream as data."""
+"""app/request/paths.py: a forwarded path stays under /v1 and reaches the upstream as data."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.errors import BadRequest
-from app.paths import forwarded_path
+from app.core.errors import BadRequest
+from app.request.paths import forwarded_path
 
 
 @pytest.mark.parametrize(
@@ -88,7 +88,7 @@ def test_whatever_is_forwarded_stays_under_v1_once_resolved(segments: list[str])
 @given(st.text(alphabet="ab1-_~.:@!/?# %é\\\x00", max_size=20))
 def test_the_plain_path_shortcut_answers_as_the_full_check(tail: str) -> None:
     """A plain path leaves without the segment-by-segment check: the same answer either way."""
-    from app.paths import _checked
+    from app.request.paths import _checked
 
     path = "/v1" + tail
 

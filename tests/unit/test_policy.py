@@ -6,7 +6,7 @@ import email.utils
 
 import pytest
 
-from app.policy import Deadline, RetryPolicy
+from app.upstream.retry import Deadline, RetryPolicy
 from llmgate_wire.retry_after import parse_retry_after
 
 

@@ -1,5 +1,5 @@
-"""app/reasons.py: the reason quoted in an upstream error reads as words, never as urllib3's
-repr of one of app/pools.py's classes. Each failure is made for real on loopback (a refused
+"""app/core/reasons.py: the reason quoted in an upstream error reads as words, never as urllib3's
+repr of one of app/upstream/pools.py's classes. Each failure is made for real on loopback (a refused
 connect, a name that does not resolve, a close, a reset, a cut body, a read timeout) through
 the gateway's own pool classes, so a new urllib3 that words its errors differently shows
 here."""
@@ -18,8 +18,8 @@ import pytest
 import urllib3
 from urllib3.exceptions import HTTPError
 
-from app import pools
-from app.reasons import reason
+from app.core.reasons import reason
+from app.upstream import pools
 
 # A class name followed by its arguments, or an object's default repr: what must not show.
 CLASS_REPR = re.compile(r"\b[A-Z]\w*(Connection|Pool|Error|Read|Disconnected|Line)\w*\(|<\w")

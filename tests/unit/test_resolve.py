@@ -6,7 +6,7 @@ import socket
 import threading
 from pathlib import Path
 
-from app.config import Settings
+from app.core.config import Settings
 from runner import resolve
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import Settings
+from app.core.config import Settings
 from app.factory import create_app
 
 

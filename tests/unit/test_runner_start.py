@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import SettingsError
+from app.core.config import SettingsError
 from runner.claims import Claims, Listener
 from runner.procs import StartError, cause, free_port
 from runner.settings import DEFAULT_RUN_DIR, RunnerSettings, with_values

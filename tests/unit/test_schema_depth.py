@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from app import errors, schema
-from app.config import Settings, SettingsError
+from app.core import errors
+from app.core.config import Settings, SettingsError
+from app.request import schema
 
 
 def nested(depth: int, inner: str = "1") -> bytes:

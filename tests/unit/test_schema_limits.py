@@ -1,4 +1,4 @@
-"""The array-length limit and the fields that would steer the upstream (app/schema.py)."""
+"""The array-length limit and the fields that would steer the upstream (app/request/schema.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from app import errors, schema
-from app.config import Settings, SettingsError
+from app.core import errors
+from app.core.config import Settings, SettingsError
+from app.request import schema
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -9,7 +9,7 @@ import resource
 
 import pytest
 
-from app.config import WORKER_CONNECTIONS, Settings
+from app.core.config import WORKER_CONNECTIONS, Settings
 from runner import limits
 from runner.__main__ import check_limits
 from runner.nginx import NginxParams, render_nginx

@@ -1,4 +1,5 @@
-"""The status page's history (app/history.py): one sample per period for the whole instance,
+"""The status page's history (app/edge/status_history.py): one sample per period for the whole
+instance,
 whichever worker takes it, the last 15 minutes kept, read back oldest first; and what
 /status.json carries of it. The clock is a number; several History objects on one folder
 are several workers.
@@ -14,10 +15,10 @@ from pathlib import Path
 import greenlet
 import pytest
 
-from app.config import Settings
+from app.core.config import Settings
+from app.edge.status_data import history_sample, status_document
+from app.edge.status_history import KEEP_S, History, record
 from app.factory import create_app
-from app.history import KEEP_S, History, record
-from app.status import history_sample, status_document
 
 T0 = 1_800_000_000.0  # a slot start for periods of 1, 2, 5 and 10 s
 

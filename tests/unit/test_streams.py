@@ -1,5 +1,5 @@
-"""app/streams.py and what builds on it: how a Responses stream ends, which of its events are
-output, and how a stored one is replayed (app/replay.py) or refused (app/cache/store.py)."""
+"""app/request/events.py and what builds on it: how a Responses stream ends, which of its events are
+output, and how a stored one is replayed (app/cache/replay.py) or refused (app/cache/store.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from app import streams
 from app.cache.entry import Entry
+from app.cache.replay import reply_from_entry
 from app.cache.store import entry_from_flight
-from app.flight import Flight, Head
-from app.relay import relay
-from app.replay import reply_from_entry
+from app.request import events as streams
+from app.streams.flight import Flight, Head
+from app.streams.relay import relay
 from llmgate_wire import sse
 
 RESPONSE = {"id": "resp_1", "object": "response", "status": "completed", "output": []}

@@ -7,10 +7,10 @@ import time
 import gevent
 import pytest
 
-from app import streams
-from app.flight import Flight
-from app.relay import relay
-from app.timers import Alarm
+from app.core.timers import Alarm
+from app.request import events as streams
+from app.streams.flight import Flight
+from app.streams.relay import relay
 
 
 def _fires_after(alarm: Alarm, limit: float = 5.0) -> float:

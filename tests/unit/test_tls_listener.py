@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from app.config import Settings, SettingsError
+from app.core.config import Settings, SettingsError
 from runner.nginx import NginxParams, render_nginx
 
 

@@ -10,13 +10,13 @@ import sys
 import time
 from typing import Any
 
-from app import tracing
-from app.config import Settings
-from app.errors import UpstreamUnreachable
-from app.metrics import Metrics
-from app.policy import Deadline
-from app.upstream import Upstream, UpstreamRequest
-from app.upstreams import UpstreamSpec
+from app.core.config import Settings
+from app.core.errors import UpstreamUnreachable
+from app.observe import tracing
+from app.observe.metrics import Metrics
+from app.upstream.catalog import UpstreamSpec
+from app.upstream.exchange import Upstream, UpstreamRequest
+from app.upstream.retry import Deadline
 from tests.conftest import ROOT
 
 # -- off: nothing imported -----------------------------------------------------------------
@@ -83,8 +83,8 @@ monkey.patch_all()
 import time
 import gevent
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from app.config import Settings
-from app.otel import build_tracer
+from app.core.config import Settings
+from app.observe.otel import build_tracer
 
 class Busy(SpanExporter):
     # Holds the CPU for a second per export, as encoding a huge batch would.
@@ -130,7 +130,7 @@ def test_a_queued_span_is_a_few_objects_for_the_garbage_collector(monkeypatch) -
     tracked objects each)."""
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-    from app.otel import build_tracer
+    from app.observe.otel import build_tracer
 
     class Keep(SpanExporter):
         def __init__(self) -> None:
@@ -170,7 +170,7 @@ def test_a_calls_spans_are_recorded_without_checking_each_attribute(monkeypatch)
     from opentelemetry import attributes as sdk_attributes
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-    from app.otel import build_tracer
+    from app.observe.otel import build_tracer
 
     class Keep(SpanExporter):
         def __init__(self) -> None:
@@ -215,7 +215,7 @@ def test_a_full_queue_makes_none_of_the_spans_it_refuses(monkeypatch) -> None:
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-    from app import otel
+    from app.observe import otel
 
     class Stuck(SpanExporter):
         def __init__(self) -> None:
@@ -249,10 +249,10 @@ def test_a_full_queue_makes_none_of_the_spans_it_refuses(monkeypatch) -> None:
 
 def test_a_failed_export_is_followed_by_one_span_alone(monkeypatch) -> None:
     """The exporter's answer reaches the outbox: after a FAILURE the next try is one span,
-    then whole batches again (app/outbox.py)."""
+    then whole batches again (app/observe/outbox.py)."""
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-    from app.otel import build_tracer
+    from app.observe.otel import build_tracer
 
     class FailsFirst(SpanExporter):
         def __init__(self) -> None:
@@ -277,7 +277,7 @@ def test_a_failed_export_is_followed_by_one_span_alone(monkeypatch) -> None:
 
 
 class Recorded:
-    """A span that keeps what it was told (the Span protocol of app/tracing.py)."""
+    """A span that keeps what it was told (the Span protocol of app/observe/tracing.py)."""
 
     trace_id = "0" * 32
 

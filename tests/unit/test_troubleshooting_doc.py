@@ -14,9 +14,12 @@ import pytest
 import urllib3
 from urllib3.exceptions import HTTPError
 
-from app import errors, keyring, pools, upstreams
-from app.config import WORKER_CONNECTIONS, Settings
-from app.reasons import reason
+from app.core import errors
+from app.core.config import WORKER_CONNECTIONS, Settings
+from app.core.reasons import reason
+from app.tenancy import keyring
+from app.upstream import catalog as upstreams
+from app.upstream import pools
 from runner import limits, resolve
 from runner.sizing import size_for
 
@@ -92,17 +95,17 @@ FIXED = [
     ("is in use by another llmgate; set", "runner/claims.py", '" by another llmgate"'),
     (
         '"type": "permission_error", "param": "model", "code": "model_not_allowed"',
-        "app/errors.py",
+        "app/core/errors.py",
         'code = "model_not_allowed"',
     ),
     (
         "The key 'team-a' may not use the model 'gpt-4o'.",
-        "app/keyring.py",
+        "app/tenancy/keyring.py",
         'f"The key {self.name!r} may not use the model {model!r}."',
     ),
     (
         "Rate limit reached for key 'team-a': 2 requests per minute.",
-        "app/access.py",
+        "app/tenancy/access.py",
         'f"Rate limit reached for key {key.name!r}: "',
     ),
     (
@@ -112,10 +115,10 @@ FIXED = [
     ),
     (
         "This endpoint needs the operator token:",
-        "app/routes.py",
+        "app/edge/routes.py",
         "This endpoint needs the operator token:",
     ),
-    ("The gateway is busy: this", "app/errors.py", '"The gateway is busy: this worker is at'),
+    ("The gateway is busy: this", "app/core/errors.py", '"The gateway is busy: this worker is at'),
     (
         "too many requests in progress. Retry after 1 s.",
         "nginx/llmgate.conf.template",
@@ -128,17 +131,21 @@ FIXED = [
     ),
     (
         "limit counters unreachable; limits fail open: calls pass uncounted",
-        "app/access.py",
+        "app/tenancy/access.py",
         '"limit counters unreachable; limits fail %s"',
     ),
     ("memcached node … is back", "app/cache/memcached.py", '"memcached node %s is back"'),
     (
         "Upstream timed out: connecting to the upstream took longer than",
-        "app/errors.py",
+        "app/core/errors.py",
         '"connect": "connecting to the upstream"',
     ),
-    ("TLS with the upstream failed:", "app/upstream.py", '"TLS with the upstream failed: '),
-    ('"error":"Connection refused"', "app/health.py", 'target["error"] = error'),
+    (
+        "TLS with the upstream failed:",
+        "app/upstream/exchange.py",
+        '"TLS with the upstream failed: ',
+    ),
+    ('"error":"Connection refused"', "app/edge/readiness.py", 'target["error"] = error'),
 ]
 
 

@@ -1,4 +1,4 @@
-"""What the worker knows of a request body the app did not read (app/unread_body.py): how much
+"""What the worker knows of a request body the app did not read (app/edge/unread_body.py): how much
 is left, whether an answer begins before it was read, and the half-close after the answer."""
 
 from __future__ import annotations
@@ -11,7 +11,13 @@ import gevent
 import gevent.socket
 import pytest
 
-from app.unread_body import DRAIN_MAX_BYTES, CountedBody, body_length, counting_the_body, linger
+from app.edge.unread_body import (
+    DRAIN_MAX_BYTES,
+    CountedBody,
+    body_length,
+    counting_the_body,
+    linger,
+)
 
 
 def _chunked(data: bytes) -> io.BytesIO:

@@ -6,13 +6,11 @@ import json
 
 import pytest
 
-from app.breaker import CLOSED, HALF_OPEN, OPEN, Breaker, BreakerPolicy
-from app.errors import UpstreamReset, UpstreamTimeout, UpstreamUnreachable
-from app.headers import with_upstream_key
-from app.hedge import HedgePolicy
-from app.prices import Price
-from app.upstream import UpstreamRequest, _can_fail_over, _prepare
-from app.upstreams import (
+from app.core.errors import UpstreamReset, UpstreamTimeout, UpstreamUnreachable
+from app.request.headers import with_upstream_key
+from app.tenancy.prices import Price
+from app.upstream.breaker import CLOSED, HALF_OPEN, OPEN, Breaker, BreakerPolicy
+from app.upstream.catalog import (
     ConfigError,
     UpstreamSpec,
     candidates,
@@ -21,6 +19,8 @@ from app.upstreams import (
     prices_of,
     route_id,
 )
+from app.upstream.exchange import UpstreamRequest, _can_fail_over, _prepare
+from app.upstream.hedge import HedgePolicy
 from tests.conftest import ROOT
 
 ENV = {"OPENAI_KEY_A": "sk-a", "OPENAI_KEY_B": "sk-b", "AZURE_OPENAI_KEY": "az"}
@@ -141,8 +141,8 @@ def test_azure_style_url_auth_query_and_alias() -> None:
 
 
 def test_a_specs_pool_is_found_once_and_gets_origin_form_targets() -> None:
-    from app.config import Settings
-    from app.upstream import Upstream
+    from app.core.config import Settings
+    from app.upstream.exchange import Upstream
 
     az = UpstreamSpec("az", "https://r.example/openai/deployments/{model}", query=(("v", "1"),))
     capped = UpstreamSpec("capped", "http://c.example:8080/v1", max_connections=3)
@@ -272,9 +272,9 @@ def test_in_half_open_only_the_probe_decides() -> None:
 
 
 def test_a_model_no_upstream_serves_is_a_404_before_any_call() -> None:
-    from app.config import Settings
-    from app.errors import ModelNotServed
-    from app.upstream import Upstream
+    from app.core.config import Settings
+    from app.core.errors import ModelNotServed
+    from app.upstream.exchange import Upstream
 
     upstream = Upstream(Settings(), [A, B])
     upstream.check_serves("n")
@@ -287,9 +287,9 @@ def test_a_model_no_upstream_serves_is_a_404_before_any_call() -> None:
 
 
 def test_the_breaker_state_shows_half_open_once_the_cooldown_ended() -> None:
-    from app.config import Settings
-    from app.metrics import Metrics
-    from app.upstream import Upstream
+    from app.core.config import Settings
+    from app.observe.metrics import Metrics
+    from app.upstream.exchange import Upstream
 
     now = [0.0]
     metrics = Metrics(multiproc_dir="")

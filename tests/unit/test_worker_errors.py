@@ -8,7 +8,7 @@ import json
 import pytest
 from gunicorn.workers.base import Worker
 
-from app.worker import error_answer
+from app.edge.worker import error_answer
 
 
 def parse(raw: bytes) -> tuple[str, dict[str, str], dict]:

@@ -1,10 +1,11 @@
-"""gunicorn's error log keeps the kind of a refused request, never its content (app/worker.py)."""
+"""gunicorn's error log keeps the kind of a refused request, never its content
+(app/edge/worker.py)."""
 
 from __future__ import annotations
 
 import logging
 
-from app.worker import WithoutRequestContent
+from app.edge.worker import WithoutRequestContent
 
 
 def logged(msg: str, *args: object) -> str:

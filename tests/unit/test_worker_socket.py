@@ -10,7 +10,7 @@ import gevent
 import gevent.socket
 import pytest
 
-from app.worker import _OneSendSocket
+from app.edge.worker import _OneSendSocket
 
 
 class _Counted(_OneSendSocket):
@@ -57,7 +57,7 @@ def test_a_write_larger_than_the_buffer_arrives_whole_and_in_order(pair) -> None
 
 
 def test_the_disconnect_watcher_calls_on_gone_at_eof_from_the_hub_without_a_greenlet() -> None:
-    from app.relay import DisconnectWatcher
+    from app.streams.relay import DisconnectWatcher
 
     ours, peer = gevent.socket.socketpair()
     gone: list[bool] = []
@@ -74,7 +74,7 @@ def test_the_disconnect_watcher_calls_on_gone_at_eof_from_the_hub_without_a_gree
 
 
 def test_the_disconnect_watcher_stops_on_data_without_taking_it() -> None:
-    from app.relay import DisconnectWatcher
+    from app.streams.relay import DisconnectWatcher
 
     ours, peer = gevent.socket.socketpair()
     gone: list[bool] = []

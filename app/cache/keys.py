@@ -1,0 +1,69 @@
+"""Cache and coalescing keys. No I/O here: a request in, a key string out.
+
+A key is SHA-256 over a key version, the upstream it goes to, the endpoint, the tenant, the
+query string and the canonical request body (sorted keys, no whitespace) without the fields
+that do not change the answer. The tenant is a hash of every credential header the upstream
+sees (plus organisation and project), so two API keys never share an entry; an operator may
+allow callers to name a shared namespace instead. Keys are `llmgate:v1:<64 hex>`: valid
+Memcached keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from app.request.headers import is_tenant_header
+
+KEY_VERSION = "v1"
+PREFIX = f"llmgate:{KEY_VERSION}:"
+
+# Fields that change how an answer is delivered, or who asked, but not the answer itself.
+# `stream` is among them on purpose: one stored answer serves both shapes.
+IGNORED_FIELDS = frozenset({"stream", "stream_options", "user", "cache"})
+
+
+def tenant_of(headers: Iterable[tuple[str, str]], *, namespace: str | None = None) -> str:
+    """The cache tenant: an allowed shared namespace, else a hash of the caller's identity.
+
+    The identity is every header the upstream could tell callers apart by (app/request/headers.py:
+    Authorization, api-key, x-api-key, organisation, project, and any header named like a
+    credential), so a caller never reads an answer made with someone else's key. The hash is
+    salted with its purpose so a tenant id found in logs or keys cannot be compared against
+    hashes of known keys made for anything else.
+    """
+    if namespace is not None:
+        return "ns:" + namespace
+    found = sorted(
+        (name.lower(), value.strip()) for name, value in headers if is_tenant_header(name)
+    )
+    material = "\n".join(f"{name}={value}" for name, value in found)
+    return "cred:" + hashlib.sha256(b"llmgate-tenant\n" + material.encode()).hexdigest()[:32]
+
+
+def canonical_body(body: Mapping[str, Any]) -> bytes:
+    """The body as sorted, compact JSON without the fields that do not change the answer."""
+    kept = {k: v for k, v in body.items() if k not in IGNORED_FIELDS}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # json.loads turns an escaped lone surrogate ("\ud800") into a str UTF-8 cannot encode;
+    # surrogatepass gives it bytes no valid text has, so the key stays one-to-one.
+    return text.encode("utf-8", "surrogatepass")
+
+
+def cache_key(
+    *, upstream: str, route: str, tenant: str, body: Mapping[str, Any], query: str = ""
+) -> str:
+    """The key of one answer. The query string is part of it: it goes upstream too (and some
+    callers put a key there)."""
+    digest = hashlib.sha256()
+    parts = (KEY_VERSION, upstream, route, tenant, query)
+    for part in (p.encode() for p in parts):
+        digest.update(len(part).to_bytes(4, "big") + part)  # length-prefixed: no ambiguity
+    digest.update(canonical_body(body))
+    return PREFIX + digest.hexdigest()
+
+
+def lease_key(key: str) -> str:
+    return key + ":lease"

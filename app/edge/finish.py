@@ -1,0 +1,344 @@
+"""The end of every API call: request ids, Server-Timing, metrics and one JSON log line.
+
+``finish()`` decorates the reply's headers (still unsent) and, for a streamed body, wraps it
+so the figures are taken when the last byte has left: time to first token, tokens per
+second, the caller leaving. Time to first token is the first data event of a chat or
+completions stream and the first output delta of a Responses stream (its lifecycle events
+come before the model has produced anything). Usage, cached prompt tokens and the
+service tier the answer was billed in come from the answer itself: the usage chunk, the
+``response.completed`` event, or the body. The log line never holds a credential; the
+request body only when LLMGATE_LOG_PROMPTS is on. With tracing on, the request's span
+(app/observe/tracing.py) ends here too, with the answer's GenAI attributes and the stream's span.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+from app.cache.policy import STATUS_HEADER
+from app.core.config import Settings
+from app.observe import tracing
+from app.observe.metrics import Metrics
+from app.observe.tracing import Span
+from app.request import events as streams
+from app.request import jsonedit
+from app.request.call import Call, Reply, Trace
+from app.tenancy.prices import PriceTable, usd
+from llmgate_wire import sse
+
+log = logging.getLogger("llmgate.access")
+_PING = sse.comment()
+# Outcomes whose answer came from this caller's own upstream call (billed to it).
+_UPSTREAM_OUTCOMES = frozenset({"miss", "bypass", "refresh"})
+
+
+def cache_outcome(reply: Reply) -> str:
+    """The bounded label for the reply's X-LLMGate-Cache value."""
+    value = next((v for k, v in reply.headers if k == STATUS_HEADER), "BYPASS")
+    kind, _, level = value.partition("; level=")
+    return f"hit_{level}" if kind == "HIT" else kind.lower()
+
+
+def finish(
+    call: Call,
+    reply: Reply,
+    settings: Settings,
+    metrics: Metrics | None,
+    prices: PriceTable | None = None,
+) -> tuple[Reply, bytes | Iterator[bytes]]:
+    """The reply with its last headers, and the body to send: a stream's batches joined,
+    one write each, every event observed on its way out (counted and logged at the end)."""
+    trace = call.trace
+    headers = {k.lower() for k, _ in reply.headers}
+    trace.upstream_request_id = next(
+        (v for k, v in reply.headers if k.lower() == "x-request-id"), None
+    )
+    reply.headers.append(("X-LLMGate-Request-ID", trace.request_id))
+    if "x-request-id" not in headers:
+        reply.headers.append(("X-Request-ID", trace.request_id))
+    reply.headers.append(("Server-Timing", _server_timing(trace)))
+    if trace.limit_headers is not None:
+        # A gateway key's limits, not the provider key's (which are the operator's business).
+        kept = [(k, v) for k, v in reply.headers if not k.lower().startswith("x-ratelimit-")]
+        reply.headers = kept + trace.limit_headers
+    record = partial(_record, settings=settings, metrics=metrics, prices=prices)
+    if isinstance(reply.body, bytes):
+        record(call, reply, StreamFacts(sent=len(reply.body)))
+        return reply, reply.body
+    # The stream may last minutes: its log line keeps the request body only to log it.
+    held = call if settings.log_prompts else dataclasses.replace(call, body=b"")
+    return reply, _watched(held, reply, reply.body, metrics, record)
+
+
+def _server_timing(trace: Trace) -> str:
+    elapsed = time.monotonic() - trace.started
+    parts = [f"cache;dur={trace.cache_s * 1000:.1f}"]
+    if trace.upstream_ttfb_s is not None:
+        parts.append(f"upstream;dur={trace.upstream_ttfb_s * 1000:.1f}")
+    gateway = elapsed - trace.cache_s - (trace.upstream_ttfb_s or 0.0)
+    parts.append(f"gateway;dur={max(0.0, gateway) * 1000:.1f}")
+    return ", ".join(parts)
+
+
+class StreamFacts:
+    def __init__(self, sent: int = 0) -> None:
+        self.sent = sent
+        self.first: float | None = None
+        self.last: float | None = None
+        self.events = 0
+        self.usage: dict[str, Any] | None = None
+        self.service_tier: str | None = None
+        self.begun = time.monotonic()  # when the body started to be sent
+        self.first_chunk = b""  # the first output event (its model is the answer's)
+        self.model: str | None = None  # the answer's model, where the stream says it anyway
+
+    def output(self, chunk: bytes = b"") -> None:
+        """An event with generated output left: first token, last token, count."""
+        now = time.monotonic()
+        if self.first is None:
+            self.first, self.first_chunk = now, chunk
+        self.last = now
+        self.events += 1
+
+    def chunk(self, chunk: bytes) -> None:
+        """A chat or completions data event."""
+        self.output(chunk)
+        if b'"usage":{' in chunk:
+            self.usage = _usage_of(chunk[6:])
+        if self.service_tier is None and b'"service_tier"' in chunk:
+            data = streams.data_of(chunk)
+            self.service_tier = _tier(data.get("service_tier") if isinstance(data, dict) else None)
+
+    def typed(self, chunk: bytes) -> None:
+        """A Responses event: output deltas count; the terminal one carries usage and tier."""
+        if streams.is_output_delta(chunk):
+            self.output()
+        elif streams.event_type(chunk) in streams.TERMINAL_TYPES:
+            data = streams.data_of(chunk)
+            response = data.get("response") if isinstance(data, dict) else None
+            if isinstance(response, dict):
+                usage = response.get("usage")
+                self.usage = usage if isinstance(usage, dict) else None
+                self.service_tier = _tier(response.get("service_tier"))
+                model = response.get("model")
+                self.model = model if isinstance(model, str) else None
+
+
+def _watched(
+    call: Call,
+    reply: Reply,
+    batches: Iterator[list[bytes]],
+    metrics: Metrics | None,
+    record: Callable[[Call, Reply, StreamFacts], None],
+) -> Iterator[bytes]:
+    facts = StreamFacts()
+    typed = call.route == "responses"
+    if metrics is not None:
+        metrics.active_streams.inc()
+    try:
+        for batch in batches:
+            for chunk in batch:
+                if chunk == _PING:
+                    if metrics is not None:
+                        metrics.heartbeats.inc()
+                elif typed:
+                    facts.typed(chunk)
+                elif chunk.startswith(b"data: ") and not chunk.startswith(b"data: [DONE]"):
+                    facts.chunk(chunk)
+                facts.sent += len(chunk)
+            if batch:
+                # Never an empty write: an empty chunk would end the HTTP response.
+                yield batch[0] if len(batch) == 1 else b"".join(batch)
+    except GeneratorExit:
+        call.trace.client_closed = True
+        raise
+    finally:
+        if metrics is not None:
+            metrics.active_streams.dec()
+        record(call, reply, facts)
+
+
+def _usage_of(data: bytes) -> dict[str, Any] | None:
+    try:
+        usage = json.loads(data).get("usage")
+    except (ValueError, AttributeError):
+        return None
+    return usage if isinstance(usage, dict) else None
+
+
+def _tier(value: Any) -> str | None:
+    return value[:32] if isinstance(value, str) else None
+
+
+def _facts_in_answer(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
+    """The top-level `usage` and `service_tier` of a generated JSON answer (never ones nested
+    in its content), parsed once: these answers are text, not megabytes of floats."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    usage = doc.get("usage")
+    return (usage if isinstance(usage, dict) else None), _tier(doc.get("service_tier"))
+
+
+def _usage_in_body(body: bytes) -> dict[str, Any] | None:
+    """The `usage` object of any other JSON answer without parsing the whole answer: OpenAI
+    puts it last, and an embeddings answer can be megabytes of floats."""
+    at = body.rfind(b'"usage"')
+    if at < 0:
+        return None
+    colon = body.find(b":", at + 7)
+    try:
+        usage, _ = json.JSONDecoder().raw_decode(body[colon + 1 :].decode("utf-8").lstrip())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return usage if isinstance(usage, dict) else None
+
+
+def _record(
+    call: Call,
+    reply: Reply,
+    facts: StreamFacts,
+    *,
+    settings: Settings,
+    metrics: Metrics | None,
+    prices: PriceTable | None,
+) -> None:
+    trace = call.trace
+    duration = time.monotonic() - trace.started
+    outcome = cache_outcome(reply)
+    streamed = not isinstance(reply.body, bytes)
+    ttft = None if facts.first is None else facts.first - trace.started
+    facts.usage = facts.usage or trace.usage  # a usage chunk taken out of the caller's stream
+    if facts.usage is None and isinstance(reply.body, bytes) and reply.status < 300:
+        if call.route in ("chat", "completions", "responses"):
+            facts.usage, facts.service_tier = _facts_in_answer(reply.body)
+        else:
+            facts.usage = _usage_in_body(reply.body)
+    usage = streams.usage_details(facts.usage or {})
+    tokens_in, tokens_out, tokens_cached = usage
+    # What the provider billed this caller for: a replay or a follower billed none.
+    billed = reply.status < 400 and outcome in _UPSTREAM_OUTCOMES
+    if trace.settle is not None:
+        trace.settle(facts.usage, billed, not trace.own_error)
+    price = prices.price_of(trace.model) if prices is not None else None
+    cost = price.cost(facts.usage) if price is not None and billed and facts.usage else None
+    if metrics is not None:
+        route = call.route
+        metrics.duration.labels(route, "true" if streamed else "false").observe(duration)
+        if call.route != "passthrough":
+            metrics.cache_requests.labels(outcome).inc()
+        if ttft is not None:
+            metrics.ttft.labels(route).observe(ttft)
+        if facts.first is not None and facts.last is not None and facts.events > 1:
+            span = facts.last - facts.first
+            if span > 0:
+                metrics.tokens_per_second.labels(route).observe((facts.events - 1) / span)
+        if trace.client_closed:
+            metrics.upstream_errors.labels("client_closed").inc()
+        if trace.key is not None:
+            metrics.key_requests.labels(trace.key, str(reply.status)).inc()
+        if outcome in _UPSTREAM_OUTCOMES:
+            # Tokens the provider billed for this call; a replay or a follower billed none.
+            if isinstance(tokens_in, int):
+                metrics.prompt_tokens.labels(route).inc(tokens_in)
+            if isinstance(tokens_cached, int):
+                metrics.prompt_cached_tokens.labels(route).inc(tokens_cached)
+        # Counted last: a scrape (from any worker) that sees the request counted sees every
+        # other figure of it too.
+        metrics.requests.labels(route, str(reply.status), outcome).inc()
+    line: dict[str, Any] = {
+        "ts": round(time.time(), 3),
+        "request_id": trace.request_id,
+        "upstream_request_id": trace.upstream_request_id,
+        "route": call.route,
+        "method": call.method,
+        "path": call.path,
+        "model": trace.model,
+        "stream": trace.stream,
+        "status": reply.status,
+        "cache": outcome,
+        "ttft_ms": None if ttft is None else round(ttft * 1000, 1),
+        "duration_ms": round(duration * 1000, 1),
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+        "tokens_cached": tokens_cached,
+        "service_tier": facts.service_tier,
+        "attempts": trace.attempts,
+        "upstream": trace.upstream,
+        "bytes_out": facts.sent,
+        "client_closed": trace.client_closed,
+        "stream_error": trace.stream_error,
+        "key": trace.key,
+        # The receipt: the provider's usage as it sent it, its price and the table's version,
+        # to be matched with the provider's invoice by upstream_request_id.
+        "usage": facts.usage if billed else None,
+        "cost_usd": None if cost is None else usd(cost),
+        "prices_version": None if prices is None else prices.version,
+    }
+    if settings.log_prompts:
+        line["request_body"] = call.body.decode("utf-8", errors="replace")
+    log.info(json.dumps(line, separators=(",", ":")))
+    if trace.span is not None:
+        _end_span(trace.span, call, reply, facts, outcome, ttft, usage)
+
+
+def _end_span(
+    span: Span,
+    call: Call,
+    reply: Reply,
+    facts: StreamFacts,
+    outcome: str,
+    ttft: float | None,
+    usage: tuple[Any, Any, Any],
+) -> None:
+    """The request's span gets the answer's attributes and, for a stream, a child span from
+    its first byte to its last with the first token as an event; then it ends."""
+    span.set(
+        tracing.answer_attributes(
+            status=reply.status,
+            outcome=outcome,
+            usage=usage,
+            response_model=_response_model(reply, facts),
+            service_tier=facts.service_tier,
+            ttft_s=ttft,
+            attempts=call.trace.attempts,
+            client_closed=call.trace.client_closed,
+        )
+    )
+    if not isinstance(reply.body, bytes):
+        stream = span.child(
+            "stream",
+            start=facts.begun,
+            attributes={"llmgate.stream.output_events": facts.events, "llmgate.bytes": facts.sent},
+        )
+        if facts.first is not None and ttft is not None:
+            attributes = {"gen_ai.response.time_to_first_chunk": round(ttft, 6)}
+            stream.event("first_token", attributes, at=facts.first)
+        stream.end(error="client_closed" if call.trace.client_closed else call.trace.stream_error)
+    span.end(error=tracing.status_error(reply.status) or call.trace.stream_error)
+
+
+def _response_model(reply: Reply, facts: StreamFacts) -> str | None:
+    """The model that answered, as the answer names it (tracing only: it parses a little)."""
+    if facts.model is not None:
+        return facts.model
+    data: Any = None
+    if facts.first_chunk:
+        data = streams.data_of(facts.first_chunk)
+    elif isinstance(reply.body, bytes) and reply.status < 300:
+        try:
+            raw = jsonedit.find_member(reply.body, "model")
+            data = {"model": json.loads(raw)} if raw is not None else None
+        except ValueError:
+            return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model if isinstance(model, str) else None

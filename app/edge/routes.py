@@ -1,0 +1,330 @@
+"""HTTP routes: turn a Flask request into a ``Call`` and a ``Reply`` into a response. Thin.
+
+Every error leaves as OpenAI-shaped JSON, including Werkzeug's own (404, 405, 413) and
+anything unexpected (500, logged with its traceback, never sent to the caller).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+import math
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import cast
+
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
+
+from app.core import errors
+from app.core.admission import Held, Ticket
+from app.edge.finish import finish
+from app.edge.readiness import drain_requested, readiness
+from app.edge.status_data import status_document
+from app.gateway import Gateway, error_reply
+from app.request.call import Call, Reply, Trace
+from app.request.paths import forwarded_path
+from app.tenancy.keyring import same_secret
+
+log = logging.getLogger("llmgate")
+# One start time for every worker (gunicorn's master sets it before forking), so uptime on
+# the status page does not depend on which worker answered.
+STARTED = float(os.environ.get("LLMGATE_STARTED_AT") or time.time())
+api = Blueprint("api", __name__)
+
+_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
+}
+_FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+# No OpenAI-style API path or query comes near this; a longer one is refused here rather than
+# sent upstream (nginx refuses request lines above its 8 KiB buffers itself, also as JSON).
+MAX_TARGET_BYTES = 4096
+# The endpoints we serve ourselves accept only these; the catch-all must not forward others.
+_METHODS = {
+    "/v1/chat/completions": ["GET", "POST"],
+    "/v1/completions": ["POST"],
+    "/v1/embeddings": ["POST"],
+    "/v1/responses": ["GET", "POST"],
+    "/v1/models": ["GET"],
+}
+
+
+def _gateway() -> Gateway:
+    return current_app.extensions["llmgate"]
+
+
+@api.route("/v1/chat/completions", methods=_METHODS["/v1/chat/completions"])
+@api.route("/v1/completions", methods=_METHODS["/v1/completions"])
+@api.route("/v1/embeddings", methods=_METHODS["/v1/embeddings"])
+@api.route("/v1/responses", methods=_METHODS["/v1/responses"])
+def api_call() -> Response:
+    # GET on chat/completions and responses lists stored objects upstream: forwarded as is.
+    route = _ROUTES[request.path] if request.method == "POST" else "passthrough"
+    return _forward(route)
+
+
+@api.route("/v1/models", methods=_METHODS["/v1/models"])
+@api.route("/v1/<path:rest>", methods=_FORWARD_METHODS)
+def passthrough(rest: str = "") -> Response:
+    allowed = _METHODS.get(request.path)
+    if allowed is not None and request.method not in allowed:
+        raise MethodNotAllowed(valid_methods=allowed)
+    return _forward("passthrough")
+
+
+def _forward(route: str) -> Response:
+    gateway = _gateway()
+    call = Call(
+        route=route,
+        method=request.method,
+        path=request.path,
+        query=request.query_string.decode("latin-1"),
+        headers=list(request.headers.items()),
+        body=b"",
+        client_socket=request.environ.get("gunicorn.socket"),
+        trace=Trace(request_id=_request_id()),
+        admission=current_app.extensions["llmgate.admission"].ticket(),
+    )
+    try:
+        target = len(request.path) + len(call.query)
+        if target > MAX_TARGET_BYTES:
+            raise errors.URITooLong(
+                f"Request URL is too long ({target} bytes; at most {MAX_TARGET_BYTES})."
+            )
+        # Confined to /v1 and encoded again (app/request/paths.py): the path goes upstream as data.
+        call = dataclasses.replace(call, path=forwarded_path(call.path))
+        # Who is calling comes first, from the headers: a stranger's body is never read, and
+        # its 401 leaves while it is still sending it (app/edge/worker.py then closes the
+        # connection rather than read the rest; docs/security.md).
+        caller = gateway.identify(call)
+        body = _read_body(current_app.config["MAX_CONTENT_LENGTH"])
+        call = dataclasses.replace(call, body=body)
+        reply = gateway.handle(call, caller)
+    except errors.GatewayError as exc:
+        call.trace.own_error = True
+        reply = error_reply(exc)
+    except HTTPException as exc:
+        call.trace.own_error = True
+        reply = error_reply(_translate(exc))
+    except Exception:
+        # A bug of ours: the caller gets a JSON 500, the log gets the traceback, and the
+        # request is still counted and logged like every other.
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        call.trace.own_error = True
+        reply = error_reply(errors.GatewayError("Internal gateway error."))
+    return _release_when_closed(
+        lambda: to_response(
+            *finish(call, reply, gateway.settings, gateway.metrics, gateway.prices)
+        ),
+        call.admission,
+    )
+
+
+def _release_when_closed(respond: Callable[[], Response], ticket: Ticket) -> Response:
+    """The response, whose body gives the call's admission slots back once the server has
+    sent it or the caller left (the server closes it either way); at once if building the
+    response fails."""
+    try:
+        response = respond()
+    except BaseException:
+        ticket.release()
+        raise
+    # The body is bytes: to_response builds it from a Reply.
+    response.response = Held(cast(Iterable[bytes], response.response), ticket.release)
+    return response
+
+
+def _request_id() -> str:
+    """The caller's (or nginx's) X-Request-ID when it is sane, else a new one."""
+    given = request.headers.get("X-Request-ID", "")
+    if 0 < len(given) <= 128 and given.isprintable() and " " not in given:
+        return given
+    return uuid.uuid4().hex
+
+
+_CUT_SHORT = "The request body was cut short: the connection closed before all of it arrived."
+
+
+def _read_body(limit: int) -> bytes:
+    """The whole body, refusing more than ``limit`` bytes with or without Content-Length
+    (a chunked upload has none, and Werkzeug would cut it short silently), and a body cut
+    short: nginx passes bodies on as they arrive, so a caller that leaves mid-upload ends
+    the body early here, and part of a body must not be taken for the whole."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise RequestEntityTooLarge()
+    stream = request.environ["wsgi.input"]
+    parts: list[bytes] = []
+    size = 0
+    try:
+        while chunk := stream.read(min(65536, limit + 1 - size)):
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise RequestEntityTooLarge()
+    except OSError as exc:
+        # gunicorn's NoMoreData: the connection ended inside a chunked body.
+        raise errors.BadRequest(_CUT_SHORT, code="incomplete_body") from exc
+    if declared is not None and size < declared:
+        # A body of known length that ended early reads as a short one, without an error.
+        raise errors.BadRequest(_CUT_SHORT, code="incomplete_body")
+    return b"".join(parts)
+
+
+def to_response(reply: Reply, body: bytes | Iterator[bytes] | None = None) -> Response:
+    """The response for ``reply``; ``body`` is what to send when it is not the reply's own
+    bytes (a stream's joined batches, observe.finish)."""
+    if body is None:
+        assert isinstance(reply.body, bytes), "a stream is sent through observe.finish"
+        body = reply.body
+    # Bytes, or an iterator of bytes already: passed through as it is, without Werkzeug's
+    # two wrappers (an encoder and a closer) around every write of a stream. Held
+    # (_release_when_closed) is the body the server closes.
+    response = Response(body, status=reply.status, direct_passthrough=True)
+    response.headers.clear()
+    for name, value in reply.headers:
+        response.headers.add(name, value)
+    if isinstance(body, bytes):
+        response.headers["Content-Length"] = str(len(body))
+    return response
+
+
+@api.route("/metrics", methods=["GET"])
+def metrics() -> Response:
+    registry = _gateway().metrics
+    if registry is None:
+        raise errors.NotFound("Metrics are not enabled.")
+    body, content_type = registry.exposition()
+    return Response(body, content_type=content_type)
+
+
+@api.route("/status.json", methods=["GET"])
+def status_json() -> Response:
+    gateway = _gateway()
+    if gateway.metrics is None:
+        raise errors.NotFound("Metrics are not enabled.")
+    now = time.time()
+    document = status_document(gateway.metrics.snapshot(), now=now, started=STARTED)
+    since = request.args.get("since")
+    if since is not None:
+        # The samples the gateway kept (app/edge/status_history.py) newer than the page's newest.
+        after = _unix_time(since)
+        history = current_app.extensions.get("llmgate.history")
+        document["history"] = [] if history is None else history.since(after, now)
+    response = jsonify(document)
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+def _unix_time(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise errors.BadRequest("since must be a Unix time in seconds.", param="since")
+    return value
+
+
+@api.route("/admin/usage", methods=["GET"])
+def admin_usage() -> Response:
+    """Every gateway key's counts in the current windows, with its limits (operator only)."""
+    access = _gateway().access
+    if access is None:
+        raise errors.NotFound("Gateway keys are off (LLMGATE_KEYS_FILE is not set).")
+    response = jsonify(access.usage())
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+# What only the operator may read when LLMGATE_OPERATOR_TOKEN is set (nginx also limits
+# them to the addresses of LLMGATE_OPS_ALLOW).
+OPERATOR_PATHS = frozenset({"/metrics", "/status", "/status.json"})
+OPERATOR_PREFIX = "/admin/"
+
+
+def register_operator_guard(app: Flask) -> None:
+    @app.before_request
+    def operator_only() -> Response | None:
+        path = request.path
+        if path not in OPERATOR_PATHS and not path.startswith(OPERATOR_PREFIX):
+            return None
+        token = _gateway().settings.operator_token
+        if not token or _operator_token_given(token):
+            return None
+        error = errors.OperatorTokenRequired(
+            "This endpoint needs the operator token: 'Authorization: Bearer <token>'.",
+            # A browser (the status page) asks for it as Basic auth, the token as password.
+            headers={"WWW-Authenticate": 'Basic realm="llmgate operator", charset="UTF-8"'},
+        )
+        return to_response(error_reply(error))
+
+
+def _operator_token_given(token: str) -> bool:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            given = base64.b64decode(given.strip(), validate=True).decode().partition(":")[2]
+        except ValueError:
+            return False
+    elif scheme.lower() != "bearer":
+        return False
+    return same_secret(given.strip(), token)
+
+
+@api.route("/healthz", methods=["GET"])
+def healthz() -> Response:
+    return jsonify(status="ok")
+
+
+@api.route("/readyz", methods=["GET"])
+def readyz() -> Response:
+    gateway = _gateway()
+    ready, checks = readiness(gateway.settings, gateway.upstream.specs, gateway.upstream.states())
+    if gateway.lifecycle.draining or drain_requested(gateway.settings.drain_file):
+        # Stopping (SIGTERM), or about to (the drain file of a preStop hook): balancers must
+        # send nothing new here, whatever the dependencies say.
+        ready, checks["draining"] = False, True
+    response = jsonify(ready=ready, checks=checks)
+    response.status_code = 200 if ready else 503
+    return response
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(errors.GatewayError)
+    def gateway_error(exc: errors.GatewayError) -> Response:
+        return to_response(error_reply(exc))
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        return to_response(error_reply(_translate(exc)))
+
+    @app.errorhandler(Exception)
+    def unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return to_response(error_reply(errors.GatewayError("Internal gateway error.")))
+
+
+def _translate(exc: HTTPException) -> errors.GatewayError:
+    if isinstance(exc, RequestEntityTooLarge):
+        limit = current_app.config.get("MAX_CONTENT_LENGTH")
+        return errors.PayloadTooLarge(f"Request body is larger than the {limit} byte limit.")
+    if exc.code == 404:
+        return errors.NotFound(f"Unknown request URL: {request.method} {request.path}.")
+    if exc.code == 405:
+        allowed = ", ".join(getattr(exc, "valid_methods", None) or [])
+        return errors.MethodNotAllowed(
+            f"Method {request.method} is not allowed on {request.path}.",
+            headers={"Allow": allowed} if allowed else None,
+        )
+    if exc.code == 400:
+        return errors.BadRequest(exc.description or "Bad request.")
+    error = errors.GatewayError(exc.description or exc.name, status=exc.code or 500)
+    error.code = None
+    return error

@@ -1,0 +1,130 @@
+"""Which headers cross the gateway, each way. No I/O here.
+
+Hop-by-hop headers (RFC 9110 7.6.1) never cross. Toward the upstream we also drop what
+describes the client's connection to us (forwarding addresses, cookies) and our own controls,
+so nothing about the caller leaks to the provider; toward the caller we drop what the WSGI
+server sets itself and what we changed (length, encoding after decoding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from app.core.errors import BadRequest
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+# Headers that carry a credential the upstream checks: Authorization (OpenAI, most hosts),
+# api-key (Azure OpenAI), x-api-key (several providers and proxies).
+AUTH_HEADERS = ("authorization", "api-key", "x-api-key")
+# Everything that says whose call this is. The cache tenant is a hash of these (app/cache/keys.py),
+# so two callers share cache entries only when the upstream would see the same identity.
+TENANT_HEADERS = (*AUTH_HEADERS, "openai-organization", "openai-project")
+# A forwarded header with one of these in its name may carry a credential we do not know by
+# name (a provider's own key header): it is keyed as part of the tenant too.
+_CREDENTIAL_MARKERS = ("auth", "key", "token", "secret", "credential", "signature")
+
+
+def is_tenant_header(name: str) -> bool:
+    """True for a header that identifies the caller to the upstream (keyed in the tenant)."""
+    lower = name.lower()
+    return lower in TENANT_HEADERS or any(marker in lower for marker in _CREDENTIAL_MARKERS)
+
+
+_NOT_UPSTREAM = frozenset(
+    {
+        "host",
+        "content-length",
+        "accept-encoding",
+        "cookie",
+        "forwarded",
+        "x-real-ip",
+        "x-request-start",
+        "expect",
+    }
+)
+_NOT_UPSTREAM_PREFIXES = ("x-forwarded-", "x-llmgate-")
+
+_BREAKS_A_LINE = frozenset("\r\n\x00")
+
+_NOT_DOWNSTREAM = frozenset(
+    {"content-length", "content-encoding", "set-cookie", "server", "date", "alt-svc"}
+)
+
+
+def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
+    tokens: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            tokens.update(t.strip().lower() for t in value.split(",") if t.strip())
+    return tokens
+
+
+def upstream_request_headers(
+    incoming: Iterable[tuple[str, str]], *, stream: bool
+) -> dict[str, str]:
+    """Headers for the upstream request, from the caller's headers. The upstream's own key
+    (or the operator's fallback key) is added per upstream: ``with_upstream_key``."""
+    incoming = list(incoming)
+    drop = HOP_BY_HOP | _NOT_UPSTREAM | _connection_tokens(incoming)
+    out: dict[str, str] = {}
+    for name, value in incoming:
+        lower = name.lower()
+        if lower in drop or lower.startswith(_NOT_UPSTREAM_PREFIXES):
+            continue
+        if _BREAKS_A_LINE.intersection(value):
+            # nginx and gunicorn refuse these on HTTP/1.1; whatever front end comes next,
+            # a value forwarded with them would start a header line of the caller's own.
+            raise BadRequest(
+                f"The value of header {name!r} has a CR, LF or NUL character.",
+                code="invalid_header_value",
+            )
+        out[name] = value
+    # gzip on an event stream holds events back in compressor buffers: ask for identity.
+    out["Accept-Encoding"] = "identity" if stream else "gzip, deflate"
+    return out
+
+
+def without_credentials(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` without the caller's identity (TENANT_HEADERS): with gateway keys the
+    caller's key is the gateway's, and only an upstream's configured key may go upstream."""
+    return {k: v for k, v in headers.items() if k.lower() not in TENANT_HEADERS}
+
+
+def with_upstream_key(
+    headers: dict[str, str], key: str, *, auth: str = "bearer", fallback_only: bool = False
+) -> dict[str, str]:
+    """``headers`` carrying an upstream's own key: in place of the caller's credential, or,
+    with ``fallback_only``, only when the caller brought none (in any credential header)."""
+    if not key:
+        return headers
+    if fallback_only and any(name.lower() in AUTH_HEADERS for name in headers):
+        return headers
+    out = {k: v for k, v in headers.items() if k.lower() not in AUTH_HEADERS}
+    if auth == "api-key":
+        out["api-key"] = key
+    else:
+        out["Authorization"] = f"Bearer {key}"
+    return out
+
+
+def downstream_headers(
+    upstream: Mapping[str, str] | Iterable[tuple[str, str]],
+) -> list[tuple[str, str]]:
+    """The upstream's response headers that reach the caller (x-request-id, ratelimits, ...)."""
+    items = list(upstream.items()) if isinstance(upstream, Mapping) else list(upstream)
+    drop = HOP_BY_HOP | _NOT_DOWNSTREAM | _connection_tokens(items)
+    return [(k, v) for k, v in items if k.lower() not in drop]

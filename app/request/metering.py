@@ -1,0 +1,91 @@
+"""A call's usage, metered: the body edits that ask for it or bound it, and the stream
+filter that takes the usage chunk out again. No I/O here.
+
+With gateway keys the gateway counts each call's tokens (app/tenancy/access.py). A chat or
+completions stream reports its usage only in a last chunk the caller must ask for, so the
+gateway asks for it (``with_usage_requested``) and takes it out of the stream of a caller
+who did not (``without_usage_chunk``); a key's ``max_tokens`` cap is sent to a call that
+names no bound (``with_output_cap``). Each edit changes one member and keeps every other
+byte (app/request/jsonedit.py): the provider's prompt cache keys on the exact prompt bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from app.request import bounds, jsonedit
+
+
+def with_output_cap(raw: bytes, body: Mapping[str, Any], route: str, cap: int) -> bytes:
+    """The caller's body with the route's output bound (app/request/bounds.py ``OUTPUT_FIELD``) set
+    to ``cap``, every other byte kept (JSON that is not UTF-8 is re-encoded)."""
+    name = bounds.OUTPUT_FIELD[route]
+    try:
+        return jsonedit.with_member(raw, name, str(cap).encode())
+    except ValueError:
+        return json.dumps({**body, name: cap}).encode()
+
+
+def with_usage_requested(raw: bytes, body: Mapping[str, Any]) -> bytes:
+    """The caller's body asking for ``stream_options.include_usage``, every other byte kept
+    (app/request/jsonedit.py); the body itself when it already asks or cannot be edited."""
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return raw
+    wanted = {**options, "include_usage": True} if isinstance(options, dict) else None
+    try:
+        if wanted is not None:
+            return jsonedit.with_value(raw, "stream_options", json.dumps(wanted).encode())
+        return jsonedit.with_member(raw, "stream_options", b'{"include_usage":true}')
+    except ValueError:
+        return raw
+
+
+def is_usage_chunk(chunk: bytes) -> dict[str, Any] | None:
+    """The usage of a chat/completions stream's usage chunk (``"choices": []`` and a usage
+    object), None for any other bytes. Cheap for the chunks that are not it."""
+    if not chunk.startswith(b"data: {") or b'"usage"' not in chunk:
+        return None
+    try:
+        doc = json.loads(chunk[6:])
+    except ValueError:
+        return None
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    if doc.get("choices") == [] and isinstance(usage, dict):
+        return usage
+    return None
+
+
+def without_usage_chunk(
+    batches: Iterator[list[bytes]], on_usage: Callable[[dict[str, Any]], None]
+) -> Iterator[list[bytes]]:
+    """A stream without its usage chunk, for a caller who did not ask for it (the gateway
+    asked the upstream for it, to count the key's tokens): the usage goes to ``on_usage``.
+    The ``"usage":null`` the upstream then adds to every other chunk is taken out too, so
+    the caller gets the bytes it would have had without the gateway's asking."""
+    for batch in batches:
+        kept = []
+        for chunk in batch:
+            usage = is_usage_chunk(chunk)
+            if usage is None:
+                kept.append(_without_null_usage(chunk) if _NULL_USAGE in chunk else chunk)
+            else:
+                on_usage(usage)
+        if kept:
+            yield kept
+
+
+# In compact JSON, unescaped, these bytes can only be a member: inside a string the quotes
+# would be escaped. Chunks of chat and completions streams have usage at the top level only.
+_NULL_USAGE = b'"usage":null'
+
+
+def _without_null_usage(chunk: bytes) -> bytes:
+    if not chunk.startswith(b"data: {"):
+        return chunk
+    for member in (b',"usage":null', b'"usage":null,'):
+        if member in chunk:
+            return chunk.replace(member, b"", 1)
+    return chunk

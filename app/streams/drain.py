@@ -1,0 +1,46 @@
+"""Draining a worker for a deploy or a stop: unready first, then no stream ends silently.
+
+On SIGTERM (gunicorn's stop, or a reload replacing its workers) the worker stops accepting
+and lets in-flight calls run for gunicorn's graceful timeout (LLMGATE_GRACEFUL_TIMEOUT_S),
+then kills whatever is left: a stream cut that way just stops. So the worker (app/edge/worker.py)
+starts ``drain`` instead: ``/readyz`` answers 503 at once (a balancer stops sending here),
+streams that finish in time finish, and shortly before gunicorn's cut every call still
+running ends with a ``gateway_shutdown`` error (a 503 before the first byte, the final SSE
+error event after it), which the OpenAI SDK raises and a caller can retry elsewhere.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import gevent
+
+from app.core.errors import GatewayShutdown
+from app.streams.flight import Flight
+
+# Streams are ended this long before gunicorn's own cut (at most a fifth of the grace), so
+# their error events are written and their connections closed cleanly in time.
+MARGIN_S = 2.0
+
+
+class Lifecycle:
+    def __init__(self) -> None:
+        self.draining = False
+        self._flights: weakref.WeakSet[Flight] = weakref.WeakSet()
+
+    def track(self, flight: Flight) -> Flight:
+        self._flights.add(flight)
+        return flight
+
+    def drain(self, grace_s: float, sleep: Callable[[float], None] = gevent.sleep) -> None:
+        """Turn unready, wait out most of the grace period, then end every call left."""
+        self.draining = True
+        sleep(max(0.0, grace_s - min(MARGIN_S, grace_s / 5)))
+        self.stop_calls()
+
+    def stop_calls(self) -> None:
+        for flight in list(self._flights):
+            flight.shut_down(
+                GatewayShutdown("The gateway instance is shutting down; retry the request.")
+            )

@@ -1,0 +1,47 @@
+"""What a span says about an upstream: its address, its provider, an attempt at it. No I/O
+here; the spans themselves are app/observe/tracing.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from app.observe.tracing import MAX_NAME, Span, Value
+from app.upstream.catalog import UpstreamSpec
+
+
+def provider_name(spec: UpstreamSpec) -> str:
+    """gen_ai.provider.name of an upstream: Azure OpenAI when it takes an ``api-key``
+    header, else ``openai`` (the API every upstream of the gateway speaks)."""
+    return "azure.ai.openai" if spec.auth == "api-key" else "openai"
+
+
+def upstream_attributes(spec: UpstreamSpec) -> dict[str, Value]:
+    """Where an upstream is: the GenAI server's address and port, its configured name."""
+    host, port = spec.host
+    return {
+        "server.address": host,
+        "server.port": port,
+        "gen_ai.provider.name": provider_name(spec),
+        "llmgate.upstream": spec.name,
+    }
+
+
+def attempt_attributes(
+    spec: UpstreamSpec, method: str, model: str | None, attempt: int, hedge: bool
+) -> dict[str, Value | None]:
+    """An upstream attempt's CLIENT span: the upstream, the model by its name there (an
+    alias renamed), the attempt's number, whether it is a hedge's backup."""
+    return {
+        **upstream_attributes(spec),
+        "http.request.method": method,
+        "gen_ai.request.model": spec.model_for(model)[:MAX_NAME] if model else None,
+        "llmgate.attempt": attempt,
+        "llmgate.hedge": True if hedge else None,
+    }
+
+
+def answered_by(span: Span, specs: Iterable[UpstreamSpec], name: str) -> None:
+    """The upstream whose answer the request got (its own attempt's, or its leader's)."""
+    spec = next((spec for spec in specs if spec.name == name), None)
+    if spec is not None:
+        span.set(upstream_attributes(spec))
