@@ -20,7 +20,12 @@ from app.cache.entry import Entry
 from app.cache.policy import Directive
 from app.cache.replay import body_of, events_of
 from app.cache.store import AnswerCache
-from app.streams.flight import Flight, Head, Producer
+from app.core.config import Settings
+from app.core.errors import GatewayError
+from app.observe.tracing import Span
+from app.streams.drain import Lifecycle
+from app.streams.flight import CACHE, LEASE, UPSTREAM, ClientGone, Flight, Head, Producer
+from app.streams.log_memory import LogBudget
 from app.upstream.retry import Deadline
 from llmgate_wire import sse
 
@@ -33,11 +38,9 @@ class Flights:
 
     def get(self, key: str) -> Flight | None:
         flight = self._by_key.get(key)
-        if flight is None or flight.cancelled or flight.failure is not None:
-            return None
-        if not flight.log_whole:
-            return None  # past the size it can replay to a late joiner: no new followers
-        return flight
+        # Not one that failed, was cancelled, or is past the size it can replay to a late
+        # joiner (its log given up).
+        return flight if flight is not None and flight.open_to_followers else None
 
     def put(self, key: str, flight: Flight) -> None:
         self._by_key[key] = flight
@@ -86,9 +89,9 @@ def replay_producer(
 
     def produce(flight: Flight) -> None:
         if publish_entry(flight, entry, route=route, include_usage=include_usage):
-            flight.source = "cache"
+            flight.answered_from(CACHE)
             return
-        flight.source = "upstream"
+        flight.answered_from(UPSTREAM)
         compute(flight)
 
     return produce
@@ -127,7 +130,7 @@ def lease_wait_producer(
             delay = min(delay * 1.5, max_poll_s)
             replayed = stored(flight)
             if replayed:
-                flight.source = "cache"
+                flight.answered_from(CACHE)
                 return
             if replayed is False:
                 break  # stored in a shape this caller cannot use: compute
@@ -138,12 +141,145 @@ def lease_wait_producer(
             # the holder released it between our `add` and our `get`. The holder stores its
             # entry before it releases, so both may have come since our lookup: one more look
             # before calling upstream (in trouble it fails fast and we compute).
-            flight.lease_held = bool(lease)
+            if lease:
+                flight.took_lease()
             if stored(flight):
-                flight.source = "cache"
+                flight.answered_from(CACHE)
                 return
             break
-        flight.source = "upstream"
+        flight.answered_from(UPSTREAM)
         compute(flight)
 
     return produce
+
+
+class Coalescer:
+    """Leads the computation of a cacheable answer: this worker's one flight per key, and
+    across processes the lease holder's (or a waiter for the holder's entry).
+
+    An answer that will not be stored keeps no log and is shared with nobody: a ``no-store``
+    one, and a stream starting while the worker's log memory budget is full. It is the
+    caller's own call, with no lease for other processes to wait on."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        answers: AnswerCache,
+        lifecycle: Lifecycle,
+        log_budget: LogBudget,
+    ) -> None:
+        self.settings = settings
+        self.answers = answers
+        self.lifecycle = lifecycle
+        self.log_budget = log_budget
+        self.flights = Flights()
+
+    def lead(
+        self,
+        key: str,
+        directive: Directive,
+        compute: Producer,
+        deadline: Deadline,
+        stream: bool,
+        *,
+        background: bool = False,
+        request_id: str = "",
+        route: str = "",
+        include_usage: bool = False,
+        span: Span | None = None,
+    ) -> Flight | None:
+        """The flight for ``key``, started; None for a background refresh that would have
+        to wait for another process (nobody waits on a refresh)."""
+        if not directive.store or (stream and not self.log_budget.admit()):
+            if background:
+                return None
+            alone = self.lifecycle.flight(
+                compute, keep_log=False, request_id=request_id, stream=stream, span=span
+            )
+            return alone
+        started = self._under_lease(key, directive, compute, deadline, stream, background,
+                                    route=route, include_usage=include_usage)  # fmt: skip
+        if started is None:
+            return None
+        producer, lease_held, waiting = started
+
+        def done(flight: Flight) -> None:
+            self.flights.remove(key, flight)
+            try:
+                if directive.store and flight.source == UPSTREAM:
+                    self.answers.store(key, flight, directive)
+            finally:
+                if flight.lease_held:
+                    self.answers.release_lease(key)
+
+        # The log serves the cache entry and followers, up to the size an entry may have.
+        flight = self.lifecycle.flight(
+            producer,
+            on_done=done,
+            log_limit=self.settings.cache_max_entry_bytes,
+            log_budget=self.log_budget,
+            request_id=request_id,
+            stream=stream,
+            source=LEASE if waiting else UPSTREAM,
+            lease_held=lease_held,
+            span=span,
+        )
+        self.flights.put(key, flight)
+        return flight
+
+    def _under_lease(
+        self,
+        key: str,
+        directive: Directive,
+        compute: Producer,
+        deadline: Deadline,
+        stream: bool,
+        background: bool,
+        *,
+        route: str,
+        include_usage: bool,
+    ) -> tuple[Producer, bool, bool] | None:
+        """(the producer, whether this process holds the lease, whether it waits for another
+        process's answer); None for a background refresh another process is doing."""
+        answers, settings = self.answers, self.settings
+        if not answers.shared or settings.cache_lease_s <= 0:
+            return compute, False, False
+        if stream and not settings.cache_lease_streams and not background:
+            return compute, False, False  # first-token latency matters more than cost here
+        lease = answers.try_lease(key)
+        if lease:
+            # The previous holder stores its entry, then releases its lease: both may have
+            # landed since this caller's lookup missed. One more look.
+            found = answers.lookup(key, directive) if directive.lookup and not background else None
+            if found is None:
+                return compute, True, False
+            replay = replay_producer(found[0], compute, route=route, include_usage=include_usage)
+            return replay, True, True
+        if lease is None:
+            return compute, False, False  # no lease to be had (Memcached trouble): compute
+        if background:
+            return None
+        wait = lease_wait_producer(answers, key, deadline, compute, route=route,
+                                   include_usage=include_usage)  # fmt: skip
+        return wait, False, True
+
+    def refresh(
+        self, key: str, directive: Directive, compute: Producer, deadline: Deadline, stream: bool
+    ) -> None:
+        """Renew a hot entry before it expires, once per key across processes; nobody waits."""
+        if self.flights.get(key) is not None:
+            return
+        flight = self.lead(key, directive, compute, deadline, stream, background=True)
+        if flight is None:
+            return  # another process holds the lease: it is refreshing already
+        listener = flight.join()  # keeps the flight alive until it is complete
+
+        def hold() -> None:
+            try:
+                listener.wait_complete()
+            except (ClientGone, GatewayError):
+                pass
+            finally:
+                listener.leave()
+
+        gevent.spawn(hold)

@@ -156,7 +156,7 @@ def _watched(
                 # Never an empty write: an empty chunk would end the HTTP response.
                 yield batch[0] if len(batch) == 1 else b"".join(batch)
     except GeneratorExit:
-        call.trace.client_closed = True
+        call.trace.caller_left()
         raise
     finally:
         if metrics is not None:
@@ -227,8 +227,7 @@ def _record(
     tokens_in, tokens_out, tokens_cached = usage
     # What the provider billed this caller for: a replay or a follower billed none.
     billed = reply.status < 400 and outcome in _UPSTREAM_OUTCOMES
-    if trace.settle is not None:
-        trace.settle(facts.usage, billed, not trace.own_error)
+    trace.settle(facts.usage, billed)
     price = prices.price_of(trace.model) if prices is not None else None
     cost = price.cost(facts.usage) if price is not None and billed and facts.usage else None
     if metrics is not None:

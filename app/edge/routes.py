@@ -24,8 +24,8 @@ from app.core.admission import Held, Ticket
 from app.edge.finish import finish
 from app.edge.readiness import drain_requested, readiness
 from app.edge.status_data import status_document
-from app.gateway import Gateway, error_reply
-from app.request.call import Call, Reply, Trace
+from app.gateway import Gateway
+from app.request.call import Call, Reply, Trace, error_reply
 from app.request.paths import forwarded_path
 from app.tenancy.keyring import same_secret
 
@@ -107,16 +107,16 @@ def _forward(route: str) -> Response:
         call = dataclasses.replace(call, body=body)
         reply = gateway.handle(call, caller)
     except errors.GatewayError as exc:
-        call.trace.own_error = True
+        call.trace.gateway_failed()
         reply = error_reply(exc)
     except HTTPException as exc:
-        call.trace.own_error = True
+        call.trace.gateway_failed()
         reply = error_reply(_translate(exc))
     except Exception:
         # A bug of ours: the caller gets a JSON 500, the log gets the traceback, and the
         # request is still counted and logged like every other.
         log.exception("unhandled error on %s %s", request.method, request.path)
-        call.trace.own_error = True
+        call.trace.gateway_failed()
         reply = error_reply(errors.GatewayError("Internal gateway error."))
     return _release_when_closed(
         lambda: to_response(

@@ -1,28 +1,49 @@
-"""The values that cross between the web layer and the orchestration. No I/O here."""
+"""The values that cross between the web layer and the orchestration. No I/O here.
+
+A call's ``Trace`` is where the stages record what happened (who called, what was asked,
+where the cache looked, which upstream answered, how a stream ended): each fact through one
+method, which also puts it on the request's span when tracing is on, so no stage handles the
+span itself. The end of the call (app/edge/finish.py) reads the facts for the metrics, the
+log line and the span's end.
+"""
 
 from __future__ import annotations
 
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from app.core.admission import Ticket
-from app.observe.tracing import Span
+from app.core.errors import GatewayError
+from app.observe import tracing
+from app.observe.tracing import Span, Tracer, Value
 
 SSE_HEADERS = (
     ("Content-Type", "text/event-stream; charset=utf-8"),
     ("Cache-Control", "no-cache"),
     ("X-Accel-Buffering", "no"),
 )
+Headers = list[tuple[str, str]]
 CLIENT_CLOSED = 499  # nginx's code for "client closed request"; never reaches anyone
+
+
+class Settlement(Protocol):
+    """A gateway key's grant for one call (app/tenancy/access.py): the rate-limit headers
+    of its answer, and the settlement the end of the call makes once."""
+
+    @property
+    def headers(self) -> list[tuple[str, str]]: ...
+
+    def settle(self, usage: dict[str, Any] | None, billed: bool, served: bool) -> None: ...
 
 
 @dataclass
 class Trace:
-    """What happened to one call, filled in as it goes; read by the metrics and the log."""
+    """What happened to one call, recorded by the stages through its methods; read by the
+    end of the call (app/edge/finish.py) for the metrics, the log line and the span."""
 
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started: float = field(default_factory=time.monotonic)
@@ -42,13 +63,92 @@ class Trace:
     key: str | None = None
     hide_usage: bool = False
     usage: dict[str, Any] | None = None
-    limit_headers: list[tuple[str, str]] | None = None
-    settle: Callable[[dict[str, Any] | None, bool, bool], None] | None = None
+    grant: Settlement | None = None
     # The answer is the gateway's own error (routes.py): nothing of the upstream reached the
     # caller, so the call is given back to its key's limits whole.
     own_error: bool = False
     # The request's span when tracing is on (app/observe/tracing.py), ended by app/edge/finish.py.
     span: Span | None = None
+
+    # -- facts, as the stages learn them -----------------------------------------------
+    def arrived(self, tracer: Tracer, route: str, method: str, path: str, headers: Headers) -> None:
+        """Tracing is on: the request's span, from when the call arrived."""
+        self.span = tracer.request(
+            tracing.request_name(route, method, path),
+            headers,
+            start=self.started,
+            attributes=tracing.request_attributes(route, method, path, self.request_id),
+        )
+
+    def identified(self, key: str) -> None:
+        """The caller's gateway key, by name."""
+        self.key = key
+
+    def asked(
+        self, route: str, method: str, path: str, body: Mapping[str, Any], stream: bool
+    ) -> None:
+        """What the validated body asks for: the model, and whether it streams."""
+        model = body.get("model")
+        self.model = str(model)[:100] if "model" in body else None
+        self.stream = stream
+        if self.span is not None:
+            name = model if isinstance(model, str) else None
+            self.span.rename(tracing.request_name(route, method, path, name))
+            self.span.set(tracing.body_attributes(body, self.stream))
+
+    def granted(self, grant: Settlement, *, hide_usage: bool) -> None:
+        """The key's grant; ``hide_usage``: the stream's usage chunk, asked for by the
+        gateway, is taken out of what the caller reads."""
+        self.grant, self.hide_usage = grant, hide_usage
+
+    def looked_up(self, started: float, level: str | None) -> None:
+        """A cache lookup that began at ``started`` just ended: found at ``level``, or not."""
+        self.cache_s += time.monotonic() - started
+        if self.span is not None:
+            tracing.cache_lookup(self.span, started, level)
+
+    def followed(self, leader: Span | None) -> None:
+        """The call follows another's flight: its span links to the leader's."""
+        if self.span is not None and leader is not None:
+            tracing.follow(self.span, leader)
+
+    def answered(self, attempts: int, upstream: str, where: Mapping[str, Value]) -> None:
+        """The answer's head is in: after ``attempts`` at the upstream named ``upstream``
+        (``where``: its attributes for the span, app/upstream/spans.py)."""
+        self.attempts, self.upstream = attempts, upstream or None
+        if self.span is not None and where:
+            self.span.set(dict(where))
+
+    def upstream_began(self, seconds: float) -> None:
+        """The upstream's answer began ``seconds`` after its call did (its head and first
+        event; a whole body): the upstream's part of Server-Timing."""
+        self.upstream_ttfb_s = seconds
+
+    def stream_broke(self, error: str) -> None:
+        """A 200 stream ended in an error event: its type (app/streams/relay.py)."""
+        self.stream_error = error
+
+    def usage_taken(self, usage: dict[str, Any]) -> None:
+        """The usage chunk taken out of the caller's stream (``hide_usage``)."""
+        self.usage = usage
+
+    def caller_left(self) -> None:
+        """The caller closed its connection (called from the hub's loop: no blocking)."""
+        self.client_closed = True
+
+    def gateway_failed(self) -> None:
+        """The answer is the gateway's own error: nothing of the upstream reached the caller,
+        so the call is given back to its key's limits whole."""
+        self.own_error = True
+
+    def settle(self, usage: dict[str, Any] | None, billed: bool) -> None:
+        """The end of the call settles the key's grant, once (nothing without keys)."""
+        if self.grant is not None:
+            self.grant.settle(usage, billed, not self.own_error)
+
+    @property
+    def limit_headers(self) -> list[tuple[str, str]] | None:
+        return None if self.grant is None else self.grant.headers
 
 
 @dataclass(frozen=True)
@@ -73,3 +173,8 @@ class Reply:
     # A whole body, or a stream's: batches of whole events, each batch sent in one write
     # (app/streams/relay.py batches what arrived together; app/edge/finish.py joins each batch).
     body: bytes | Iterator[list[bytes]]
+
+
+def error_reply(exc: GatewayError) -> Reply:
+    """The gateway's own error as the caller gets it: OpenAI-shaped JSON, its status."""
+    return Reply(exc.status, list(exc.response_headers().items()), exc.to_json())

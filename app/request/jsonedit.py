@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _WS = re.compile(r"[ \t\n\r]*")  # RFC 8259 section 2: the four whitespace characters
 _DECODER = json.JSONDecoder()
@@ -152,3 +153,13 @@ def find_member(raw: bytes, key: str) -> bytes | None:
     if not found:
         return None
     return text[found[-1].value_start : found[-1].value_end].encode("utf-8")
+
+
+def without_member_of(raw: bytes, body: dict[str, Any], name: str) -> bytes:
+    """The caller's bytes with only the member ``name`` cut out (the provider's prompt cache
+    keys on the exact prompt bytes, so nothing else may move). JSON that is not UTF-8
+    (json.loads also reads UTF-16 and UTF-32) is re-encoded from ``body``."""
+    try:
+        return without_member(raw, name)
+    except ValueError:
+        return json.dumps({k: v for k, v in body.items() if k != name}).encode()

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import gevent
 
 from app.core.errors import GatewayShutdown
-from app.streams.flight import Flight
+from app.streams.flight import Flight, Producer
 
 # Streams are ended this long before gunicorn's own cut (at most a fifth of the grace), so
 # their error events are written and their connections closed cleanly in time.
@@ -25,9 +26,22 @@ MARGIN_S = 2.0
 
 
 class Lifecycle:
-    def __init__(self) -> None:
+    """The worker's flights, every one made here (``flight``) so the drain can end them."""
+
+    def __init__(self, buffer_limit: int | None = None, send_timeout: float | None = None):
         self.draining = False
         self._flights: weakref.WeakSet[Flight] = weakref.WeakSet()
+        # The per-stream bounds for slow callers (LLMGATE_STREAM_BUFFER_BYTES,
+        # LLMGATE_SEND_TIMEOUT_S), the same for every flight of the worker.
+        self.buffer_limit = buffer_limit
+        self.send_timeout = send_timeout
+
+    def flight(self, producer: Producer, **kw: Any) -> Flight:
+        """A flight of this worker, with its per-stream bounds, tracked for the drain."""
+        made = Flight(
+            producer, buffer_limit=self.buffer_limit, send_timeout=self.send_timeout, **kw
+        )
+        return self.track(made)
 
     def track(self, flight: Flight) -> Flight:
         self._flights.add(flight)

@@ -13,6 +13,21 @@ than ``buffer_limit`` bytes behind holds the producer back (back-pressure onto t
 read). The end, or a whole body, reaches listeners only once the flight settled (``on_done``
 ran: the answer is stored first). The producer is cancelled only when no listener is left,
 and its ``finally`` closes the upstream response.
+
+A flight's life, in one place (``Flight.state``), moved only by its own methods:
+
+    waiting ──publish_head(a stream's head)──▶ streaming
+       │                                          │
+       └──────────── the producer ends ───────────┴──▶ complete | failed | cancelled
+
+- the producer moves it: ``publish_head``, ``publish_all``, then ``finish`` or ``fail`` (or
+  an exception); the end is seen by listeners once the flight settled (``on_done`` ran);
+- the last listener to leave an unfinished flight cancels it (``cancel``);
+- the drain ends it for everyone (``shut_down``, app/streams/drain.py).
+Whoever starts a flight says its shape (``stream``), where its answer comes from
+(``source``: the upstream, a stored entry, or another process's call it waits for under the
+cache lease) and whether it holds that lease; a producer that learns better says so
+(``answered_from``, ``took_lease``).
 """
 
 from __future__ import annotations
@@ -55,6 +70,17 @@ class Finished:
 
 Producer = Callable[["Flight"], None]
 
+# The states of a flight's life (Flight.state).
+WAITING, STREAMING, COMPLETE, FAILED, CANCELLED = (
+    "waiting",
+    "streaming",
+    "complete",
+    "failed",
+    "cancelled",
+)
+# Where its answer comes from (Flight.source).
+UPSTREAM, CACHE, LEASE = "upstream", "cache", "lease"
+
 
 class Flight:
     """One answer in the making: a head, a log of events, an end; read by many listeners.
@@ -79,6 +105,10 @@ class Flight:
         buffer_limit: int | None = None,
         send_timeout: float | None = None,
         request_id: str = "",
+        stream: bool = False,
+        source: str = UPSTREAM,
+        lease_held: bool = False,
+        span: Span | None = None,
     ):
         self.head: Head | None = None
         self._log: list[sse.Event] = []  # events from number ``_dropped`` on
@@ -112,12 +142,12 @@ class Flight:
         self.settled = False
         self.head_at: float | None = None
         self.request_id = request_id  # of the caller that started it, for the log
-        # Set by whoever starts the flight: the answer's shape, where it came from, and
+        # Said by whoever starts the flight: the answer's shape, where it comes from, and
         # whether this process holds the cross-process lease for its key.
-        self.stream = False
-        self.source = "upstream"
-        self.lease_held = False
-        self.span: Span | None = None  # the leader's request span (tracing on): followers link
+        self.stream = stream
+        self._source = source
+        self._lease_held = lease_held
+        self.span = span  # the leader's request span (tracing on): followers link to it
         self._changed = gevent.event.Event()
         self._on_done = on_done
         self._greenlet = gevent.spawn(self._run, producer)
@@ -147,8 +177,21 @@ class Flight:
                 self._release_log()
                 self._notify()
 
-    def publish_head(self, head: Head) -> None:
+    def answered_from(self, source: str) -> None:
+        """The producer found where the answer comes from: a stored entry (CACHE) or its own
+        upstream call (UPSTREAM), after waiting under another process's lease."""
+        self._source = source
+
+    def took_lease(self) -> None:
+        """The producer took over the cache lease of a holder that let it lapse."""
+        self._lease_held = True
+
+    def publish_head(self, head: Head, *, first_byte: bool = True) -> None:
+        """The answer's head (a stream's, or a whole body). ``first_byte``: the answer began
+        now (its time is ``head_at``); False for a stream that ended with no event."""
         self.head = head
+        if first_byte:
+            self.head_at = time.monotonic()
         if head.body is None:
             self._notify()  # a stream starts; a whole body is announced with the end (_run)
 
@@ -240,6 +283,28 @@ class Flight:
         changed.set()
 
     # -- state ---------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """Where the flight is in its life (the module's docstring draws it)."""
+        if self.cancelled:
+            return CANCELLED
+        if self.settled:
+            return COMPLETE if self.complete else FAILED if self.failure is not None else CANCELLED
+        return STREAMING if self.head is not None and self.head.body is None else WAITING
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def lease_held(self) -> bool:
+        return self._lease_held
+
+    @property
+    def open_to_followers(self) -> bool:
+        """A follower may still join: nothing went wrong, and the log holds every event."""
+        return not self.cancelled and self.failure is None and self.log_whole
+
     @property
     def complete(self) -> bool:
         """A whole answer is in: a non-stream body, or a stream that reached its end."""

@@ -19,7 +19,6 @@ import dataclasses
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -187,7 +186,7 @@ def upstream_producer(
                 cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
                 upstream.broken(resp, cut)
             if flight.head is None:
-                flight.publish_head(head)
+                flight.publish_head(head, first_byte=False)  # a stream with no event
             resp.raw.release_conn()
             flight.finish(decoder.close())
         except GatewayError as exc:
@@ -217,8 +216,8 @@ def upstream_producer(
         flight.publish_all(events)
 
     def _observe_ttfb(flight: Flight, route: str) -> float:
-        """Note when the answer started; the seconds since the call began."""
-        flight.head_at = time.monotonic()
+        """The seconds from the call's start to its answer's (the head just published)."""
+        assert flight.head_at is not None
         seconds = flight.head_at - flight.started
         if metrics is not None:
             metrics.upstream_ttft.labels(route).observe(seconds)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from app.observe.tracing import MAX_NAME, Span, Value
+from app.observe.tracing import MAX_NAME, Value
 from app.upstream.catalog import UpstreamSpec
 
 
@@ -40,8 +40,8 @@ def attempt_attributes(
     }
 
 
-def answered_by(span: Span, specs: Iterable[UpstreamSpec], name: str) -> None:
-    """The upstream whose answer the request got (its own attempt's, or its leader's)."""
+def whereabouts(specs: Iterable[UpstreamSpec], name: str) -> dict[str, Value]:
+    """Where the upstream named ``name`` is, for the span of a request it answered (its own
+    attempt's, or its leader's); nothing for a name no upstream has."""
     spec = next((spec for spec in specs if spec.name == name), None)
-    if spec is not None:
-        span.set(upstream_attributes(spec))
+    return {} if spec is None else upstream_attributes(spec)

@@ -1,6 +1,5 @@
-"""A scripted producer for flights (app/streams/flight.py), shared by the unit tests of flights and
-of
-the memory their logs keep."""
+"""A scripted producer for flights (app/streams/flight.py), shared by the unit tests of
+flights and of the memory their logs keep."""
 
 from __future__ import annotations
 

@@ -6,13 +6,26 @@ from __future__ import annotations
 import json
 
 import gevent
+import gevent.event
 import pytest
 
 from app.cache.coalesce import Flights
 from app.cache.store import entry_from_flight
 from app.core.errors import ClientTooSlow, GatewayError, UpstreamProtocolError, UpstreamReset
 from app.request import events as streams
-from app.streams.flight import ClientGone, Finished, Flight, Head
+from app.streams.flight import (
+    CACHE,
+    CANCELLED,
+    COMPLETE,
+    FAILED,
+    LEASE,
+    STREAMING,
+    WAITING,
+    ClientGone,
+    Finished,
+    Flight,
+    Head,
+)
 from app.streams.relay import relay
 from llmgate_wire import sse
 from tests.support.flights import script
@@ -251,3 +264,65 @@ def test_a_reader_leaving_frees_a_producer_waiting_for_it() -> None:
     while isinstance(item := fast.next_item(5), sse.Event):
         got.append(item)
     assert got == events and isinstance(item, Finished)
+
+
+# -- the flight's life, as Flight.state tells it ---------------------------------------------
+def test_a_stream_is_waiting_then_streaming_then_complete() -> None:
+    (a,) = _events("a")
+    go, end = gevent.event.Event(), gevent.event.Event()
+    flight = Flight(script(go, HEAD, a, end, Finished(b"")))
+    listener = flight.join()
+    seen = [flight.state]
+    go.set()
+    listener.wait_first_event(5)
+    seen.append(flight.state)
+    end.set()
+    listener.wait_complete(5)
+    seen.append(flight.state)
+    listener.leave()
+    assert seen == [WAITING, STREAMING, COMPLETE]
+
+
+def test_a_whole_body_waits_until_the_flight_settled() -> None:
+    """A non-stream answer is not streaming at any point: its head carries the whole body,
+    which listeners get only once ``on_done`` ran (the entry stored first)."""
+    body = Head(200, [("Content-Type", "application/json")], 1, b"{}")
+    states: list[str] = []
+    flight = Flight(script(body, "sleep"), on_done=lambda f: states.append(f.state))
+    listener = flight.join()
+    listener.wait_complete(5)
+    listener.leave()
+    assert states == [WAITING] and flight.state == COMPLETE
+
+
+def test_a_flight_that_failed_or_was_left_says_so() -> None:
+    failed = Flight(script(HEAD, UpstreamReset("cut")))
+    listener = failed.join()
+    with pytest.raises(GatewayError):
+        listener.wait_complete(5)
+    listener.leave()
+    assert failed.state == FAILED and not failed.open_to_followers
+
+    hold = gevent.event.Event()
+    left = Flight(script(HEAD, *_events("a"), hold, Finished(b"")))
+    reader = left.join()
+    reader.wait_first_event(5)
+    assert left.state == STREAMING and left.open_to_followers
+    reader.leave()  # the last listener of an unfinished flight cancels it
+    assert left.state == CANCELLED and not left.open_to_followers
+
+
+def test_whoever_starts_a_flight_says_its_shape_and_source_and_the_producer_may_correct_it():
+    def produce(flight: Flight) -> None:
+        flight.took_lease()
+        flight.answered_from(CACHE)
+        flight.publish_head(HEAD)
+        flight.finish()
+
+    flight = Flight(produce, stream=True, source=LEASE)
+    assert (flight.stream, flight.source, flight.lease_held) == (True, LEASE, False)
+    listener = flight.join()
+    listener.wait_complete(5)
+    listener.leave()
+    assert (flight.source, flight.lease_held) == (CACHE, True)
+    assert flight.head_at is not None and flight.head_at >= flight.started

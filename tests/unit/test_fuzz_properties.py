@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 from app.cache import keys
 from app.cache import policy as cache_policy
+from app.cache.plan import cache_plan
+from app.core.config import Settings
 from app.core.errors import BadRequest
 from app.request import schema
 from app.request.paths import forwarded_path
@@ -204,23 +206,22 @@ _NEAR_BODIES = st.dictionaries(_FIELDS, _ANY_JSON, max_size=8) | st.fixed_dictio
 )
 
 
+# Every body cacheable, every namespace allowed: the plan goes as far as the key.
+_PLAN_SETTINGS = Settings(
+    upstream_url="http://127.0.0.1:9/v1", cache_mode="all", cache_namespaces="*"
+)
+
+
 def _gateway_checks(raw: bytes, route: str, cache_control: str = "") -> None:
-    """What the gateway does with a body before anything goes upstream (Gateway.handle and
-    Gateway._plan): parse, validate, read stream and cache controls, build the key."""
+    """What the gateway does with a body before anything goes upstream (Gateway.plan):
+    parse, validate, read stream and cache controls, build the key (app/cache/plan.py)."""
     body = schema.parse_body(raw, max_depth=64, max_array_items=1000)
     schema.validate(route, body)
     schema.wants_stream(body)
     schema.wants_usage(body)
-    if cache_policy.is_cacheable(route, body, "all"):
-        directive = cache_policy.parse_cache_control([cache_control])
-        directive = cache_policy.apply_body_controls(directive, body.get("cache"))
-        directive = cache_policy.check_namespace(directive, frozenset({"*"}))
-        keys.cache_key(
-            upstream="u",
-            route=route,
-            tenant=keys.tenant_of([], namespace=directive.namespace),
-            body=body,
-        )
+    headers = [("Cache-Control", cache_control)]
+    cache_plan(_PLAN_SETTINGS, route=route, headers=headers, query="", body=body,
+               upstream="u", tenant=None)  # fmt: skip
 
 
 def _json_bytes(value: Any) -> bytes:

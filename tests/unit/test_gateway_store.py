@@ -14,13 +14,14 @@ import gevent
 import gevent.event
 import pytest
 
+from app.cache.coalesce import Coalescer
 from app.cache.memory import MemoryBackend
 from app.cache.policy import Directive
 from app.cache.store import AnswerCache, entry_from_flight
 from app.cache.tiered import TieredCache
 from app.core.config import Settings
 from app.core.errors import UpstreamReset
-from app.gateway import Gateway
+from app.gateway import Caller, Gateway
 from app.request.call import Call
 from app.streams.flight import ClientGone, Finished, Flight, Head
 from app.upstream.exchange import Upstream
@@ -30,6 +31,12 @@ from llmgate_wire import sse
 SETTINGS = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=0)
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
 STREAM_HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
+
+
+def _coalescer(gateway: Gateway) -> Coalescer:
+    """The gateway's flights for cacheable calls (it has them: an answer cache is given)."""
+    assert gateway.coalescer is not None
+    return gateway.coalescer
 
 
 def _gateway() -> tuple[Gateway, MemoryBackend]:
@@ -44,8 +51,9 @@ def _call(headers=(), query: str = "", body: dict | None = None, route: str = "c
 
 
 def _plan(gateway: Gateway, **kw):
-    call = _call(**kw)
-    return gateway._plan(call, json.loads(call.body))
+    """The cache key and directive of the call's plan (Gateway.plan), or None: not cached."""
+    cached = gateway.plan(_call(**kw), Caller(None)).cache
+    return None if cached is None else (cached.key, cached.directive)
 
 
 # -- planning ------------------------------------------------------------------------------
@@ -66,9 +74,9 @@ def test_plan_keys_by_tenant_query_and_body() -> None:
 def test_plan_skips_what_is_not_cacheable() -> None:
     gateway, _ = _gateway()
     assert _plan(gateway, body={**BODY, "temperature": 1}) is None
-    assert gateway._plan(_call(route="passthrough"), None) is None
+    assert _plan(gateway, route="passthrough") is None
     no_cache = Gateway(SETTINGS, Upstream(SETTINGS), None)
-    assert no_cache._plan(_call(), BODY) is None
+    assert _plan(no_cache) is None
 
 
 def test_plan_reads_cache_control() -> None:
@@ -91,7 +99,7 @@ def _run(gateway: Gateway, key: str, *steps, stream: bool = True) -> Flight:
             elif isinstance(step, BaseException):
                 raise step
 
-    flight = gateway._start_flight(key, Directive(), produce, Deadline.start(10), stream)
+    flight = _coalescer(gateway).lead(key, Directive(), produce, Deadline.start(10), stream)
     assert flight is not None
     listener = flight.join()
     with contextlib.suppress(Exception):  # failures are what some cases are about
@@ -109,7 +117,7 @@ def test_a_complete_stream_is_stored_and_leaves_the_flight_map() -> None:
     gateway, l1 = _gateway()
     flight = _run(gateway, KEY, STREAM_HEAD, GOOD, Finished(b""))
     assert l1.get(KEY) is not None
-    assert gateway.flights.get(KEY) is None
+    assert _coalescer(gateway).flights.get(KEY) is None
     entry = entry_from_flight(flight, now=0)
     assert entry is not None
     assert entry.events == tuple(e.raw for e in sse.Decoder().feed(GOOD))
@@ -147,7 +155,7 @@ def test_a_flight_abandoned_by_its_caller_is_not_stored() -> None:
             flight.publish(event)
         gevent.sleep(30)
 
-    flight = gateway._start_flight(KEY, Directive(), produce, Deadline.start(60), True)
+    flight = _coalescer(gateway).lead(KEY, Directive(), produce, Deadline.start(60), True)
     assert flight is not None
     listener = flight.join()
     assert listener.wait_first_event(5)
@@ -182,12 +190,12 @@ def test_followers_of_a_flight_share_it_and_each_read_every_event() -> None:
         flight.publish(events[1])
         flight.finish()
 
-    leader = gateway._start_flight(KEY, Directive(), produce, Deadline.start(10), True)
+    leader = _coalescer(gateway).lead(KEY, Directive(), produce, Deadline.start(10), True)
     assert leader is not None
     listeners = [leader.join()]
     listeners[0].wait_first_event(5)
     for _ in range(3):
-        found = gateway.flights.get(KEY)
+        found = _coalescer(gateway).flights.get(KEY)
         assert found is leader  # identical requests join, nobody starts a second call
         listeners.append(found.join())
     release.set()
@@ -198,7 +206,7 @@ def test_followers_of_a_flight_share_it_and_each_read_every_event() -> None:
         assert got == events
         listener.leave()
     gevent.sleep(0)
-    assert gateway.flights.get(KEY) is None and l1.get(KEY) is not None
+    assert _coalescer(gateway).flights.get(KEY) is None and l1.get(KEY) is not None
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -223,12 +231,12 @@ def test_the_entry_is_stored_before_any_listener_learns_the_answer_is_complete(s
                 flight.publish(event)
             flight.finish()
 
-    flight = gateway._start_flight(KEY, Directive(), produce, Deadline.start(10), stream)
+    flight = _coalescer(gateway).lead(KEY, Directive(), produce, Deadline.start(10), stream)
     assert flight is not None
     listener = flight.join()
     listener.wait_complete(5)  # no yield after this: what the caller sees, it sees now
     assert l1.get(KEY) is not None
-    assert gateway.flights.get(KEY) is None
+    assert _coalescer(gateway).flights.get(KEY) is None
 
 
 # -- a lease waiter replays another process's entry in its own caller's shape --------------
@@ -359,7 +367,7 @@ def test_a_new_leader_that_wins_the_lease_just_after_the_holder_stored_replays_t
     settings, l1, entry, answers = _holder_finishes_in_between()
     gateway = Gateway(settings, Upstream(settings), answers)
     computed: list[Flight] = []
-    flight = gateway._start_flight(KEY, Directive(), computed.append, Deadline.start(10), False)
+    flight = _coalescer(gateway).lead(KEY, Directive(), computed.append, Deadline.start(10), False)
     assert flight is not None and flight.source == "lease"  # the caller's status: COALESCED
     listener = flight.join()
     with contextlib.suppress(ClientGone):  # what a compute that publishes nothing ends in

@@ -14,7 +14,7 @@ import gevent
 import gevent.event
 import pytest
 
-from app.cache.coalesce import Flights
+from app.cache.coalesce import Coalescer, Flights
 from app.cache.memory import MemoryBackend
 from app.cache.policy import Directive
 from app.cache.store import AnswerCache, entry_from_flight
@@ -31,6 +31,12 @@ from tests.support.flights import script
 
 HEAD = Head(200, [("Content-Type", "text/event-stream")], 1, None)
 KEY = "llmgate:v1:" + "0" * 64
+
+
+def _coalescer(gateway: Gateway) -> Coalescer:
+    """The gateway's flights for cacheable calls (it has them: an answer cache is given)."""
+    assert gateway.coalescer is not None
+    return gateway.coalescer
 
 
 def _chat_chunk(i: int) -> bytes:
@@ -232,7 +238,7 @@ def _chat_stream(flight: Flight) -> None:
 
 
 def _start(gateway: Gateway, directive: Directive, stream: bool = True, **kw) -> Flight | None:
-    return gateway._start_flight(KEY, directive, _chat_stream, Deadline.start(10), stream, **kw)
+    return _coalescer(gateway).lead(KEY, directive, _chat_stream, Deadline.start(10), stream, **kw)
 
 
 def _answer(flight: Flight) -> None:
@@ -246,14 +252,18 @@ def test_a_no_store_call_keeps_no_log_takes_no_followers_and_no_lease() -> None:
     gateway, answers, _ = _gateway()
     flight = _start(gateway, Directive(store=False))
     assert flight is not None and not flight.keep_log
-    assert gateway.flights.get(KEY) is None  # an identical request starts its own
+    assert _coalescer(gateway).flights.get(KEY) is None  # an identical request starts its own
     assert answers.leases == 0  # nobody elsewhere waits for an entry that will never come
     _answer(flight)
     assert answers.lookup(KEY, Directive()) is None
     assert _start(gateway, Directive(store=False), background=True) is None  # no refresh
     # The control: the same call without no-store is shared, leased and stored.
     shared = _start(gateway, Directive())
-    assert shared is not None and gateway.flights.get(KEY) is shared and answers.leases == 1
+    assert (
+        shared is not None
+        and _coalescer(gateway).flights.get(KEY) is shared
+        and answers.leases == 1
+    )
     _answer(shared)
     assert answers.lookup(KEY, Directive()) is not None
 
@@ -261,7 +271,9 @@ def test_a_no_store_call_keeps_no_log_takes_no_followers_and_no_lease() -> None:
 def test_a_stream_starting_on_a_full_budget_is_its_callers_alone_and_counted() -> None:
     gateway, answers, metrics = _gateway(log_memory_bytes=0)
     flight = _start(gateway, Directive())
-    assert flight is not None and not flight.keep_log and gateway.flights.get(KEY) is None
+    assert (
+        flight is not None and not flight.keep_log and _coalescer(gateway).flights.get(KEY) is None
+    )
     assert answers.leases == 0
     _answer(flight)
     assert answers.lookup(KEY, Directive()) is None
@@ -269,7 +281,7 @@ def test_a_stream_starting_on_a_full_budget_is_its_callers_alone_and_counted() -
     assert refused("llmgate_event_logs_refused_total", {"when": "start"}) == 1
     # A non-stream answer holds its body whatever the budget: it is still shared.
     whole = _start(gateway, Directive(), stream=False)
-    assert whole is not None and gateway.flights.get(KEY) is whole
+    assert whole is not None and _coalescer(gateway).flights.get(KEY) is whole
 
 
 def test_a_stream_that_runs_out_of_budget_is_counted_and_not_stored() -> None:

@@ -1,0 +1,171 @@
+"""A caller's reply from a flight: a whole response, or a live stream with heartbeats.
+
+Headers wait for the upstream's status where they can: a stream waits up to one heartbeat
+interval for the upstream's head and first event before committing a 200, so a failure in
+that window is a real HTTP error; after it, a failure is one SSE error event. A stream still
+silent after that interval is committed with a ``: ping`` at once and kept alive by pings
+(app/streams/relay.py). The caller's socket is watched the whole time: a caller who leaves
+stops being waited for, and the last one to leave cancels the flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from app.core.config import Settings
+from app.core.errors import wrap_upstream_body
+from app.observe.tracing import Value
+from app.request.call import CLIENT_CLOSED, SSE_HEADERS, Call, Reply, Trace
+from app.request.events import END_OF_STREAM
+from app.request.headers import downstream_headers
+from app.request.metering import without_usage_chunk
+from app.streams.flight import UPSTREAM, ClientGone, Head, Listener
+from app.streams.relay import DisconnectWatcher, relay
+from app.upstream.retry import Deadline
+
+UPSTREAM_HEADER = "X-LLMGate-Upstream"
+# Where an upstream is, by its configured name, for the request's span (app/upstream/spans.py).
+Whereabouts = Callable[[str], Mapping[str, Value]]
+
+
+class Replies:
+    """Turns a listener of a flight into the caller's ``Reply``."""
+
+    def __init__(self, settings: Settings, whereabouts: Whereabouts) -> None:
+        self.heartbeat_s = settings.heartbeat_s
+        self.whereabouts = whereabouts
+
+    def answer(self, call: Call, listener: Listener, stream: bool) -> Reply:
+        """The caller's reply from a flight: a complete response, or a live stream."""
+        watcher = _watch(call, listener)
+        try:
+            head = self._await_first_byte(listener, stream)
+        except ClientGone:
+            watcher.stop()
+            listener.leave()
+            return Reply(CLIENT_CLOSED, [], b"")
+        except BaseException:
+            watcher.stop()
+            listener.leave()
+            raise
+        flight = listener.flight
+        if head is not None:
+            where = self.whereabouts(head.upstream) if call.trace.span is not None else {}
+            call.trace.answered(head.attempts, head.upstream, where)
+        if flight.head_at is not None and flight.source == UPSTREAM:
+            call.trace.upstream_began(flight.head_at - flight.started)
+        if head is None:
+            # The upstream is slow to answer a stream: commit the 200 now, a ping with it,
+            # and keep the line alive with pings; whatever the upstream says later travels
+            # as SSE.
+            body = self._stream(call.route, call.trace, listener, watcher, ping_first=True)
+            return Reply(200, list(SSE_HEADERS), body)
+        if head.body is None:
+            headers = [
+                (k, v)
+                for k, v in downstream_headers(head.headers)
+                if k.lower() not in ("content-type", "cache-control")
+            ]
+            headers += upstream_header(head)
+            return Reply(
+                head.status,
+                list(SSE_HEADERS) + headers,
+                self._stream(call.route, call.trace, listener, watcher),
+            )
+        watcher.stop()
+        listener.leave()
+        return complete_reply(head)
+
+    def _await_first_byte(self, listener: Listener, stream: bool) -> Head | None:
+        """The upstream's head once its first event (or whole body) is in; None when a
+        stream should be committed before that, to send heartbeats.
+
+        Waiting for the first event, not just the headers, lets a stream that fails before
+        producing anything still answer with a proper HTTP error status.
+        """
+        heartbeat = self.heartbeat_s
+        window = None if not stream or heartbeat <= 0 else Deadline.start(heartbeat)
+        head = listener.wait_head(window.remaining() if window else None)
+        if head is None:
+            return None
+        if head.body is None and not listener.wait_first_event(
+            window.remaining() if window else None
+        ):
+            return None
+        return head
+
+    def _stream(
+        self,
+        route: str,
+        trace: Trace,
+        listener: Listener,
+        watcher: DisconnectWatcher,
+        *,
+        ping_first: bool = False,
+    ) -> Iterator[list[bytes]]:
+        """The stream's body: the route and trace of its call, not the call (_watch)."""
+        try:
+            chunks = relay(
+                listener,
+                heartbeat=self.heartbeat_s,
+                # A stream cut before its route's end is reported as broken
+                # (app/request/events.py).
+                end=END_OF_STREAM.get(route),
+                on_error=trace.stream_broke,
+                ping_first=ping_first,
+            )
+            if trace.hide_usage:
+                chunks = without_usage_chunk(chunks, trace.usage_taken)
+            yield from chunks
+        finally:
+            # Normal end, error, or the WSGI server closing us because the caller left.
+            watcher.stop()
+            listener.leave()
+
+
+def wait_whole(call: Call, listener: Listener) -> bool:
+    """Wait for the flight's whole answer, watching the caller: False when the caller left."""
+    watcher = _watch(call, listener)
+    try:
+        listener.wait_complete()
+    except ClientGone:
+        return False
+    finally:
+        watcher.stop()
+        listener.leave()
+    return True
+
+
+def _watch(call: Call, listener: Listener) -> DisconnectWatcher:
+    # What lives as long as the stream takes the call's trace, not the call: the call
+    # holds the caller's whole request body.
+    trace = call.trace
+
+    def gone() -> None:  # in the hub's loop: marks and wakes, never blocks
+        trace.caller_left()
+        listener.lost()
+
+    return DisconnectWatcher(call.client_socket, gone)
+
+
+def complete_reply(head: Head) -> Reply:
+    """A whole answer as the caller gets it: an upstream's error body in OpenAI's shape,
+    and after our own retries a word to the SDK not to retry again."""
+    assert head.body is not None
+    headers = downstream_headers(head.headers)
+    body = head.body
+    if head.status >= 400:
+        wrapped = wrap_upstream_body(head.status, body)
+        if wrapped is not body:
+            headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
+            headers.append(("Content-Type", "application/json"))
+        body = wrapped
+        if head.attempts > 1:
+            # We already retried: the SDK must not multiply the calls again.
+            headers.append(("x-should-retry", "false"))
+    return Reply(head.status, headers + upstream_header(head), body)
+
+
+def upstream_header(head: Head) -> list[tuple[str, str]]:
+    """Which upstream answered, by its configured name (never its URL or key)."""
+    return [(UPSTREAM_HEADER, head.upstream)] if head.upstream else []
