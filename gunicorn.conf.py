@@ -23,7 +23,8 @@ worker_class = "app.edge.worker.JSONErrorGeventWorker"
 # Each stream holds one connection for its whole life; gunicorn's default of 1000 left
 # streams beyond it hanging. Descriptors are raised to match in on_starting.
 # The admission limits (LLMGATE_MAX_REQUESTS/STREAMS_PER_WORKER) default to 4/5 and 2/5 of
-# it (app/core/config.py, admission_defaults), so the app refuses before gunicorn stops accepting.
+# it (app/core/config_reading.py, admission_defaults), so the app refuses before gunicorn
+# stops accepting.
 worker_connections = int(os.environ.get("LLMGATE_WORKER_CONNECTIONS", "15000"))
 wsgi_app = "app.factory:create_app()"
 preload_app = False

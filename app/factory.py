@@ -24,7 +24,8 @@ from app.edge.status_page import status_page
 from app.gateway import Gateway
 from app.observe.metrics import Metrics
 from app.observe.tracing import Tracer
-from app.tenancy.access import Access, KeySource
+from app.tenancy.access import Access
+from app.tenancy.key_source import KeySource
 from app.tenancy.keyring import KeysFileError
 from app.tenancy.limits import Counters, MemoryCounters
 from app.tenancy.prices import PriceTable

@@ -1,8 +1,8 @@
 """One setting sizes the whole stack: gunicorn's connections make nginx's. No I/O here.
 
 ``LLMGATE_WORKER_CONNECTIONS`` (gunicorn's ``worker_connections``) times the gunicorn workers is
-the gateway's capacity; the app's admission limits are shares of it (app/core/config.py,
-``admission_defaults``) and nginx is sized from those:
+the gateway's capacity; the app's admission limits are shares of it
+(app/core/config_reading.py, ``admission_defaults``) and nginx is sized from those:
 
 - ``limit_conn`` (nginx's outer guard): the app's request limit over every worker plus
   headroom (``nginx_conn_limit``), so the app refuses first;

@@ -51,6 +51,10 @@ class ConfigError(ValueError):
     """The config file cannot be used; the message names the file, line and field."""
 
 
+# How a table's check reports a field: fail(field, why) is the ConfigError to raise.
+_Fail = Callable[[str, str], ConfigError]
+
+
 @dataclass(frozen=True)
 class UpstreamSpec:
     name: str
@@ -153,11 +157,7 @@ def _spec(
         raise fail("base_url", f"must be an http(s) URL, got {base_url!r}")
     if "key" in table and "key_env" in table:
         raise fail("key_env", "and upstreams.key are both set: choose one")
-    key = table.get("key", "")
-    if "key_env" in table:
-        key = environ.get(table["key_env"], "")
-        if not key:
-            raise fail("key_env", f"names {table['key_env']!r}, which is not set or empty")
+    key = _key(table, environ, fail)
     auth = table.get("auth", "bearer")
     if auth not in AUTH_STYLES:
         raise fail("auth", f"must be one of {', '.join(AUTH_STYLES)}, got {auth!r}")
@@ -169,25 +169,8 @@ def _spec(
     models = table.get("models", ["*"])
     if not models or not all(isinstance(m, str) and m for m in models):
         raise fail("models", 'must be a non-empty list of model names (or ["*"])')
-    hedge = None
-    if "hedge_after" in table:
-        try:
-            hedge = HedgePolicy.parse(
-                table["hedge_after"], table.get("hedge_min_ms", 50), table.get("hedge_max_ms", 2000)
-            )
-        except ValueError as exc:
-            raise fail("hedge_after", str(exc)) from None
-    elif "hedge_min_ms" in table or "hedge_max_ms" in table:
-        key_name = "hedge_min_ms" if "hedge_min_ms" in table else "hedge_max_ms"
-        raise fail(key_name, "needs upstreams.hedge_after (hedging is off without it)")
-    pairs = {}
-    for key_name in ("headers", "query", "aliases"):
-        values = table.get(key_name, {})
-        if not all(isinstance(v, str) for v in values.values()):
-            raise fail(key_name, "values must be strings")
-        if any(("\r" in k + v or "\n" in k + v) for k, v in values.items()):
-            raise fail(key_name, "must not hold CR or LF")
-        pairs[key_name] = tuple(sorted(values.items()))
+    hedge = _hedge(table, fail)
+    pairs = _string_pairs(table, fail)
     return UpstreamSpec(
         name=name,
         base_url=base_url,
@@ -202,6 +185,46 @@ def _spec(
         max_connections=table.get("max_connections", 0),
         hedge=hedge,
     )
+
+
+def _key(table: dict[str, Any], environ: Mapping[str, str], fail: _Fail) -> str:
+    """The upstream's key: written in the file, or read from the variable ``key_env`` names."""
+    key: str = table.get("key", "")
+    if "key_env" in table:
+        key = environ.get(table["key_env"], "")
+        if not key:
+            raise fail("key_env", f"names {table['key_env']!r}, which is not set or empty")
+    return key
+
+
+def _hedge(table: dict[str, Any], fail: _Fail) -> HedgePolicy | None:
+    """The upstream's hedging, None when ``hedge_after`` is not set (its bounds alone are a
+    mistake: they would do nothing)."""
+    if "hedge_after" in table:
+        try:
+            return HedgePolicy.parse(
+                table["hedge_after"], table.get("hedge_min_ms", 50), table.get("hedge_max_ms", 2000)
+            )
+        except ValueError as exc:
+            raise fail("hedge_after", str(exc)) from None
+    if "hedge_min_ms" in table or "hedge_max_ms" in table:
+        key_name = "hedge_min_ms" if "hedge_min_ms" in table else "hedge_max_ms"
+        raise fail(key_name, "needs upstreams.hedge_after (hedging is off without it)")
+    return None
+
+
+def _string_pairs(table: dict[str, Any], fail: _Fail) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The headers, query and aliases tables as sorted (name, value) pairs: strings, and no
+    CR or LF to split a header line."""
+    pairs = {}
+    for key_name in ("headers", "query", "aliases"):
+        values = table.get(key_name, {})
+        if not all(isinstance(v, str) for v in values.values()):
+            raise fail(key_name, "values must be strings")
+        if any(("\r" in k + v or "\n" in k + v) for k, v in values.items()):
+            raise fail(key_name, "must not hold CR or LF")
+        pairs[key_name] = tuple(sorted(values.items()))
+    return pairs
 
 
 def _line_of(text: str, key: str, *, table: int | None = None, header: bool = False) -> int:

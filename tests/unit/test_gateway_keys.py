@@ -23,7 +23,8 @@ from app.request import bounds
 from app.request.jsonedit import with_member
 from app.request.metering import is_usage_chunk, with_usage_requested, without_usage_chunk
 from app.tenancy import keyring, limits
-from app.tenancy.access import Access, KeySource
+from app.tenancy.access import Access
+from app.tenancy.key_source import KeySource
 from app.tenancy.keyring import GatewayKey, KeyRing, KeysFileError, hash_key, load, presented_key
 from app.tenancy.prices import Price, PriceTable
 from tests.conftest import ROOT

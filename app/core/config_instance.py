@@ -1,0 +1,158 @@
+"""The settings of what the instance keeps and how it is run, a declarative table: the
+cache (Memcached, the in-process level, leases, early refresh), the memory of event logs, the
+drain file, the status history, request logs, tracing, and the TLS listener. No I/O here.
+
+Declarations only: ``Settings`` (app/core/config.py) joins this table with a call's
+(app/core/config_calls.py), reads it from the environment and checks it. Each field names
+its variable and says what it does (app/core/config_reading.py, ``setting``); the docs are
+checked against that text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.config_reading import setting
+
+
+@dataclass(frozen=True)
+class InstanceSettings:
+    """The settings of what the instance keeps and how it is run (see the module docstring)."""
+
+    memcached: str = setting(
+        "LLMGATE_MEMCACHED",
+        "",
+        "Comma-separated Memcached nodes (the shared L2 cache, consistent hashing): host:port, "
+        "or dns+name:port for every A/AAAA address of a name (a Kubernetes headless Service), "
+        "re-resolved every LLMGATE_MEMCACHED_DNS_REFRESH_S; empty: the in-process L1 cache only.",
+    )
+    memcached_dns_refresh_s: float = setting(
+        "LLMGATE_MEMCACHED_DNS_REFRESH_S",
+        15.0,
+        "How often each worker re-resolves the dns+ names of LLMGATE_MEMCACHED; nodes that "
+        "appear join the hash ring, nodes that disappear leave it (no restart).",
+    )
+    memcached_timeout_s: float = setting(
+        "LLMGATE_MEMCACHED_TIMEOUT_S",
+        0.2,
+        "Memcached operation timeout; a slower node is a miss, never an error.",
+    )
+    memcached_connect_timeout_s: float = setting(
+        "LLMGATE_MEMCACHED_CONNECT_TIMEOUT_S", 0.1, "Memcached connect timeout."
+    )
+    memcached_retry_s: float = setting(
+        "LLMGATE_MEMCACHED_RETRY_S",
+        10.0,
+        "After a Memcached node fails (a timeout, a refused or broken connection), each worker "
+        "skips it for this long (the answers it holds are misses; the key limits it counts "
+        "fail as LLMGATE_LIMITS_FAIL says), then lets one call try it again.",
+    )
+    cache_mode: str = setting(
+        "LLMGATE_CACHE_MODE",
+        "deterministic",
+        "off | deterministic (temperature 0, a seed, or embeddings) | all.",
+    )
+    cache_ttl_s: int = setting("LLMGATE_CACHE_TTL_S", 3600, "Base lifetime of a cached answer.")
+    cache_ttl_jitter_s: int = setting(
+        "LLMGATE_CACHE_TTL_JITTER_S",
+        360,
+        "Random extra lifetime in [0, this], so entries written together expire apart.",
+    )
+    cache_l1_ttl_s: int = setting(
+        "LLMGATE_CACHE_L1_TTL_S", 60, "Lifetime of the per-worker in-process copy (L1)."
+    )
+    cache_l1_bytes: int = setting(
+        "LLMGATE_CACHE_L1_BYTES", 64 * 1024 * 1024, "Size bound of the per-worker L1 cache."
+    )
+    cache_max_entry_bytes: int = setting(
+        "LLMGATE_CACHE_MAX_ENTRY_BYTES",
+        8 * 1024 * 1024,
+        "Largest answer cached (compressed); larger ones are served but not stored.",
+    )
+    log_memory_bytes: int = setting(
+        "LLMGATE_LOG_MEMORY_BYTES",
+        64 * 1024 * 1024,
+        "Memory a worker's kept event logs may hold together (the events of streams kept for "
+        "the cache entry and coalesced followers, counted as Python objects: ~3x their bytes). "
+        "Past it new streams keep no log: served, but neither stored nor joined. 0: none kept.",
+    )
+    cache_namespaces: str = setting(
+        "LLMGATE_CACHE_NAMESPACES",
+        "",
+        "Shared cache namespaces callers may name (comma-separated, * for any); empty: "
+        "every entry is private to the caller's credential.",
+    )
+    cache_lease_s: float = setting(
+        "LLMGATE_CACHE_LEASE_S",
+        30.0,
+        "Across workers and instances, one caller per key computes while the others wait up "
+        "to this long for its entry (0 disables the lease).",
+    )
+    cache_early_refresh_beta: float = setting(
+        "LLMGATE_CACHE_EARLY_REFRESH_BETA",
+        0.0,
+        "Opt-in probabilistic early refresh (XFetch): a hit recomputes the entry in the "
+        "background when now - compute_time * beta * ln(rand) >= expiry. 0 disables; 1 is "
+        "the usual value, larger refreshes earlier.",
+    )
+    cache_lease_streams: bool = setting(
+        "LLMGATE_CACHE_LEASE_STREAMS",
+        True,
+        "Whether stream requests wait behind another process's lease (off: streams that "
+        "value first-token latency over cost go upstream at once).",
+    )
+
+    drain_file: str = setting(
+        "LLMGATE_DRAIN_FILE",
+        "",
+        "While this file exists, /readyz answers 503 (draining): a Kubernetes preStop hook or a "
+        "deploy script creates it to take the instance out of its balancer before stopping it. "
+        "Empty: only SIGTERM turns the instance unready (make run uses LLMGATE_RUN_DIR/draining "
+        "and creates it on SIGTERM).",
+    )
+
+    status_sample_s: int = setting(
+        "LLMGATE_STATUS_SAMPLE_S",
+        10,
+        "Seconds between the samples of the instance's status the gateway keeps for 15 "
+        "minutes, so that /status opens with that history (docs/observability.md). 0: none "
+        "kept, the page charts only what it polls itself.",
+    )
+
+    log_prompts: bool = setting(
+        "LLMGATE_LOG_PROMPTS",
+        False,
+        "Add the request body to each request's log line. Off by default: prompts are "
+        "data your users did not agree to have in logs.",
+    )
+
+    otel_endpoint: str = setting(
+        "LLMGATE_OTEL_ENDPOINT",
+        "",
+        "OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:4318/v1/traces): one span per "
+        "request with the GenAI attributes, child spans for the cache lookup, each upstream "
+        "attempt and the stream; W3C traceparent taken from the caller and sent upstream "
+        "(docs/observability.md). Empty: tracing is off and OpenTelemetry is never imported.",
+    )
+    otel_service_name: str = setting(
+        "LLMGATE_OTEL_SERVICE_NAME",
+        "llmgate",
+        "The service.name of the gateway's spans.",
+    )
+    tls_port: int = setting(
+        "LLMGATE_TLS_PORT",
+        8443,
+        "Port of `make run`'s HTTPS listener at nginx (HTTP/2 and HTTP/1.1, same routes as "
+        "LLMGATE_PORT); 0: no HTTPS listener.",
+    )
+    tls_cert: str = setting(
+        "LLMGATE_TLS_CERT",
+        "",
+        "PEM certificate (chain) nginx serves on LLMGATE_TLS_PORT. Empty: a self-signed one "
+        "for localhost and 127.0.0.1, made with openssl in the run directory.",
+    )
+    tls_key: str = setting(
+        "LLMGATE_TLS_KEY",
+        "",
+        "PEM private key of LLMGATE_TLS_CERT (both or neither).",
+    )
