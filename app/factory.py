@@ -102,7 +102,9 @@ def build_access(
         stream_hold_s=settings.deadline_s + settings.send_timeout_s,
         prices=prices,
         default_output_tokens=settings.default_max_output_tokens,
-        on_usage=lambda key, usage, cost: metrics.observe_key_usage(key.name, usage, cost),
+        on_usage=lambda key, usage, cost: metrics.observe_key_usage(
+            key.name, usage.prompt if usage else None, usage.output if usage else None, cost
+        ),
         on_counter_error=metrics.limit_counter_errors.inc,
     )
 

@@ -7,10 +7,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from app.core.admission import Ticket
 from app.observe.tracing import Span
+from app.request.usage import Usage
 
 SSE_HEADERS = (
     ("Content-Type", "text/event-stream; charset=utf-8"),
@@ -41,9 +41,9 @@ class Trace:
     # call was billed and whether it was served (not the gateway's own error).
     key: str | None = None
     hide_usage: bool = False
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
     limit_headers: list[tuple[str, str]] | None = None
-    settle: Callable[[dict[str, Any] | None, bool, bool], None] | None = None
+    settle: Callable[[Usage | None, bool, bool], None] | None = None
     # The answer is the gateway's own error (routes.py): nothing of the upstream reached the
     # caller, so the call is given back to its key's limits whole.
     own_error: bool = False
