@@ -1,6 +1,6 @@
 """The shared cache level: Memcached nodes through pymemcache's HashClient. Fails open.
 
-The only module that talks to pymemcache (layer map: app/__init__.py). Built inside the gunicorn
+The only module that talks to pymemcache (app/layers.toml). Built inside the gunicorn
 worker, after gevent patched ``socket`` and ``threading``; no socket opens before the first
 command. What pymemcache does not give us, and how it is handled here (docs/stack-notes.md):
 
@@ -13,14 +13,10 @@ command. What pymemcache does not give us, and how it is handled here (docs/stac
   ``part_bytes`` under ``<key>:<content id>:p<i>``, with a manifest under ``<key>`` holding
   the part count, total length and a BLAKE2b digest. The part keys depend on the content, so
   two writers of one key never mix their parts; a missing or mismatching part is a miss.
-- Node health is ours, not HashClient's. HashClient marks a node failed only on ``OSError``,
-  returns a silent default while it waits ``retry_timeout``, retries the node on live traffic
-  ``retry_attempts`` times (each costing a full timeout), then removes it from the hash ring,
-  moving its keys to other nodes (client/hash.py ``_safely_run_func``,
-  ``_mark_failed_server``); its bookkeeping is unlocked and its silent skips cannot be counted.
+- Node health is ours, not HashClient's (what its own would do: app/cache/node_breaker.py).
   Our client turns ``OSError`` and unexpected closes into ``_NodeFailure`` (which HashClient
-  re-raises untouched with ``ignore_exc=False``), so its machinery never engages, and a small
-  per-node breaker skips a failed node for ``dead_timeout`` seconds, then lets one caller probe.
+  re-raises untouched with ``ignore_exc=False``), so its machinery never engages; a
+  ``NodeBreaker`` skips a failed node for ``dead_timeout`` seconds, then lets one probe.
 - pymemcache cleans up a connection only on ``Exception``: ``Client`` closes its socket in
   ``except Exception`` (client/base.py ``_fetch_cmd``/``_store_cmd``/``_misc_cmd``) and the
   pool's ``get_and_release(destroy_on_fail=True)`` handles only ``Exception`` (pool.py).
@@ -48,6 +44,7 @@ from pymemcache.client.hash import HashClient
 from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
 
 from app.cache.backends import check_value, clamp_ttl, validate_key
+from app.cache.node_breaker import NodeBreaker
 from app.core.reasons import reason
 
 if TYPE_CHECKING:
@@ -165,52 +162,6 @@ class _HashClient(HashClient):
             client.close()
 
 
-class _Breaker:
-    """Per node: after a failure, skip it for ``dead_timeout`` s, then let one caller probe."""
-
-    def __init__(self, dead_timeout: float, clock: Callable[[], float]) -> None:
-        self.dead_timeout = dead_timeout
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._retry_at: dict[str, float] = {}
-
-    def allow(self, nodes: Iterable[str]) -> bool:
-        if not self._retry_at:
-            return True
-        with self._lock:
-            now = self._clock()
-            due = [n for n in nodes if n in self._retry_at]
-            if any(self._retry_at[n] > now for n in due):
-                return False
-            for node in due:  # this caller probes; the others keep skipping meanwhile
-                self._retry_at[node] = now + self.dead_timeout
-            return True
-
-    def failed(self, node: str) -> bool:
-        """Mark the node dead; True when it was alive until now."""
-        with self._lock:
-            was_alive = node not in self._retry_at
-            self._retry_at[node] = self._clock() + self.dead_timeout
-            return was_alive
-
-    def succeeded(self, nodes: Iterable[str]) -> None:
-        if not self._retry_at:
-            return
-        with self._lock:
-            for node in nodes:
-                if self._retry_at.pop(node, None) is not None:
-                    log.info("memcached node %s is back", node)
-
-    def forget(self, node: str) -> None:
-        with self._lock:
-            self._retry_at.pop(node, None)
-
-    def dead(self) -> list[str]:
-        with self._lock:
-            now = self._clock()
-            return sorted(n for n, at in self._retry_at.items() if at > now)
-
-
 class MemcachedBackend:
     def __init__(
         self,
@@ -247,7 +198,7 @@ class MemcachedBackend:
             ignore_exc=False,  # errors must reach us: we count them and run the breaker
             default_noreply=False,
         )
-        self._breaker = _Breaker(dead_timeout, time.monotonic)
+        self._breaker = NodeBreaker(dead_timeout, time.monotonic)
         self.watcher: NodeWatcher | None = None  # the DNS lookups feeding set_nodes, if any
         self._slots = threading.BoundedSemaphore(pool_size)
         self._lock = threading.Lock()
@@ -447,7 +398,7 @@ class MemcachedBackend:
             return failed
         except MemcacheError as exc:  # the node answered, with an error (SERVER_ERROR ...)
             self._count("errors")
-            self._breaker.succeeded(nodes)
+            self._nodes_answered(nodes)
             log.debug("memcached call failed: %r", exc)
             return failed
         except Exception as exc:
@@ -459,8 +410,12 @@ class MemcachedBackend:
             raise
         finally:
             self._slots.release()
-        self._breaker.succeeded(nodes)
+        self._nodes_answered(nodes)
         return result
+
+    def _nodes_answered(self, nodes: Iterable[str]) -> None:
+        for node in self._breaker.succeeded(nodes):
+            log.info("memcached node %s is back", node)
 
     def _discard_poisoned(self) -> None:
         """Destroy pool members left behind by an interrupted call (pool.py keeps them)."""
