@@ -76,15 +76,18 @@ def build_access(
     when there is one (shared by every worker and instance), else in this worker."""
     if not settings.keys_file:
         return None
+    from app.cache.counters import MemcachedCounters
     from app.cache.memcached import MemcachedBackend
 
     counters: Counters = (
-        MemcachedBackend(
-            settings.memcached_nodes,
-            connect_timeout=settings.memcached_connect_timeout_s,
-            timeout=settings.memcached_timeout_s,
-            dead_timeout=settings.memcached_retry_s,
-            name="limits",
+        MemcachedCounters(
+            MemcachedBackend(
+                settings.memcached_nodes,
+                connect_timeout=settings.memcached_connect_timeout_s,
+                timeout=settings.memcached_timeout_s,
+                dead_timeout=settings.memcached_retry_s,
+                name="limits",
+            )
         )
         if settings.memcached_nodes
         else MemoryCounters()

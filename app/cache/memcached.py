@@ -1,8 +1,9 @@
 """The shared cache level: Memcached nodes through pymemcache's HashClient. Fails open.
 
-The only module that talks to pymemcache (app/layers.toml). Built inside the gunicorn
-worker, after gevent patched ``socket`` and ``threading``; no socket opens before the first
-command. What pymemcache does not give us, and how it is handled here (docs/stack-notes.md):
+The only module that talks to pymemcache (app/layers.toml); the limit counters
+(app/cache/counters.py) send their commands through it too (``run``). Built in the worker
+after gevent patched ``socket`` and ``threading``; no socket opens before the first command.
+What pymemcache does not give us, and how it is handled here (docs/stack-notes.md):
 
 - No timeouts by default: ``connect_timeout`` and ``timeout`` are always passed.
 - HashClient writes with ``noreply`` by default (a 2 MB set "succeeded" and stored nothing):
@@ -60,7 +61,7 @@ T = TypeVar("T")
 FLAG_VALUE = 0x6C670100
 FLAG_MANIFEST = 0x6C670200
 FLAG_PART = 0x6C670300
-FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/tenancy/limits.py)
+FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/cache/counters.py)
 
 DEFAULT_PART_BYTES = 900 * 1024  # under Memcached's 1 MiB item limit, key and header included
 DEFAULT_MAX_VALUE_BYTES = 8 * 1024 * 1024
@@ -263,49 +264,14 @@ class MemcachedBackend:
         """Nodes being skipped right now (for health reporting)."""
         return self._breaker.dead()
 
-    # -- counters (app/tenancy/limits.py) ----------------------------------------------------------
-    def incr(self, key: str, delta: int, ttl: int, *, renew: bool = False) -> int | None:
-        """Add ``delta`` to the counter ``key``, created at 0 to live ``ttl`` seconds when
-        absent (``renew``: an existing counter's TTL starts again, one ``touch`` more). The
-        new value, or None when its node cannot be reached (counted)."""
-        validate_key(key)
-
-        def op() -> int | None:
-            value = self._client.incr(key, delta, noreply=False)
-            if value is None:  # NOT_FOUND: create it; a racing creator's add just fails
-                self._client.add(
-                    key, b"0", expire=clamp_ttl(ttl), noreply=False, flags=FLAG_COUNTER
-                )
-                value = self._client.incr(key, delta, noreply=False)
-            elif renew:
-                self._client.touch(key, expire=clamp_ttl(ttl), noreply=False)
-            return None if value is None else int(value)
-
-        return self._call([key], op, None)
-
-    def decr(self, key: str, delta: int) -> int | None:
-        """Take ``delta`` off the counter (Memcached stops at 0); None on failure."""
-        validate_key(key)
-
-        def op() -> int | None:
-            value = self._client.decr(key, delta, noreply=False)
-            return 0 if value is None else int(value)
-
-        return self._call([key], op, None)
-
-    def read(self, keys: list[str]) -> dict[str, int] | None:
-        """The counters that exist among ``keys``; None when a node cannot be reached."""
+    # -- other items on the same nodes (the limit counters: app/cache/counters.py) ---------
+    def run(self, keys: list[str], commands: Callable[[Any], T], failed: T) -> T:
+        """``commands(client)`` on ``keys``, with the pymemcache client (a read gives ``(flags,
+        bytes)``), run as every call here: ``failed`` when a node they need is skipped, no
+        connection is free within ``timeout`` or anything fails (counted, the node marked)."""
         for key in keys:
             validate_key(key)
-        found = self._call(keys, lambda: self._client.get_many(keys), _FAILED)
-        if found is _FAILED:
-            return None
-        counts = {}
-        for key, (flags, data) in found.items():
-            text = data.strip()  # decr may leave the item space-padded
-            if flags == FLAG_COUNTER and text.isdigit():
-                counts[key] = int(text)
-        return counts
+        return self._call(keys, lambda: commands(self._client), failed)
 
     # -- storing ----------------------------------------------------------------------------
     def _store(self, key: str, value: bytes, ttl: int, *, only_if_absent: bool) -> bool:
