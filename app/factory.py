@@ -77,15 +77,18 @@ def build_access(
     when there is one (shared by every worker and instance), else in this worker."""
     if not settings.keys_file:
         return None
+    from app.cache.counters import MemcachedCounters
     from app.cache.memcached import MemcachedBackend
 
     counters: Counters = (
-        MemcachedBackend(
-            settings.memcached_nodes,
-            connect_timeout=settings.memcached_connect_timeout_s,
-            timeout=settings.memcached_timeout_s,
-            dead_timeout=settings.memcached_retry_s,
-            name="limits",
+        MemcachedCounters(
+            MemcachedBackend(
+                settings.memcached_nodes,
+                connect_timeout=settings.memcached_connect_timeout_s,
+                timeout=settings.memcached_timeout_s,
+                dead_timeout=settings.memcached_retry_s,
+                name="limits",
+            )
         )
         if settings.memcached_nodes
         else MemoryCounters()
@@ -103,7 +106,9 @@ def build_access(
         stream_hold_s=settings.deadline_s + settings.send_timeout_s,
         prices=prices,
         default_output_tokens=settings.default_max_output_tokens,
-        on_usage=lambda key, usage, cost: metrics.observe_key_usage(key.name, usage, cost),
+        on_usage=lambda key, usage, cost: metrics.observe_key_usage(
+            key.name, usage.prompt if usage else None, usage.output if usage else None, cost
+        ),
         on_counter_error=metrics.limit_counter_errors.inc,
     )
 

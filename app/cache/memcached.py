@@ -1,8 +1,9 @@
 """The shared cache level: Memcached nodes through pymemcache's HashClient. Fails open.
 
-The only module that talks to pymemcache (layer map: app/__init__.py). Built inside the gunicorn
-worker, after gevent patched ``socket`` and ``threading``; no socket opens before the first
-command. What pymemcache does not give us, and how it is handled here (docs/stack-notes.md):
+The only module that talks to pymemcache (app/layers.toml); the limit counters
+(app/cache/counters.py) send their commands through it too (``run``). Built in the worker
+after gevent patched ``socket`` and ``threading``; no socket opens before the first command.
+What pymemcache does not give us, and how it is handled here (docs/stack-notes.md):
 
 - No timeouts by default: ``connect_timeout`` and ``timeout`` are always passed.
 - HashClient writes with ``noreply`` by default (a 2 MB set "succeeded" and stored nothing):
@@ -13,14 +14,10 @@ command. What pymemcache does not give us, and how it is handled here (docs/stac
   ``part_bytes`` under ``<key>:<content id>:p<i>``, with a manifest under ``<key>`` holding
   the part count, total length and a BLAKE2b digest. The part keys depend on the content, so
   two writers of one key never mix their parts; a missing or mismatching part is a miss.
-- Node health is ours, not HashClient's. HashClient marks a node failed only on ``OSError``,
-  returns a silent default while it waits ``retry_timeout``, retries the node on live traffic
-  ``retry_attempts`` times (each costing a full timeout), then removes it from the hash ring,
-  moving its keys to other nodes (client/hash.py ``_safely_run_func``,
-  ``_mark_failed_server``); its bookkeeping is unlocked and its silent skips cannot be counted.
+- Node health is ours, not HashClient's (what its own would do: app/cache/node_breaker.py).
   Our client turns ``OSError`` and unexpected closes into ``_NodeFailure`` (which HashClient
-  re-raises untouched with ``ignore_exc=False``), so its machinery never engages, and a small
-  per-node breaker skips a failed node for ``dead_timeout`` seconds, then lets one caller probe.
+  re-raises untouched with ``ignore_exc=False``), so its machinery never engages; a
+  ``NodeBreaker`` skips a failed node for ``dead_timeout`` seconds, then lets one probe.
 - pymemcache cleans up a connection only on ``Exception``: ``Client`` closes its socket in
   ``except Exception`` (client/base.py ``_fetch_cmd``/``_store_cmd``/``_misc_cmd``) and the
   pool's ``get_and_release(destroy_on_fail=True)`` handles only ``Exception`` (pool.py).
@@ -48,6 +45,7 @@ from pymemcache.client.hash import HashClient
 from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
 
 from app.cache.backends import check_value, clamp_ttl, validate_key
+from app.cache.node_breaker import NodeBreaker
 from app.core.reasons import reason
 
 if TYPE_CHECKING:
@@ -63,7 +61,7 @@ T = TypeVar("T")
 FLAG_VALUE = 0x6C670100
 FLAG_MANIFEST = 0x6C670200
 FLAG_PART = 0x6C670300
-FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/tenancy/limits.py)
+FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/cache/counters.py)
 
 DEFAULT_PART_BYTES = 900 * 1024  # under Memcached's 1 MiB item limit, key and header included
 DEFAULT_MAX_VALUE_BYTES = 8 * 1024 * 1024
@@ -165,52 +163,6 @@ class _HashClient(HashClient):
             client.close()
 
 
-class _Breaker:
-    """Per node: after a failure, skip it for ``dead_timeout`` s, then let one caller probe."""
-
-    def __init__(self, dead_timeout: float, clock: Callable[[], float]) -> None:
-        self.dead_timeout = dead_timeout
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._retry_at: dict[str, float] = {}
-
-    def allow(self, nodes: Iterable[str]) -> bool:
-        if not self._retry_at:
-            return True
-        with self._lock:
-            now = self._clock()
-            due = [n for n in nodes if n in self._retry_at]
-            if any(self._retry_at[n] > now for n in due):
-                return False
-            for node in due:  # this caller probes; the others keep skipping meanwhile
-                self._retry_at[node] = now + self.dead_timeout
-            return True
-
-    def failed(self, node: str) -> bool:
-        """Mark the node dead; True when it was alive until now."""
-        with self._lock:
-            was_alive = node not in self._retry_at
-            self._retry_at[node] = self._clock() + self.dead_timeout
-            return was_alive
-
-    def succeeded(self, nodes: Iterable[str]) -> None:
-        if not self._retry_at:
-            return
-        with self._lock:
-            for node in nodes:
-                if self._retry_at.pop(node, None) is not None:
-                    log.info("memcached node %s is back", node)
-
-    def forget(self, node: str) -> None:
-        with self._lock:
-            self._retry_at.pop(node, None)
-
-    def dead(self) -> list[str]:
-        with self._lock:
-            now = self._clock()
-            return sorted(n for n, at in self._retry_at.items() if at > now)
-
-
 class MemcachedBackend:
     def __init__(
         self,
@@ -247,7 +199,7 @@ class MemcachedBackend:
             ignore_exc=False,  # errors must reach us: we count them and run the breaker
             default_noreply=False,
         )
-        self._breaker = _Breaker(dead_timeout, time.monotonic)
+        self._breaker = NodeBreaker(dead_timeout, time.monotonic)
         self.watcher: NodeWatcher | None = None  # the DNS lookups feeding set_nodes, if any
         self._slots = threading.BoundedSemaphore(pool_size)
         self._lock = threading.Lock()
@@ -312,49 +264,14 @@ class MemcachedBackend:
         """Nodes being skipped right now (for health reporting)."""
         return self._breaker.dead()
 
-    # -- counters (app/tenancy/limits.py) ----------------------------------------------------------
-    def incr(self, key: str, delta: int, ttl: int, *, renew: bool = False) -> int | None:
-        """Add ``delta`` to the counter ``key``, created at 0 to live ``ttl`` seconds when
-        absent (``renew``: an existing counter's TTL starts again, one ``touch`` more). The
-        new value, or None when its node cannot be reached (counted)."""
-        validate_key(key)
-
-        def op() -> int | None:
-            value = self._client.incr(key, delta, noreply=False)
-            if value is None:  # NOT_FOUND: create it; a racing creator's add just fails
-                self._client.add(
-                    key, b"0", expire=clamp_ttl(ttl), noreply=False, flags=FLAG_COUNTER
-                )
-                value = self._client.incr(key, delta, noreply=False)
-            elif renew:
-                self._client.touch(key, expire=clamp_ttl(ttl), noreply=False)
-            return None if value is None else int(value)
-
-        return self._call([key], op, None)
-
-    def decr(self, key: str, delta: int) -> int | None:
-        """Take ``delta`` off the counter (Memcached stops at 0); None on failure."""
-        validate_key(key)
-
-        def op() -> int | None:
-            value = self._client.decr(key, delta, noreply=False)
-            return 0 if value is None else int(value)
-
-        return self._call([key], op, None)
-
-    def read(self, keys: list[str]) -> dict[str, int] | None:
-        """The counters that exist among ``keys``; None when a node cannot be reached."""
+    # -- other items on the same nodes (the limit counters: app/cache/counters.py) ---------
+    def run(self, keys: list[str], commands: Callable[[Any], T], failed: T) -> T:
+        """``commands(client)`` on ``keys``, with the pymemcache client (a read gives ``(flags,
+        bytes)``), run as every call here: ``failed`` when a node they need is skipped, no
+        connection is free within ``timeout`` or anything fails (counted, the node marked)."""
         for key in keys:
             validate_key(key)
-        found = self._call(keys, lambda: self._client.get_many(keys), _FAILED)
-        if found is _FAILED:
-            return None
-        counts = {}
-        for key, (flags, data) in found.items():
-            text = data.strip()  # decr may leave the item space-padded
-            if flags == FLAG_COUNTER and text.isdigit():
-                counts[key] = int(text)
-        return counts
+        return self._call(keys, lambda: commands(self._client), failed)
 
     # -- storing ----------------------------------------------------------------------------
     def _store(self, key: str, value: bytes, ttl: int, *, only_if_absent: bool) -> bool:
@@ -447,7 +364,7 @@ class MemcachedBackend:
             return failed
         except MemcacheError as exc:  # the node answered, with an error (SERVER_ERROR ...)
             self._count("errors")
-            self._breaker.succeeded(nodes)
+            self._nodes_answered(nodes)
             log.debug("memcached call failed: %r", exc)
             return failed
         except Exception as exc:
@@ -459,8 +376,12 @@ class MemcachedBackend:
             raise
         finally:
             self._slots.release()
-        self._breaker.succeeded(nodes)
+        self._nodes_answered(nodes)
         return result
+
+    def _nodes_answered(self, nodes: Iterable[str]) -> None:
+        for node in self._breaker.succeeded(nodes):
+            log.info("memcached node %s is back", node)
 
     def _discard_poisoned(self) -> None:
         """Destroy pool members left behind by an interrupted call (pool.py keeps them)."""

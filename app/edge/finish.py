@@ -6,9 +6,10 @@ second, the caller leaving. Time to first token is the first data event of a cha
 completions stream and the first output delta of a Responses stream (its lifecycle events
 come before the model has produced anything). Usage, cached prompt tokens and the
 service tier the answer was billed in come from the answer itself: the usage chunk, the
-``response.completed`` event, or the body. The log line never holds a credential; the
-request body only when LLMGATE_LOG_PROMPTS is on. With tracing on, the request's span
-(app/observe/tracing.py) ends here too, with the answer's GenAI attributes and the stream's span.
+``response.completed`` event, or the body (app/request/usage.py reads the usage). The log
+line never holds a credential; the request body only when LLMGATE_LOG_PROMPTS is on. With
+tracing on, the request's span (app/observe/tracing.py) ends here too, with the answer's
+GenAI attributes and the stream's span.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from app.observe.tracing import Span
 from app.request import events as streams
 from app.request import jsonedit
 from app.request.call import Call, Reply, Trace
+from app.request.usage import Usage, may_carry_usage, usage_in_body, usage_in_event
 from app.tenancy.prices import PriceTable, usd
 from llmgate_wire import sse
 
@@ -92,7 +94,7 @@ class StreamFacts:
         self.first: float | None = None
         self.last: float | None = None
         self.events = 0
-        self.usage: dict[str, Any] | None = None
+        self.usage: Usage | None = None
         self.service_tier: str | None = None
         self.begun = time.monotonic()  # when the body started to be sent
         self.first_chunk = b""  # the first output event (its model is the answer's)
@@ -109,8 +111,8 @@ class StreamFacts:
     def chunk(self, chunk: bytes) -> None:
         """A chat or completions data event."""
         self.output(chunk)
-        if b'"usage":{' in chunk:
-            self.usage = _usage_of(chunk[6:])
+        if may_carry_usage(chunk):
+            self.usage = usage_in_event(chunk)
         if self.service_tier is None and b'"service_tier"' in chunk:
             data = streams.data_of(chunk)
             self.service_tier = _tier(data.get("service_tier") if isinstance(data, dict) else None)
@@ -123,8 +125,7 @@ class StreamFacts:
             data = streams.data_of(chunk)
             response = data.get("response") if isinstance(data, dict) else None
             if isinstance(response, dict):
-                usage = response.get("usage")
-                self.usage = usage if isinstance(usage, dict) else None
+                self.usage = Usage.of(response.get("usage"))
                 self.service_tier = _tier(response.get("service_tier"))
                 model = response.get("model")
                 self.model = model if isinstance(model, str) else None
@@ -164,19 +165,11 @@ def _watched(
         record(call, reply, facts)
 
 
-def _usage_of(data: bytes) -> dict[str, Any] | None:
-    try:
-        usage = json.loads(data).get("usage")
-    except (ValueError, AttributeError):
-        return None
-    return usage if isinstance(usage, dict) else None
-
-
 def _tier(value: Any) -> str | None:
     return value[:32] if isinstance(value, str) else None
 
 
-def _facts_in_answer(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
+def _facts_in_answer(body: bytes) -> tuple[Usage | None, str | None]:
     """The top-level `usage` and `service_tier` of a generated JSON answer (never ones nested
     in its content), parsed once: these answers are text, not megabytes of floats."""
     try:
@@ -185,22 +178,7 @@ def _facts_in_answer(body: bytes) -> tuple[dict[str, Any] | None, str | None]:
         return None, None
     if not isinstance(doc, dict):
         return None, None
-    usage = doc.get("usage")
-    return (usage if isinstance(usage, dict) else None), _tier(doc.get("service_tier"))
-
-
-def _usage_in_body(body: bytes) -> dict[str, Any] | None:
-    """The `usage` object of any other JSON answer without parsing the whole answer: OpenAI
-    puts it last, and an embeddings answer can be megabytes of floats."""
-    at = body.rfind(b'"usage"')
-    if at < 0:
-        return None
-    colon = body.find(b":", at + 7)
-    try:
-        usage, _ = json.JSONDecoder().raw_decode(body[colon + 1 :].decode("utf-8").lstrip())
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return usage if isinstance(usage, dict) else None
+    return Usage.of(doc.get("usage")), _tier(doc.get("service_tier"))
 
 
 def _record(
@@ -222,8 +200,8 @@ def _record(
         if call.route in ("chat", "completions", "responses"):
             facts.usage, facts.service_tier = _facts_in_answer(reply.body)
         else:
-            facts.usage = _usage_in_body(reply.body)
-    usage = streams.usage_details(facts.usage or {})
+            facts.usage = usage_in_body(reply.body)
+    usage = facts.usage.tokens() if facts.usage is not None else (None, None, None)
     tokens_in, tokens_out, tokens_cached = usage
     # What the provider billed this caller for: a replay or a follower billed none.
     billed = reply.status < 400 and outcome in _UPSTREAM_OUTCOMES
@@ -279,7 +257,7 @@ def _record(
         "key": trace.key,
         # The receipt: the provider's usage as it sent it, its price and the table's version,
         # to be matched with the provider's invoice by upstream_request_id.
-        "usage": facts.usage if billed else None,
+        "usage": facts.usage.sent if billed and facts.usage is not None else None,
         "cost_usd": None if cost is None else usd(cost),
         "prices_version": None if prices is None else prices.version,
     }

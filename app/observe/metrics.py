@@ -292,17 +292,15 @@ class Metrics:
             self.pool.labels(state)
 
     def observe_key_usage(
-        self, key: str, usage: dict[str, Any] | None, picodollars: int = 0
+        self, key: str, prompt: Any, completion: Any, picodollars: int = 0
     ) -> None:
-        """A call of gateway key ``key`` ended: its billed prompt and completion tokens and
-        what they cost (app/tenancy/prices.py)."""
+        """A call of gateway key ``key`` ended: its billed prompt and completion tokens, as
+        the provider sent them (app/request/usage.py), and what they cost
+        (app/tenancy/prices.py)."""
         if picodollars > 0:
             self.key_cost.labels(key).inc(picodollars / 1e12)
-        usage = usage or {}
-        for kind, names in (("prompt", ("prompt_tokens", "input_tokens")),
-                            ("completion", ("completion_tokens", "output_tokens"))):  # fmt: skip
-            count = next((usage[n] for n in names if isinstance(usage.get(n), int)), 0)
-            if count > 0:
+        for kind, count in (("prompt", prompt), ("completion", completion)):
+            if isinstance(count, int) and count > 0:
                 self.key_tokens.labels(key, kind).inc(count)
 
     def observe_admission(self, kind: str, event: str, load: Load) -> None:

@@ -20,6 +20,7 @@ from app.core.admission import Ticket
 from app.core.errors import GatewayError
 from app.observe import tracing
 from app.observe.tracing import Span, Tracer, Value
+from app.request.usage import Usage
 
 SSE_HEADERS = (
     ("Content-Type", "text/event-stream; charset=utf-8"),
@@ -37,7 +38,7 @@ class Settlement(Protocol):
     @property
     def headers(self) -> list[tuple[str, str]]: ...
 
-    def settle(self, usage: dict[str, Any] | None, billed: bool, served: bool) -> None: ...
+    def settle(self, usage: Usage | None, billed: bool, served: bool) -> None: ...
 
 
 @dataclass
@@ -62,7 +63,7 @@ class Trace:
     # call was billed and whether it was served (not the gateway's own error).
     key: str | None = None
     hide_usage: bool = False
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
     grant: Settlement | None = None
     # The answer is the gateway's own error (routes.py): nothing of the upstream reached the
     # caller, so the call is given back to its key's limits whole.
@@ -128,7 +129,7 @@ class Trace:
         """A 200 stream ended in an error event: its type (app/streams/relay.py)."""
         self.stream_error = error
 
-    def usage_taken(self, usage: dict[str, Any]) -> None:
+    def usage_taken(self, usage: Usage) -> None:
         """The usage chunk taken out of the caller's stream (``hide_usage``)."""
         self.usage = usage
 
@@ -141,7 +142,7 @@ class Trace:
         so the call is given back to its key's limits whole."""
         self.own_error = True
 
-    def settle(self, usage: dict[str, Any] | None, billed: bool) -> None:
+    def settle(self, usage: Usage | None, billed: bool) -> None:
         """The end of the call settles the key's grant, once (nothing without keys)."""
         if self.grant is not None:
             self.grant.settle(usage, billed, not self.own_error)

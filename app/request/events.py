@@ -1,4 +1,4 @@
-"""What a route's stream means: how it ends, which events are output, where usage is. No I/O.
+"""What a route's stream means: how it ends, which events are output or errors. No I/O.
 
 Chat and legacy completions streams are ``data:`` chunks ending with ``data: [DONE]``. A
 Responses API stream is typed events (``event: response.output_text.delta`` plus a ``data:``
@@ -128,14 +128,3 @@ def is_error_event(event: sse.Event) -> bool:
         return isinstance(event.json().get("error"), dict)
     except (ValueError, AttributeError):
         return False
-
-
-def usage_details(usage: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """(prompt, completion, cached prompt) tokens of either API's usage object."""
-    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return (
-        usage.get("prompt_tokens", usage.get("input_tokens")),
-        usage.get("completion_tokens", usage.get("output_tokens")),
-        cached,
-    )

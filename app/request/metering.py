@@ -4,9 +4,10 @@ filter that takes the usage chunk out again. No I/O here.
 With gateway keys the gateway counts each call's tokens (app/tenancy/access.py). A chat or
 completions stream reports its usage only in a last chunk the caller must ask for, so the
 gateway asks for it (``with_usage_requested``) and takes it out of the stream of a caller
-who did not (``without_usage_chunk``); a key's ``max_tokens`` cap is sent to a call that
-names no bound (``with_output_cap``). Each edit changes one member and keeps every other
-byte (app/request/jsonedit.py): the provider's prompt cache keys on the exact prompt bytes.
+who did not (``without_usage_chunk``; which chunk it is: app/request/usage.py); a key's
+``max_tokens`` cap is sent to a call that names no bound (``with_output_cap``). Each edit
+changes one member and keeps every other byte (app/request/jsonedit.py): the provider's
+prompt cache keys on the exact prompt bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from app.request import bounds, jsonedit
+from app.request.usage import Usage, usage_chunk
 
 
 def with_output_cap(raw: bytes, body: Mapping[str, Any], route: str, cap: int) -> bytes:
@@ -43,23 +45,8 @@ def with_usage_requested(raw: bytes, body: Mapping[str, Any]) -> bytes:
         return raw
 
 
-def is_usage_chunk(chunk: bytes) -> dict[str, Any] | None:
-    """The usage of a chat/completions stream's usage chunk (``"choices": []`` and a usage
-    object), None for any other bytes. Cheap for the chunks that are not it."""
-    if not chunk.startswith(b"data: {") or b'"usage"' not in chunk:
-        return None
-    try:
-        doc = json.loads(chunk[6:])
-    except ValueError:
-        return None
-    usage = doc.get("usage") if isinstance(doc, dict) else None
-    if doc.get("choices") == [] and isinstance(usage, dict):
-        return usage
-    return None
-
-
 def without_usage_chunk(
-    batches: Iterator[list[bytes]], on_usage: Callable[[dict[str, Any]], None]
+    batches: Iterator[list[bytes]], on_usage: Callable[[Usage], None]
 ) -> Iterator[list[bytes]]:
     """A stream without its usage chunk, for a caller who did not ask for it (the gateway
     asked the upstream for it, to count the key's tokens): the usage goes to ``on_usage``.
@@ -68,7 +55,7 @@ def without_usage_chunk(
     for batch in batches:
         kept = []
         for chunk in batch:
-            usage = is_usage_chunk(chunk)
+            usage = usage_chunk(chunk)
             if usage is None:
                 kept.append(_without_null_usage(chunk) if _NULL_USAGE in chunk else chunk)
             else:

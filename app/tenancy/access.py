@@ -20,6 +20,7 @@ from typing import Any
 
 from app.core.errors import LimitsUnavailable, ModelNotPriced, RateLimited
 from app.request import bounds
+from app.request.usage import Usage
 from app.tenancy import limits
 from app.tenancy.key_source import KeySource
 from app.tenancy.keyring import GatewayKey
@@ -67,7 +68,7 @@ class Access:
         stream_hold_s: float = 600.0,
         prices: PriceTable | None = None,
         default_output_tokens: int = 16384,
-        on_usage: Callable[[GatewayKey, dict[str, Any] | None, int], None] | None = None,
+        on_usage: Callable[[GatewayKey, Usage | None, int], None] | None = None,
         on_counter_error: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -228,7 +229,7 @@ class Access:
         return value
 
     def settle(
-        self, grant: Grant, usage: dict[str, Any] | None, billed: bool, *, served: bool = True
+        self, grant: Grant, usage: Usage | None, billed: bool, *, served: bool = True
     ) -> None:
         """The call is over: count its real tokens and cost (none when nothing was billed, a
         cache hit say) in place of the reservation, and free its stream slot. Runs once.
@@ -243,7 +244,7 @@ class Access:
         grant.settled = True
         spent, cost = 0, 0
         if billed and usage:
-            spent = _total_tokens(usage)
+            spent = usage.total()
             cost = grant.price.cost(usage) if grant.price is not None else 0
         elif billed:
             spent, cost = grant.tokens, grant.cost
@@ -346,14 +347,3 @@ def _trio(what: str, limit: int, remaining: int, reset_s: float) -> list[tuple[s
         (f"x-ratelimit-remaining-{what}", str(remaining)),
         (f"x-ratelimit-reset-{what}", limits.reset_text(reset_s)),
     ]
-
-
-def _total_tokens(usage: dict[str, Any] | None) -> int:
-    if not usage:
-        return 0
-    total = usage.get("total_tokens")
-    if isinstance(total, int) and not isinstance(total, bool):
-        return max(0, total)
-    parts = [usage.get(k) for k in ("prompt_tokens", "completion_tokens", "input_tokens",
-                                     "output_tokens")]  # fmt: skip
-    return sum(p for p in parts if isinstance(p, int) and not isinstance(p, bool) and p > 0)

@@ -14,6 +14,7 @@ from typing import Any
 
 from app.request import schema
 from app.request.metering import with_output_cap, with_usage_requested
+from app.request.usage import Usage
 from app.tenancy.access import Access, Grant
 
 # Routes whose streams end with a usage chunk when asked (stream_options.include_usage).
@@ -31,7 +32,7 @@ class KeySettlement:
     def headers(self) -> list[tuple[str, str]]:
         return self.grant.headers
 
-    def settle(self, usage: dict[str, Any] | None, billed: bool, served: bool) -> None:
+    def settle(self, usage: Usage | None, billed: bool, served: bool) -> None:
         self.access.settle(self.grant, usage, billed, served=served)
 
 

@@ -2,11 +2,11 @@
 
 Every limit is a counter under a key naming the gateway key, what is counted and the window
 it counts in (``llmgate:rl:v1:<key name>:<what>:<window start>``), kept in Memcached so all
-workers of all instances count together (app/cache/memcached.py ``MemcachedCounters``;
-without Memcached, ``MemoryCounters`` counts per worker only). A request takes its share
-with one ``incr`` and is refused when the new value is over the limit, giving the share back
-with ``decr``: two processes can never both take the last slot (at worst a refused call's
-share was briefly held, refusing a third that would have fitted).
+workers of all instances count together (app/cache/counters.py ``MemcachedCounters``,
+wired by the app factory; without Memcached, ``MemoryCounters`` counts per worker only). A
+request takes its share with one ``incr`` and is refused when the new value is over the
+limit, giving the share back with ``decr``: two processes can never both take the last slot
+(at worst a refused call's share was briefly held, refusing a third that would have fitted).
 
 The trade-offs, written down because they are real:
 

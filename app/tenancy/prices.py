@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from app.request.events import usage_details
+from app.request.usage import Usage
 
 PICO_PER_USD = 10**12
 _PER_TOKEN = 10**6  # picodollars per token in one USD per million tokens
@@ -40,10 +40,9 @@ class Price:
     output: int
     max_output_tokens: int = 0  # 0: not given (LLMGATE_DEFAULT_MAX_OUTPUT_TOKENS applies)
 
-    def cost(self, usage: Mapping[str, Any]) -> int:
-        """What ``usage`` (either API's usage object, as the provider sent it) costs."""
-        prompt, output, cached = (_count(v) for v in usage_details(dict(usage)))
-        cached = min(cached, prompt)
+    def cost(self, usage: Usage) -> int:
+        """What ``usage`` (either API's, as the provider sent it) costs."""
+        prompt, output, cached = usage.billable()
         return (prompt - cached) * self.input + cached * self.cached_input + output * self.output
 
     def bound(self, prompt_tokens: int, output_tokens: int) -> int:
@@ -120,7 +119,3 @@ def _rate(value: Any, where: str, fail: Callable[[str, str], Exception]) -> int:
     if not pico.is_finite() or pico < 0 or pico != pico.to_integral_value():
         raise fail(where, "must be a finite number >= 0 with at most 6 decimals")
     return int(pico)
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from app.request import bounds
 from app.request.bounds import IMAGE_TOKENS, PROMPT_OVERHEAD, choices, output_bound, prompt_bound
+from app.request.usage import Usage
 from app.tenancy import prices
 from app.tenancy.prices import Price, PriceTable
 from app.upstream import catalog as upstreams
@@ -106,13 +107,12 @@ def test_a_usage_costs_its_prompt_cached_prompt_and_output_at_their_rates() -> N
     price = Price(input=150_000, cached_input=75_000, output=600_000)
     chat = {"prompt_tokens": 1000, "completion_tokens": 200,
             "prompt_tokens_details": {"cached_tokens": 400}}  # fmt: skip
-    assert price.cost(chat) == 600 * 150_000 + 400 * 75_000 + 200 * 600_000
+    assert price.cost(Usage(chat)) == 600 * 150_000 + 400 * 75_000 + 200 * 600_000
     responses = {"input_tokens": 10, "output_tokens": 5, "input_tokens_details": {}}
-    assert price.cost(responses) == 10 * 150_000 + 5 * 600_000
-    assert price.cost({"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 9}}) == (
-        3 * 75_000
-    )  # never more cached than prompt
-    assert price.cost({"prompt_tokens": True, "completion_tokens": -4}) == 0
+    assert price.cost(Usage(responses)) == 10 * 150_000 + 5 * 600_000
+    cached = {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 9}}
+    assert price.cost(Usage(cached)) == 3 * 75_000  # never more cached than prompt
+    assert price.cost(Usage({"prompt_tokens": True, "completion_tokens": -4})) == 0
     assert price.bound(10, 5) == 10 * 150_000 + 5 * 600_000
     assert Price(input=1, cached_input=9, output=0).bound(10, 0) == 90  # the dearer rate
     assert prices.usd(1_500_000_000_000) == 1.5 and prices.to_pico(0.01) == 10**10

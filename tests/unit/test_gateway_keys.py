@@ -7,7 +7,6 @@ tests/integration/test_gateway_keys.py for the real thing) and a pinned clock.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -21,7 +20,8 @@ from app.core.errors import (
 )
 from app.request import bounds
 from app.request.jsonedit import with_member
-from app.request.metering import is_usage_chunk, with_usage_requested, without_usage_chunk
+from app.request.metering import with_usage_requested, without_usage_chunk
+from app.request.usage import Usage, usage_chunk
 from app.tenancy import keyring, limits
 from app.tenancy.access import Access
 from app.tenancy.key_source import KeySource
@@ -218,8 +218,10 @@ def test_tokens_are_reserved_then_settled_from_usage() -> None:
     with pytest.raises(RateLimited) as caught:  # 764 + 764 would cross 1400
         gate.admit(key, "m", {"max_tokens": 600}, stream=False, route="chat", size=100)
     assert caught.value.type == "tokens" and caught.value.retryable
-    gate.settle(first, {"prompt_tokens": 10, "completion_tokens": 90, "total_tokens": 100}, True)
-    gate.settle(first, {"total_tokens": 999}, True)  # once only
+    gate.settle(
+        first, Usage({"prompt_tokens": 10, "completion_tokens": 90, "total_tokens": 100}), True
+    )
+    gate.settle(first, Usage({"total_tokens": 999}), True)  # once only
     windows = [limits.minute("tokens", T0), limits.day("tokens_day", T0)]
     assert counters.read([w.key("team") for w in windows]) == {w.key("team"): 100 for w in windows}
     second = gate.admit(key, "m", {"max_tokens": 600}, stream=False, route="chat", size=100)
@@ -237,11 +239,21 @@ def test_a_billed_call_without_usage_keeps_its_reservation() -> None:
     assert counters.read([day]) == {day: 36 + OVER + 700}
 
 
+def test_a_billed_call_whose_usage_is_an_empty_object_keeps_its_reservation() -> None:
+    counters = limits.MemoryCounters()
+    gate = _gate(_key(tokens_per_day=10_000), counters)
+    key = gate.authenticate(_bearer())
+    grant = gate.admit(key, "m", {"max_tokens": 700}, stream=False, route="chat", size=36)
+    gate.settle(grant, Usage({}), True)  # "usage": {} counts nothing: no usage, not 0 tokens
+    day = limits.day("tokens_day", T0).key("team")
+    assert counters.read([day]) == {day: 36 + OVER + 700}
+
+
 def test_a_budget_is_a_quota_the_sdk_must_not_retry() -> None:
     gate = _gate(_key(tokens_per_day=100))
     key = gate.authenticate(_bearer())
     grant = gate.admit(key, "m", None, stream=False)  # a passthrough: nothing reserved
-    gate.settle(grant, {"total_tokens": 100}, True)
+    gate.settle(grant, Usage({"total_tokens": 100}), True)
     with pytest.raises(RateLimited) as caught:  # the budget is spent: refused
         gate.admit(key, "m", None, stream=False)
     error = caught.value
@@ -279,7 +291,7 @@ def test_a_call_the_gateway_failed_gives_its_request_back() -> None:
     key = gate.authenticate(_bearer())
     served = gate.admit(key, "m", {}, stream=True, route="chat")
     failed = gate.admit(key, "m", {}, stream=True, route="chat")
-    gate.settle(served, {"total_tokens": 5}, True)
+    gate.settle(served, Usage({"total_tokens": 5}), True)
     gate.settle(failed, None, False, served=False)  # e.g. the upstream was unreachable
     gate.settle(failed, None, False, served=False)  # once only
     requests, streams = limits.minute("requests", T0), limits.streams(600)
@@ -344,7 +356,7 @@ def test_a_money_budget_is_reserved_then_settled_at_the_answers_cost() -> None:
     assert caught.value.code == "insufficient_quota" and "USD" in caught.value.message
     usage = {"prompt_tokens": 300, "completion_tokens": 100, "total_tokens": 400,
              "prompt_tokens_details": {"cached_tokens": 200}}  # fmt: skip
-    gate.settle(grant, usage, True)
+    gate.settle(grant, Usage(usage), True)
     cost = 100 * 2_000_000 + 200 * 500_000 + 100 * 8_000_000  # 0.0011 USD
     day = limits.day("usd_day", T0).key("team")
     assert counters.read([day]) == {day: cost} and spent == [cost]
@@ -414,13 +426,13 @@ CHUNK = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"usag
 
 
 def test_the_usage_chunk_is_taken_out_and_kept_for_the_count() -> None:
-    seen: list[dict[str, Any]] = []
+    seen: list[Usage] = []
     batches = [[CHUNK], [CHUNK, USAGE, b"data: [DONE]\n\n"], [USAGE]]
     out = list(without_usage_chunk(iter(batches), seen.append))
     bare = CHUNK.replace(b',"usage":null', b"")  # the null the asking caused goes too
     assert out == [[bare], [bare, b"data: [DONE]\n\n"]]  # a batch left empty is no write
-    assert seen == [{"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}] * 2
-    assert is_usage_chunk(CHUNK) is None and is_usage_chunk(b": ping\n\n") is None
+    assert seen == [Usage({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})] * 2
+    assert usage_chunk(CHUNK) is None and usage_chunk(b": ping\n\n") is None
 
 
 def test_the_null_usage_the_gateway_caused_is_taken_out_of_every_chunk() -> None:
@@ -455,7 +467,7 @@ def test_usage_is_requested_editing_only_stream_options() -> None:
 def test_usage_reports_null_where_the_key_counts_nothing() -> None:
     gate = _gate(_key(tokens_per_day=1000))
     key = gate.authenticate(_bearer())
-    gate.settle(gate.admit(key, "m", None, stream=False), {"total_tokens": 55}, True)
+    gate.settle(gate.admit(key, "m", None, stream=False), Usage({"total_tokens": 55}), True)
     (row,) = gate.usage()["keys"]
     assert row["tokens_today"] == 55 and row["limits"]["tokens_per_day"] == 1000
     uncounted = ("tokens_this_month", "requests_this_minute", "streams_open", "usd_today")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.cache import build_answer_cache
+from app.cache.counters import MemcachedCounters
 from app.cache.memcached import MemcachedBackend
 from app.cache.tiered import TieredCache
 from app.core.config import Settings, SettingsError
@@ -30,7 +31,8 @@ def test_the_retry_setting_reaches_the_cache_and_the_limit_counters(tmp_path) ->
         access = build_access(settings, Metrics(multiproc_dir=""))
         assert cache is not None and access is not None
         assert isinstance(cache.tiers, TieredCache)
-        for backend in (cache.tiers.l2, access.counters):
+        assert isinstance(access.counters, MemcachedCounters)
+        for backend in (cache.tiers.l2, access.counters.memcached):
             assert isinstance(backend, MemcachedBackend)
             assert backend._breaker.dead_timeout == expected
 

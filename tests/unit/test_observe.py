@@ -1,5 +1,5 @@
-"""The bounded labels, the cheap usage lookup and the stream observation behind the metrics
-and the log line."""
+"""The bounded labels, the answer's usage and tier, and the stream observation behind the
+metrics and the log line."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import logging
 from typing import Any
 
 from app.core.config import Settings
-from app.edge.finish import _facts_in_answer, _server_timing, _usage_in_body, cache_outcome, finish
+from app.edge.finish import _facts_in_answer, _server_timing, cache_outcome, finish
 from app.observe.metrics import Metrics
 from app.request.call import SSE_HEADERS, Call, Reply, Trace
+from app.request.usage import Usage
 from llmgate_wire import sse
 
 
@@ -30,17 +31,6 @@ def test_cache_outcome_labels_are_bounded() -> None:
     assert outcome(None) == "bypass"
 
 
-def test_usage_is_read_from_the_end_of_a_large_answer() -> None:
-    floats = b",".join(b"0.123456" for _ in range(200_000))
-    body = (
-        b'{"data":[{"embedding":[' + floats + b']}],"usage":{"prompt_tokens":7,"total_tokens":7}}'
-    )
-    assert _usage_in_body(body) == {"prompt_tokens": 7, "total_tokens": 7}
-    assert _usage_in_body(b'{"id": 1}') is None
-    assert _usage_in_body(b'{"usage": null}') is None
-    assert _usage_in_body(b'{"usage": {broken') is None
-
-
 def test_a_generated_answers_usage_and_tier_are_its_top_level_members_only() -> None:
     nested = {"service_tier": "flex", "usage": {"total_tokens": 99}}
     answer: dict[str, Any] = {
@@ -48,7 +38,8 @@ def test_a_generated_answers_usage_and_tier_are_its_top_level_members_only() -> 
         "usage": {"total_tokens": 5},
         "service_tier": "default",
     }
-    assert _facts_in_answer(json.dumps(answer).encode()) == ({"total_tokens": 5}, "default")
+    usage, tier = _facts_in_answer(json.dumps(answer).encode())
+    assert (usage, tier) == (Usage({"total_tokens": 5}), "default")
     answer.pop("service_tier")
     answer["usage"] = None
     assert _facts_in_answer(json.dumps(answer).encode()) == (None, None)

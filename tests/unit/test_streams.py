@@ -65,22 +65,6 @@ def test_what_ends_a_stream() -> None:
     assert "embeddings" not in streams.END_OF_STREAM
 
 
-def test_usage_details_of_both_apis() -> None:
-    chat = {
-        "prompt_tokens": 5,
-        "completion_tokens": 2,
-        "prompt_tokens_details": {"cached_tokens": 4},
-    }
-    responses = {
-        "input_tokens": 6,
-        "output_tokens": 1,
-        "input_tokens_details": {"cached_tokens": 0},
-    }
-    assert streams.usage_details(chat) == (5, 2, 4)
-    assert streams.usage_details(responses) == (6, 1, 0)
-    assert streams.usage_details({}) == (None, None, None)
-
-
 def _flight_of(events: list[bytes]) -> Flight:
     def produce(flight: Flight) -> None:
         flight.publish_head(Head(200, [("content-type", "text/event-stream")], 1, None))

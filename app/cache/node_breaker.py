@@ -1,0 +1,75 @@
+"""Which Memcached nodes to skip: a failed node is skipped for ``dead_timeout`` seconds, then
+one caller probes it. No I/O here: the clock is passed in, the caller logs.
+
+The Memcached client (app/cache/memcached.py) asks ``allow`` before a command and reports
+how it went. While a node is skipped, a command that needs it fails at once (a cache miss,
+a limit counter that cannot be read) instead of each caller waiting out a timeout on it.
+When the time is up, the first caller to ask becomes the probe and the others keep
+skipping until its answer: one command pays for a node still down, not every caller at once.
+
+pymemcache's HashClient has machinery of its own, which the client keeps from engaging: it
+marks a node failed only on ``OSError``, returns a silent default while it waits
+``retry_timeout``, retries the node on live traffic ``retry_attempts`` times (each costing
+a full timeout), then removes it from the hash ring, moving its keys to other nodes
+(client/hash.py ``_safely_run_func``, ``_mark_failed_server``); its bookkeeping is unlocked
+and its silent skips cannot be counted.
+
+The state is locked: the client is shared by every greenlet of the worker and by the DNS
+watcher's thread (app/cache/discovery.py), and the lock is never held across I/O. While no
+node is dead, a command takes no lock at all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+
+
+class NodeBreaker:
+    """Per node: after a failure, skip it for ``dead_timeout`` s, then let one caller probe."""
+
+    def __init__(self, dead_timeout: float, clock: Callable[[], float]) -> None:
+        self.dead_timeout = dead_timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._retry_at: dict[str, float] = {}
+
+    def allow(self, nodes: Iterable[str]) -> bool:
+        """Whether a command on ``nodes`` may run now: no node is being skipped, or its time
+        is up and this caller is the one that probes it."""
+        if not self._retry_at:
+            return True
+        with self._lock:
+            now = self._clock()
+            due = [n for n in nodes if n in self._retry_at]
+            if any(self._retry_at[n] > now for n in due):
+                return False
+            for node in due:  # this caller probes; the others keep skipping meanwhile
+                self._retry_at[node] = now + self.dead_timeout
+            return True
+
+    def failed(self, node: str) -> bool:
+        """Mark the node dead; True when it was alive until now."""
+        with self._lock:
+            was_alive = node not in self._retry_at
+            self._retry_at[node] = self._clock() + self.dead_timeout
+            return was_alive
+
+    def succeeded(self, nodes: Iterable[str]) -> list[str]:
+        """The command on ``nodes`` was answered: the nodes among them that were dead are
+        alive again (returned, for the caller to say so)."""
+        if not self._retry_at:
+            return []
+        with self._lock:
+            return [node for node in nodes if self._retry_at.pop(node, None) is not None]
+
+    def forget(self, node: str) -> None:
+        """The node left the ring."""
+        with self._lock:
+            self._retry_at.pop(node, None)
+
+    def dead(self) -> list[str]:
+        """The nodes being skipped right now, sorted."""
+        with self._lock:
+            now = self._clock()
+            return sorted(n for n, at in self._retry_at.items() if at > now)

@@ -1,0 +1,130 @@
+"""A call's usage as the provider reported it: where it is in an answer, and what it counts.
+No I/O here.
+
+Where it is: a JSON answer's top-level ``usage`` (OpenAI puts it last), a chat or completions
+stream's usage chunk (``"choices": []`` and a usage object, sent when
+``stream_options.include_usage`` asks for it; some compatible servers put it on the last
+choice chunk instead), a Responses stream's terminal event (its ``response.usage``).
+
+What it counts, under either API's names: chat and completions say ``prompt_tokens``,
+``completion_tokens`` and ``prompt_tokens_details.cached_tokens``; the Responses API says
+``input_tokens``, ``output_tokens`` and ``input_tokens_details.cached_tokens``.
+
+``Usage.sent`` is the object exactly as the provider sent it, never normalised: the log
+line's receipt, matched with the provider's invoice. The counts are read from it:
+``tokens()`` as sent (the log line's and the metrics' figures), ``billable()`` for a price
+and ``total()`` for a key's token budgets, each with its own rule for a count that is not a
+positive integer, written down where it is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# In compact JSON these bytes can only be a member holding an object: a cheap test that a
+# stream's event may carry a usage, made on every data event of every stream.
+_USAGE_OBJECT = b'"usage":{'
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One answer's usage object, as sent, and the counts read from it."""
+
+    sent: dict[str, Any]
+
+    @classmethod
+    def of(cls, value: Any) -> Usage | None:
+        """``value`` (an answer's ``usage`` member) as a usage; None unless it is an object."""
+        return cls(value) if isinstance(value, dict) else None
+
+    def __bool__(self) -> bool:
+        """An empty object (``"usage": {}``) counts as no usage, as the dict it is: a billed
+        call that reports nothing keeps its reservation, and is priced at nothing."""
+        return bool(self.sent)
+
+    @property
+    def prompt(self) -> Any:
+        """The prompt tokens as sent (an integer from any provider that counts them)."""
+        return self.sent.get("prompt_tokens", self.sent.get("input_tokens"))
+
+    @property
+    def output(self) -> Any:
+        """The generated tokens as sent, reasoning included."""
+        return self.sent.get("completion_tokens", self.sent.get("output_tokens"))
+
+    @property
+    def cached(self) -> Any:
+        """The prompt tokens read from the provider's prompt cache, as sent."""
+        sent = self.sent
+        details = sent.get("prompt_tokens_details") or sent.get("input_tokens_details") or {}
+        return details.get("cached_tokens") if isinstance(details, dict) else None
+
+    def tokens(self) -> tuple[Any, Any, Any]:
+        """(prompt, output, cached) as sent: the log line writes them as they are."""
+        return self.prompt, self.output, self.cached
+
+    def billable(self) -> tuple[int, int, int]:
+        """(prompt, output, cached) for a price: what is not a positive integer counts 0, and
+        the cached tokens never count more than the prompt's, of which they are a part."""
+        prompt, output, cached = (_whole(v) for v in self.tokens())
+        return prompt, output, min(cached, prompt)
+
+    def total(self) -> int:
+        """The tokens a key's budgets are charged: ``total_tokens`` when it is an integer
+        (never below 0), else the sum of the positive counts under either API's names."""
+        total = self.sent.get("total_tokens")
+        if isinstance(total, int) and not isinstance(total, bool):
+            return max(0, total)
+        names = ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
+        return sum(_whole(self.sent.get(name)) for name in names)
+
+
+def may_carry_usage(raw: bytes) -> bool:
+    """Whether a stream's data event may hold a usage object: bytes only, no parse."""
+    return _USAGE_OBJECT in raw
+
+
+def usage_in_event(raw: bytes) -> Usage | None:
+    """The top-level usage of a chat or completions ``data:`` event (its raw bytes, starting
+    with ``data: ``); None when it has none or its data is not one JSON object."""
+    try:
+        return Usage.of(json.loads(raw[6:]).get("usage"))
+    except (ValueError, AttributeError):
+        return None
+
+
+def usage_chunk(raw: bytes) -> Usage | None:
+    """The usage of a chat/completions stream's usage chunk (``"choices": []`` and a usage
+    object), None for any other bytes. Cheap for the chunks that are not it."""
+    if not raw.startswith(b"data: {") or b'"usage"' not in raw:
+        return None
+    try:
+        doc = json.loads(raw[6:])
+    except ValueError:
+        return None
+    usage = Usage.of(doc.get("usage")) if isinstance(doc, dict) else None
+    return usage if doc.get("choices") == [] else None
+
+
+def usage_in_body(body: bytes) -> Usage | None:
+    """The ``usage`` object of a JSON answer without parsing the whole answer: OpenAI puts it
+    last, and an embeddings answer can be megabytes of floats. The last ``"usage"`` member
+    is taken: for answers whose content cannot hold one (a generated answer's text can, so
+    such an answer is parsed whole and its top-level member read with ``Usage.of``)."""
+    at = body.rfind(b'"usage"')
+    if at < 0:
+        return None
+    colon = body.find(b":", at + 7)
+    try:
+        usage, _ = json.JSONDecoder().raw_decode(body[colon + 1 :].decode("utf-8").lstrip())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return Usage.of(usage)
+
+
+def _whole(value: Any) -> int:
+    """A count as a whole number: a positive integer as it is, anything else (a bool, a
+    negative, a string, null) 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
