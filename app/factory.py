@@ -77,22 +77,14 @@ def build_access(
     when there is one (shared by every worker and instance), else in this worker."""
     if not settings.keys_file:
         return None
+    from app.cache import memcached
     from app.cache.counters import MemcachedCounters
-    from app.cache.memcached import MemcachedBackend
 
-    counters: Counters = (
-        MemcachedCounters(
-            MemcachedBackend(
-                settings.memcached_nodes,
-                connect_timeout=settings.memcached_connect_timeout_s,
-                timeout=settings.memcached_timeout_s,
-                dead_timeout=settings.memcached_retry_s,
-                name="limits",
-            )
-        )
-        if settings.memcached_nodes
-        else MemoryCounters()
-    )
+    # The same nodes as the answer cache, fixed and found by DNS alike (Kubernetes names
+    # its Memcached pods by a headless service): a key's limits are one count for every
+    # worker and instance, never one per worker.
+    client = memcached(settings, "limits")
+    counters: Counters = MemoryCounters() if client is None else MemcachedCounters(client)
     try:
         source = KeySource(settings.keys_file)
     except (OSError, KeysFileError) as exc:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from app.core.config import Settings
 
 if TYPE_CHECKING:  # the package itself imports nothing heavy: its pure modules stay pure
+    from app.cache.memcached import MemcachedBackend
     from app.cache.store import AnswerCache
     from app.observe.metrics import Metrics
 
@@ -30,32 +31,43 @@ if TYPE_CHECKING:  # the package itself imports nothing heavy: its pure modules 
 def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> AnswerCache | None:
     if settings.cache_mode == "off":
         return None
-    from app.cache.memcached import MemcachedBackend
     from app.cache.memory import MemoryBackend
     from app.cache.store import AnswerCache
     from app.cache.tiered import TieredCache
 
     l1 = MemoryBackend(settings.cache_l1_bytes, name="l1")
+    l2 = memcached(settings, "l2", max_value_bytes=settings.cache_max_entry_bytes)
+    tiers = TieredCache(l1, l2, l1_ttl=settings.cache_l1_ttl_s)
+    return AnswerCache(tiers, settings, shared=l2 is not None, metrics=metrics)
+
+
+def memcached(
+    settings: Settings, name: str, *, max_value_bytes: int | None = None
+) -> MemcachedBackend | None:
+    """A client of the Memcached nodes of LLMGATE_MEMCACHED, fixed ``host:port`` entries and
+    ``dns+name:port`` names alike (a name's addresses looked up again and again, so the
+    ring follows the nodes as they come and go); None when there are none. ``name``: the
+    client's, in its metrics and log lines (the answer cache's ``l2``, the key limits'
+    ``limits``)."""
+    from app.cache.memcached import DEFAULT_MAX_VALUE_BYTES, MemcachedBackend
+
     nodes, names = settings.memcached_nodes, settings.memcached_dns
-    l2 = (
-        MemcachedBackend(
-            nodes,
-            connect_timeout=settings.memcached_connect_timeout_s,
-            timeout=settings.memcached_timeout_s,
-            dead_timeout=settings.memcached_retry_s,
-            max_value_bytes=settings.cache_max_entry_bytes,
-            name="l2",
-            discovered=bool(names),
-        )
-        if nodes or names
-        else None
+    if not nodes and not names:
+        return None
+    client = MemcachedBackend(
+        nodes,
+        connect_timeout=settings.memcached_connect_timeout_s,
+        timeout=settings.memcached_timeout_s,
+        dead_timeout=settings.memcached_retry_s,
+        max_value_bytes=max_value_bytes or DEFAULT_MAX_VALUE_BYTES,
+        name=name,
+        discovered=bool(names),
     )
-    if l2 is not None and names:
+    if names:
         from app.cache.discovery import NodeWatcher
 
         # Lives as long as the worker: the ring follows the names' addresses.
-        l2.watcher = NodeWatcher(
-            nodes, names, l2.set_nodes, every_s=settings.memcached_dns_refresh_s
+        client.watcher = NodeWatcher(
+            nodes, names, client.set_nodes, every_s=settings.memcached_dns_refresh_s
         ).start()
-    tiers = TieredCache(l1, l2, l1_ttl=settings.cache_l1_ttl_s)
-    return AnswerCache(tiers, settings, shared=l2 is not None, metrics=metrics)
+    return client

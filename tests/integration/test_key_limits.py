@@ -10,7 +10,9 @@ check that they agree.
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +22,10 @@ import pytest
 import urllib3
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.cache.discovery import resolve
 from app.tenancy.keyring import hash_key
+from runner.procs import Proc, free_port
+from tests.conftest import require_binary
 from tests.integration.test_upstreams import sim_stats, start_simulator
 
 KEYS = {
@@ -357,3 +362,64 @@ def test_calls_no_upstream_answered_give_their_request_back(one_worker) -> None:
     resp = post(one_worker.url, "rpm", chat_body("no"), headers={"x-sim-fault": "401"})
     assert resp.status == 401
     assert usage_of(one_worker, "rpm")["requests_this_minute"] == before + 1
+
+
+# -- limits counted once for every worker, whichever way Memcached is named ---------------------
+@pytest.fixture(scope="module")
+def by_dns(make_stack, tmp_path_factory, sim):
+    """Two instances of two workers whose Memcached is named as Kubernetes names it:
+    ``dns+name:port`` (the headless Service of deploy/kubernetes), here ``localhost``."""
+    binary = require_binary("memcached")
+    folder: Path = tmp_path_factory.mktemp("dns-limits")
+    port = free_port()
+    hosts = sorted({host for host, _ in resolve("localhost", port)})
+    argv = [binary, "-l", ",".join(hosts), "-p", str(port), "-U", "0", "-m", "16"]
+    if os.geteuid() == 0:
+        argv += ["-u", "nobody"]
+    memcached = Proc(f"memcached-dns-{port}", argv, log_path=folder / "memcached.log")
+    memcached.wait_port(port, hosts[0])
+    (folder / "keys.toml").write_text(
+        f'[[keys]]\nname = "rpm3"\nsha256 = "{hash_key(secret("rpm3"))}"\nrequests_per_minute = 3\n'
+    )
+    (folder / "llmgate.toml").write_text(config_toml(sim))
+    env = {
+        "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
+        "LLMGATE_CONFIG": str(folder / "llmgate.toml"),
+        "LLMGATE_CACHE_MODE": "off",
+        "LLMGATE_MEMCACHED": f"dns+localhost:{port}",
+    }
+    stack = make_stack(env=env, instances=2, workers=2, memcached=False,
+                       upstream_url="http://127.0.0.1:9/v1")  # fmt: skip
+    yield stack, (hosts[0], port)
+    memcached.stop()
+
+
+def test_a_keys_limit_holds_over_every_worker_when_memcached_is_found_by_dns(by_dns, sim) -> None:
+    """12 concurrent calls over 4 workers for a key of 3 a minute: 3 reach the upstream,
+    counted by the upstream itself, and the count lives in the named Memcached. Counted per
+    worker (the limits' client took only host:port entries), each worker let 3 through."""
+    stack, (host, port) = by_dns
+    fresh_minute()
+    before = sim_stats(sim)["requests"]
+    barrier = threading.Barrier(12)
+
+    def call(i: int):
+        barrier.wait()
+        return post(stack.url, "rpm3", chat_body(f"counted once {i}", max_tokens=5)).status
+
+    with ThreadPoolExecutor(12) as pool:
+        statuses = sorted(pool.map(call, range(12)))
+    assert statuses == [200] * 3 + [429] * 9, statuses
+    assert sim_stats(sim)["requests"] - before == 3
+    assert memcached_items(host, port) >= 1  # the key's counter, where every worker counts
+
+
+def memcached_items(host: str, port: int) -> int:
+    with socket.create_connection((host, port), timeout=2) as sock:
+        sock.sendall(b"stats\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            buf += sock.recv(65536)
+    found = re.search(rb"STAT curr_items (\d+)", buf)
+    assert found is not None, buf
+    return int(found.group(1))
