@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import Any, TypeGuard
 
 from app.cache.policy import STATUS_HEADER
 from app.core.config import Settings
@@ -225,9 +225,10 @@ def _record(
             metrics.key_requests.labels(trace.key, str(reply.status)).inc()
         if outcome in _UPSTREAM_OUTCOMES:
             # Tokens the provider billed for this call; a replay or a follower billed none.
-            if isinstance(tokens_in, int):
+            # As the provider sent them, which may be anything: a counter takes only counts.
+            if _is_count(tokens_in):
                 metrics.prompt_tokens.labels(route).inc(tokens_in)
-            if isinstance(tokens_cached, int):
+            if _is_count(tokens_cached):
                 metrics.prompt_cached_tokens.labels(route).inc(tokens_cached)
         # Counted last: a scrape (from any worker) that sees the request counted sees every
         # other figure of it too.
@@ -319,3 +320,7 @@ def _response_model(reply: Reply, facts: StreamFacts) -> str | None:
             return None
     model = data.get("model") if isinstance(data, dict) else None
     return model if isinstance(model, str) else None
+
+
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

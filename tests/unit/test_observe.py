@@ -106,3 +106,26 @@ def _figures(metrics: Metrics) -> dict[str, float]:
         for sample in family.samples:
             totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return totals
+
+
+def test_an_answer_with_negative_token_counts_is_still_logged_and_counted(caplog) -> None:
+    """Usage is the provider's word, and a broken provider can send anything: a negative
+    count reaches the log line as sent (the receipt) but no counter, which would refuse it
+    and lose the log line and the request's own count with it."""
+    metrics = Metrics(multiproc_dir="")
+    usage = {
+        "prompt_tokens": -5,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": -1},
+    }
+    answer = json.dumps({"choices": [], "usage": usage}).encode()
+    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    with caplog.at_level(logging.INFO, logger="llmgate.access"):
+        finish(
+            call, Reply(200, [("Content-Type", "application/json")], answer), Settings(), metrics
+        )
+    (line,) = [json.loads(r.getMessage()) for r in caplog.records if r.name == "llmgate.access"]
+    assert line["usage"] == usage and line["tokens_in"] == -5
+    figures = _figures(metrics)
+    assert figures["llmgate_requests_total"] == 1
+    assert figures.get("llmgate_prompt_tokens_total", 0) == 0
