@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import gevent
 import gevent.event
@@ -44,28 +42,13 @@ import gevent.event
 from app.core.errors import ClientTooSlow, GatewayError, UpstreamProtocolError
 from app.core.timers import Alarm
 from app.observe.tracing import Span
-from app.streams.log_memory import LogBudget, LogShare, event_cost
+from app.streams.answer import ClientGone, Finished, Head
+from app.streams.event_log import TOO_LARGE, EventLog
+from app.streams.listener import Listener
+from app.streams.log_memory import LogBudget
 from llmgate_wire import sse
 
 log = logging.getLogger("llmgate.relay")
-
-
-class ClientGone(Exception):
-    """The caller closed its connection; nobody is left to answer."""
-
-
-@dataclass(frozen=True)
-class Head:
-    status: int
-    headers: list[tuple[str, str]]
-    attempts: int
-    body: bytes | None  # None: an event stream follows
-    upstream: str = ""  # the configured name of the upstream that answered
-
-
-@dataclass(frozen=True)
-class Finished:
-    leftover: bytes  # bytes of an unterminated last event, if any
 
 
 Producer = Callable[["Flight"], None]
@@ -111,19 +94,7 @@ class Flight:
         span: Span | None = None,
     ):
         self.head: Head | None = None
-        self._log: list[sse.Event] = []  # events from number ``_dropped`` on
-        self._dropped = 0
-        self.log_bytes = 0
-        self.keep_log = keep_log
-        self.log_whole = keep_log  # every event since the first is in the log
-        self.log_limit = log_limit
-        self.log_given_up = ""  # why the log was given up: "too_large" or "log_memory"
-        # The log's share of the worker's budget, given back when the log is given up or
-        # nobody reads it any more (_release_log); and, should a flight ever be dropped with
-        # a listener that never left, when it is collected.
-        self._share = LogShare(log_budget) if log_budget is not None and keep_log else None
-        if self._share is not None:
-            weakref.finalize(self, self._share.release).atexit = False
+        self.log = EventLog(keep=keep_log, limit=log_limit, budget=log_budget)
         # Without a whole log, at most ``buffer_limit`` bytes of events wait for the slowest
         # reader: beyond it the producer stops reading the upstream until the reader catches
         # up, and a reader that takes nothing for ``send_timeout`` seconds is dropped.
@@ -202,19 +173,15 @@ class Flight:
         """Events that arrived together (one upstream read): listeners are woken once."""
         if not events:
             return
-        self._log.extend(events)
         size = sum(len(event.raw) for event in events)
         self.bytes_published += size
-        if self.keep_log:
-            self.log_bytes += size
-            if self.log_limit is not None and self.log_bytes > self.log_limit:
-                self.give_up_log("too_large")
-            elif self._share is not None and not self._share.take(sum(map(event_cost, events))):
-                self.give_up_log("log_memory")
-        else:
+        reason = self.log.add(events, size)
+        if reason:
+            self.give_up_log(reason)
+        elif not self.log.keep:
             self._trim()
         self._notify()
-        if not self.keep_log and self.buffer_limit is not None:
+        if not self.log.keep and self.buffer_limit is not None:
             self._wait_for_room()
 
     def _unread(self) -> int:
@@ -248,28 +215,23 @@ class Flight:
                     "(LLMGATE_SEND_TIMEOUT_S); the stream was dropped."
                 )
 
-    def give_up_log(self, reason: str = "too_large") -> None:
+    def give_up_log(self, reason: str = TOO_LARGE) -> None:
         """Stop keeping the whole log: no entry, no new followers; memory follows readers."""
-        self.keep_log = self.log_whole = False
-        self.log_given_up = reason
-        self._trim()
-        if self._share is not None:
-            # What is left is what a reader has yet to read: held until the flight is done.
-            self._share.keep_only(sum(map(event_cost, self._log)))
+        self.log.give_up(reason, self._low())
 
     def _release_log(self) -> None:
         """Give the budget back once the log serves nobody: the flight settled (its entry
         stored) and its last listener left."""
-        if self._share is not None and self.settled and self.listeners <= 0:
-            self._share.release()
+        if self.settled and self.listeners <= 0:
+            self.log.release()
 
     def _trim(self) -> None:
-        """Drop the events every reading listener has passed (in batches: amortised O(1))."""
-        low = min((r.position for r in self._readers), default=self.event_count)
-        passed = low - self._dropped
-        if passed >= 64 or (passed > 0 and passed * 2 >= len(self._log)):
-            del self._log[:passed]
-            self._dropped = low
+        """Drop the events every reading listener has passed."""
+        self.log.trim(self._low())
+
+    def _low(self) -> int:
+        """The number of the next event the slowest reading listener reads."""
+        return min((r.position for r in self._readers), default=self.log.count)
 
     def finish(self, leftover: bytes = b"") -> None:
         self.end = Finished(leftover)  # announced once the flight is done (_run)
@@ -281,6 +243,21 @@ class Flight:
     def _notify(self) -> None:
         changed, self._changed = self._changed, gevent.event.Event()
         changed.set()
+
+    wake = _notify  # a listener's caller left: its waits end (Listener.lost)
+
+    def taken(self) -> None:
+        """A listener took events: the producer may have room again, and without a whole
+        log what every reader passed can go."""
+        self._drained.set()
+        if not self.log.keep:
+            self._trim()
+
+    def reads_whole(self, listener: Listener) -> None:
+        """``listener`` waits for the whole answer and reads no events one by one: it holds
+        no log back."""
+        self._readers.discard(listener)
+        self._drained.set()
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -303,7 +280,7 @@ class Flight:
     @property
     def open_to_followers(self) -> bool:
         """A follower may still join: nothing went wrong, and the log holds every event."""
-        return not self.cancelled and self.failure is None and self.log_whole
+        return not self.cancelled and self.failure is None and self.log.whole
 
     @property
     def complete(self) -> bool:
@@ -319,14 +296,26 @@ class Flight:
     @property
     def event_count(self) -> int:
         """Events published so far (kept or dropped)."""
-        return self._dropped + len(self._log)
+        return self.log.count
 
     @property
     def events(self) -> list[sse.Event]:
         """Every event of the answer; only while the log is whole (see ``log_whole``)."""
-        if not self.log_whole:
-            raise RuntimeError("the event log was given up")
-        return self._log
+        return self.log.events
+
+    @property
+    def log_whole(self) -> bool:
+        """Every event since the first is in the log: it can serve an entry or a follower."""
+        return self.log.whole
+
+    @property
+    def keep_log(self) -> bool:
+        return self.log.keep
+
+    @property
+    def log_given_up(self) -> str:
+        """Why the whole log was given up (TOO_LARGE, LOG_MEMORY), or ""."""
+        return self.log.given_up
 
     # -- listening --------------------------------------------------------------------------
     def join(self) -> Listener:
@@ -335,7 +324,8 @@ class Flight:
         self._readers.add(listener)
         return listener
 
-    def _left(self, listener: Listener) -> None:
+    def left(self, listener: Listener) -> None:
+        """``listener`` left (its ``leave``): the last one out cancels an unfinished flight."""
         self.listeners -= 1
         self._readers.discard(listener)
         self._drained.set()  # the slowest reader may have been this one
@@ -394,109 +384,3 @@ class Flight:
         self.cancelled = True
         self._greenlet.kill(block=True, timeout=2.0)
         self._notify()
-
-
-class Listener:
-    """One caller reading a flight. ``leave()`` when the caller is done or gone."""
-
-    def __init__(self, flight: Flight) -> None:
-        self.flight = flight
-        self.left = False
-        self.position = 0  # number of the next event this listener reads
-        self.bytes_read = 0  # raw bytes of the events it took
-        self.gone = False  # the caller left; it still has to leave() (from its own greenlet)
-        self._timer: Alarm | None = None
-
-    def timer(self, seconds: float) -> Alarm:
-        """A timer of ``seconds`` for this listener's waits, made once and armed again."""
-        if self._timer is None or self._timer.seconds != seconds:
-            if self._timer is not None:
-                self._timer.close()
-            self._timer = Alarm(seconds)
-        return self._timer
-
-    @property
-    def stopped(self) -> bool:
-        """It reads nothing more: it left (or was dropped), or its caller is gone."""
-        return self.left or self.gone
-
-    def lost(self) -> None:
-        """The caller's connection ended: its waits end with ClientGone. Never blocks (it is
-        called from the hub's loop); leaving, which may stop the producer, is the caller's."""
-        self.gone = True
-        self.flight._notify()
-
-    def leave(self) -> None:
-        if self._timer is not None:
-            self._timer.close()
-            self._timer = None
-        if not self.left:
-            self.left = True
-            self.flight._left(self)
-
-    def wait_head(self, timeout: float | None) -> Head | None:
-        """The head, None on timeout; raises the flight's failure or ClientGone."""
-        flight = self.flight
-
-        def ready() -> bool:
-            # A stream's head at once; a whole body once the flight settled (stored).
-            head = flight.head
-            return (head is not None and head.body is None) or flight.settled
-
-        if not flight.wait(self, ready, timeout):
-            return None
-        if flight.head is None:
-            raise flight.failure or ClientGone()
-        return flight.head
-
-    def wait_first_event(self, timeout: float | None) -> bool:
-        """True once a first event or the end is in (raises the failure if that came first)."""
-        flight = self.flight
-        ready = lambda: flight.event_count > 0 or flight.settled  # noqa: E731
-        if not flight.wait(self, ready, timeout):
-            return False
-        if flight.event_count == 0 and flight.failure is not None:
-            raise flight.failure
-        return True
-
-    def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
-        """The next event, or the end once every event is read; None on timeout."""
-        flight = self.flight
-        if self.stopped:
-            raise ClientGone()  # dropped (or gone): its unread events may be trimmed already
-        ready = lambda: self.position < flight.event_count or flight.settled  # noqa: E731
-        if not flight.wait(self, ready, timeout):
-            return None
-        if self.position < flight.event_count:
-            return self._take(self.position + 1)[0]
-        if flight.end is None:
-            raise ClientGone()
-        return flight.end
-
-    def ready_events(self) -> list[sse.Event]:
-        """The events already in that this listener has not read, without waiting."""
-        if self.stopped or self.position >= self.flight.event_count:
-            return []
-        return self._take(self.flight.event_count)
-
-    def _take(self, until: int) -> list[sse.Event]:
-        """Read the events numbered from ``position`` up to ``until`` (exclusive)."""
-        flight = self.flight
-        start = self.position - flight._dropped
-        events = flight._log[start : start + until - self.position]
-        self.position = until
-        self.bytes_read += sum(len(event.raw) for event in events)
-        flight._drained.set()
-        if not flight.keep_log:
-            flight._trim()
-        return events
-
-    def wait_complete(self, timeout: float | None = None) -> None:
-        """Until the whole answer is in; raises the failure or ClientGone. A listener that
-        waits for the whole answer reads no events one by one: it holds no log back."""
-        flight = self.flight
-        flight._readers.discard(self)
-        flight._drained.set()
-        flight.wait(self, lambda: flight.settled, timeout)
-        if not flight.complete:
-            raise flight.failure or ClientGone()

@@ -129,7 +129,7 @@ def test_without_a_kept_log_only_unread_events_stay_in_memory() -> None:
     most = 0
     for expected in many:
         assert listener.next_item(5) == expected
-        most = max(most, len(flight._log))
+        most = max(most, len(flight.log.held))
     assert most <= 64
     assert not flight.log_whole
     with pytest.raises(RuntimeError):
@@ -151,7 +151,7 @@ def test_past_the_log_limit_the_flight_stops_logging_takes_no_followers_and_is_n
     assert flights.get("k") is None  # too large to replay to a late joiner
     rest = _drain(reader)
     assert got + rest[:-1] == events  # the caller already reading still gets every event
-    assert len(flight._log) <= 64
+    assert len(flight.log.held) <= 64
     assert entry_from_flight(flight, now=0.0) is None
 
 
@@ -163,7 +163,7 @@ def test_a_listener_waiting_for_the_whole_answer_does_not_hold_the_log_back() ->
     waiting = gevent.spawn(waiter.wait_complete, 5)
     assert len(_drain(reader)) == 501
     waiting.get(timeout=5)
-    assert len(flight._log) <= 64
+    assert len(flight.log.held) <= 64
 
 
 def test_the_last_listener_leaving_cancels_the_flight() -> None:
