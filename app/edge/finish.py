@@ -190,50 +190,95 @@ def _record(
     metrics: Metrics | None,
     prices: PriceTable | None,
 ) -> None:
+    """The call's end: its key settled, its metrics counted, its log line, its span ended."""
     trace = call.trace
     duration = time.monotonic() - trace.started
     outcome = cache_outcome(reply)
-    streamed = not isinstance(reply.body, bytes)
     ttft = None if facts.first is None else facts.first - trace.started
-    facts.usage = facts.usage or trace.usage  # a usage chunk taken out of the caller's stream
-    if facts.usage is None and isinstance(reply.body, bytes) and reply.status < 300:
-        if call.route in ("chat", "completions", "responses"):
-            facts.usage, facts.service_tier = _facts_in_answer(reply.body)
-        else:
-            facts.usage = usage_in_body(reply.body)
+    _find_usage(call, reply, facts)
     usage = facts.usage.tokens() if facts.usage is not None else (None, None, None)
-    tokens_in, tokens_out, tokens_cached = usage
     # What the provider billed this caller for: a replay or a follower billed none.
     billed = reply.status < 400 and outcome in _UPSTREAM_OUTCOMES
     trace.settle(facts.usage, billed)
     price = prices.price_of(trace.model) if prices is not None else None
     cost = price.cost(facts.usage) if price is not None and billed and facts.usage else None
     if metrics is not None:
-        route = call.route
-        metrics.duration.labels(route, "true" if streamed else "false").observe(duration)
-        if call.route != "passthrough":
-            metrics.cache_requests.labels(outcome).inc()
-        if ttft is not None:
-            metrics.ttft.labels(route).observe(ttft)
-        if facts.first is not None and facts.last is not None and facts.events > 1:
-            span = facts.last - facts.first
-            if span > 0:
-                metrics.tokens_per_second.labels(route).observe((facts.events - 1) / span)
-        if trace.client_closed:
-            metrics.upstream_errors.labels("client_closed").inc()
-        if trace.key is not None:
-            metrics.key_requests.labels(trace.key, str(reply.status)).inc()
-        if outcome in _UPSTREAM_OUTCOMES:
-            # Tokens the provider billed for this call; a replay or a follower billed none.
-            # As the provider sent them, which may be anything: a counter takes only counts.
-            if _is_count(tokens_in):
-                metrics.prompt_tokens.labels(route).inc(tokens_in)
-            if _is_count(tokens_cached):
-                metrics.prompt_cached_tokens.labels(route).inc(tokens_cached)
-        # Counted last: a scrape (from any worker) that sees the request counted sees every
-        # other figure of it too.
-        metrics.requests.labels(route, str(reply.status), outcome).inc()
-    line: dict[str, Any] = {
+        _count(metrics, call, reply, facts, outcome, duration, ttft, usage)
+    line = _line(call, reply, facts, outcome, duration, ttft, usage)
+    # The receipt: the provider's usage as it sent it, its price and the table's version,
+    # to be matched with the provider's invoice by upstream_request_id.
+    line["usage"] = facts.usage.sent if billed and facts.usage is not None else None
+    line["cost_usd"] = None if cost is None else usd(cost)
+    line["prices_version"] = None if prices is None else prices.version
+    if settings.log_prompts:
+        line["request_body"] = call.body.decode("utf-8", errors="replace")
+    log.info(json.dumps(line, separators=(",", ":")))
+    if trace.span is not None:
+        _end_span(trace.span, call, reply, facts, outcome, ttft, usage)
+
+
+def _find_usage(call: Call, reply: Reply, facts: StreamFacts) -> None:
+    """The answer's usage: a stream's usage chunk (or the one taken out of the caller's
+    stream), else a whole answer's own."""
+    facts.usage = facts.usage or call.trace.usage
+    if facts.usage is None and isinstance(reply.body, bytes) and reply.status < 300:
+        if call.route in ("chat", "completions", "responses"):
+            facts.usage, facts.service_tier = _facts_in_answer(reply.body)
+        else:
+            facts.usage = usage_in_body(reply.body)
+
+
+def _count(
+    metrics: Metrics,
+    call: Call,
+    reply: Reply,
+    facts: StreamFacts,
+    outcome: str,
+    duration: float,
+    ttft: float | None,
+    usage: tuple[Any, Any, Any],
+) -> None:
+    trace, route = call.trace, call.route
+    streamed = not isinstance(reply.body, bytes)
+    metrics.duration.labels(route, "true" if streamed else "false").observe(duration)
+    if route != "passthrough":
+        metrics.cache_requests.labels(outcome).inc()
+    if ttft is not None:
+        metrics.ttft.labels(route).observe(ttft)
+    if facts.first is not None and facts.last is not None and facts.events > 1:
+        span = facts.last - facts.first
+        if span > 0:
+            metrics.tokens_per_second.labels(route).observe((facts.events - 1) / span)
+    if trace.client_closed:
+        metrics.upstream_errors.labels("client_closed").inc()
+    if trace.key is not None:
+        metrics.key_requests.labels(trace.key, str(reply.status)).inc()
+    if outcome in _UPSTREAM_OUTCOMES:
+        # Tokens the provider billed for this call; a replay or a follower billed none.
+        # As the provider sent them, which may be anything: a counter takes only counts.
+        tokens_in, _, tokens_cached = usage
+        if _is_count(tokens_in):
+            metrics.prompt_tokens.labels(route).inc(tokens_in)
+        if _is_count(tokens_cached):
+            metrics.prompt_cached_tokens.labels(route).inc(tokens_cached)
+    # Counted last: a scrape (from any worker) that sees the request counted sees every
+    # other figure of it too.
+    metrics.requests.labels(route, str(reply.status), outcome).inc()
+
+
+def _line(
+    call: Call,
+    reply: Reply,
+    facts: StreamFacts,
+    outcome: str,
+    duration: float,
+    ttft: float | None,
+    usage: tuple[Any, Any, Any],
+) -> dict[str, Any]:
+    """The call's JSON log line, but for its receipt."""
+    trace = call.trace
+    tokens_in, tokens_out, tokens_cached = usage
+    return {
         "ts": round(time.time(), 3),
         "request_id": trace.request_id,
         "upstream_request_id": trace.upstream_request_id,
@@ -256,17 +301,7 @@ def _record(
         "client_closed": trace.client_closed,
         "stream_error": trace.stream_error,
         "key": trace.key,
-        # The receipt: the provider's usage as it sent it, its price and the table's version,
-        # to be matched with the provider's invoice by upstream_request_id.
-        "usage": facts.usage.sent if billed and facts.usage is not None else None,
-        "cost_usd": None if cost is None else usd(cost),
-        "prices_version": None if prices is None else prices.version,
     }
-    if settings.log_prompts:
-        line["request_body"] = call.body.decode("utf-8", errors="replace")
-    log.info(json.dumps(line, separators=(",", ":")))
-    if trace.span is not None:
-        _end_span(trace.span, call, reply, facts, outcome, ttft, usage)
 
 
 def _end_span(
