@@ -1,10 +1,15 @@
-"""The check both TOML files (upstreams, gateway keys) make of each table they read: known
-fields, each of its type. No I/O here."""
+"""The checks both TOML files (upstreams, gateway keys) make of each table they read: known
+fields, each of its type, and the form of the names they give. No I/O here."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
+
+# The names both files give (an upstream's, a key's, a key's cache namespace): a lower-case
+# letter or digit, then up to 62 more of those or '_', '.', '-'.
+NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 
 
 def check_types(

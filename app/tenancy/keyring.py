@@ -43,11 +43,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.errors import BadRequest, InvalidApiKey, ModelNotAllowed
-from app.core.tables import check_types
+from app.core.tables import NAME, check_types
 from app.request.bounds import MAX_TOKEN_FIELDS, is_count
 
 KEY_PREFIX = "llmg-"
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _LIMITS = (
     "requests_per_minute",
@@ -217,7 +216,7 @@ def _key(table: dict[str, Any], index: int, path: str) -> GatewayKey:
     for required in ("name", "sha256"):
         if required not in table:
             raise fail(required, "is missing")
-    if not _NAME.match(table["name"]):
+    if not NAME.match(table["name"]):
         raise fail("name", "must be 1-63 of a-z 0-9 _ . - (it is a metrics label)")
     if not _HEX64.match(table["sha256"]):
         raise fail("sha256", "must be 64 lowercase hex digits (the key's SHA-256)")
@@ -234,7 +233,7 @@ def _key(table: dict[str, Any], index: int, path: str) -> GatewayKey:
             raise fail(list_name, 'must be a non-empty list of names (or ["*"])')
         lists[list_name] = tuple(values)
     namespace = table.get("cache_namespace", "")
-    if namespace and not _NAME.match(namespace):
+    if namespace and not NAME.match(namespace):
         raise fail("cache_namespace", "must be 1-63 of a-z 0-9 _ . -")
     return GatewayKey(
         name=table["name"],
@@ -267,7 +266,7 @@ def new_key() -> str:
 def main(argv: list[str]) -> int:
     """``python -m app.tenancy.keyring new NAME``: a new key on stderr, its [[keys]] table on
     stdout."""
-    if len(argv) != 2 or argv[0] != "new" or not _NAME.match(argv[1]):
+    if len(argv) != 2 or argv[0] != "new" or not NAME.match(argv[1]):
         print(
             "usage: python -m app.tenancy.keyring new NAME   (NAME: a-z 0-9 _ . -)", file=sys.stderr
         )

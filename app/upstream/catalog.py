@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.core.tables import check_types
+from app.core.tables import NAME, check_types
 from app.tenancy import prices
 from app.upstream.hedge import HedgePolicy
 
 AUTH_STYLES = ("bearer", "api-key")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 _FIELDS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "base_url": str,
@@ -150,7 +149,7 @@ def _spec(
             where = _line_of(text, "[[upstreams]]", table=index, header=True)
             raise ConfigError(f"{path}:{where}: upstreams.{required} is missing")
     name, base_url = table["name"], table["base_url"].rstrip("/")
-    if not _NAME.match(name):
+    if not NAME.match(name):
         raise fail("name", "must be 1-63 of a-z 0-9 _ . - (it is a metrics label)")
     parts = urlsplit(base_url.replace("{model}", "m"))
     if parts.scheme not in ("http", "https") or not parts.hostname:
