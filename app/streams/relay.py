@@ -117,6 +117,18 @@ def relay(
         else:
             yield [head.body]
         return
+    yield from _events(listener, timeout, end, on_ping, on_error)
+
+
+def _events(
+    listener: Listener,
+    timeout: float | None,
+    end: StreamEnd | None,
+    on_ping: Callable[[], None],
+    on_error: Callable[[str], None],
+) -> Iterator[list[bytes]]:
+    """A started stream's part of ``relay``: its events as they arrive, pings between them,
+    then its end, with an error event when it ends without its route's end."""
     saw_end = saw_error = False
     while True:
         try:
