@@ -1,10 +1,11 @@
 """A flight's producer from the upstream exchange, and a listener's bytes to the caller.
 
-``upstream_producer`` runs the upstream exchange (``Upstream.exchange``, app/upstream/
-exchange.py: attempts, reads, and the closing and accounting of each, all there) and turns
-what it hands over into flight calls: the head together with the first event (or with the
-whole body), each later batch of events, the end (app/streams/flight.py keeps them for the
-listeners). An error is the exchange's to raise and the flight's to announce.
+``upstream_producer`` runs the upstream exchange (``Upstream.exchange`` in
+app/upstream/exchange.py, where the attempts, the reads and the closing and accounting of
+each all are) and turns what it hands over into flight calls: the head together with the
+first event (or with the whole body), each later batch of events, the end
+(app/streams/flight.py keeps them for the listeners). An error is the exchange's to raise
+and the flight's to announce.
 
 ``relay`` is a listener's body: each event's own bytes at once and, when nothing came for
 ``heartbeat`` seconds, a ``: ping`` comment instead, so heartbeats fall only between
