@@ -157,12 +157,13 @@ class Flight:
         """The producer took over the cache lease of a holder that let it lapse."""
         self._lease_held = True
 
-    def publish_head(self, head: Head, *, first_byte: bool = True) -> None:
-        """The answer's head (a stream's, or a whole body). ``first_byte``: the answer began
-        now (its time is ``head_at``); False for a stream that ended with no event."""
+    def publish_head(self, head: Head, *, at: float | None = None) -> None:
+        """The answer's head (a stream's, or a whole body). ``at``: when the upstream's answer
+        began (its ``head_at``, on the monotonic clock); None when it is not the answer's
+        first byte (a stream that ended with no event, a stored entry replayed)."""
         self.head = head
-        if first_byte:
-            self.head_at = time.monotonic()
+        if at is not None:
+            self.head_at = at
         if head.body is None:
             self._notify()  # a stream starts; a whole body is announced with the end (_run)
 

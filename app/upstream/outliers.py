@@ -1,7 +1,7 @@
 """Outlier ejection in one worker: each upstream's breaker, told each attempt's result once.
 
 No I/O here; the clock is passed in, and a state change is announced through ``on_state``
-(the upstream adapter turns it into the state metric).
+(app/upstream/ledger.py turns it into the state metric).
 
 An attempt's result is one of ``RESULTS``. An error answer is judged at its status: a 5xx
 failed, a 429 is ``rate_limited`` (the key is busy, the upstream is fine), any other non-2xx

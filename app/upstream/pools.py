@@ -1,11 +1,11 @@
-"""The upstream connections beneath app/upstream/exchange.py: urllib3's pools as the gateway uses
-them.
+"""The upstream connections beneath app/upstream/transport.py: urllib3's pools as the gateway
+uses them.
 
 What is here moves bytes and nothing else: the pool classes (each connection reads its
 answers through a small buffer and reports every new TCP connection), the reader chosen for
 an answer's body, how an answer that will be retried is given up, and the origin and
 request target of an upstream URL. Which upstream, when to retry and how long to wait are
-app/upstream/exchange.py's.
+app/upstream/attempts.py's.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Two limits, both on top of ``LLMGATE_RETRIES`` and the deadline (app/upstream/re
 - **Across requests** (``RetryBudget``, Envoy's retry budget): per worker, the retries in
   flight may be at most ``LLMGATE_RETRY_BUDGET_PERCENT`` of the requests in flight, and
   ``LLMGATE_RETRY_BUDGET_MIN`` are always allowed. A request in flight is an
-  ``Upstream.open`` call in progress; a retry in flight is an attempt beyond the first (a
+  ``Attempts.open`` call in progress; a retry in flight is an attempt beyond the first (a
   retry or a failover) from the moment it is granted - its backoff wait included - until
   the next attempt is decided or the call ends. When every upstream answers 503, most
   requests get one attempt instead of ``1 + LLMGATE_RETRIES``: an outage does not triple the
@@ -36,7 +36,7 @@ class RetryBudget:
             raise ValueError("percent must be in [0, 100] and minimum >= 0")
         self.percent = percent
         self.minimum = minimum
-        self.requests = 0  # Upstream.open calls in progress
+        self.requests = 0  # Attempts.open calls in progress
         self.retries = 0  # granted attempts beyond the first, in progress
 
     def allows_one_more(self) -> bool:
@@ -73,7 +73,7 @@ class Ticket:
         return True
 
     def close(self) -> None:
-        """The request left Upstream.open: give back everything. Idempotent."""
+        """The request left Attempts.open: give back everything. Idempotent."""
         if self.closed:
             return
         self.closed = True

@@ -23,7 +23,7 @@ from app.core.config import Settings
 from app.core.errors import UpstreamProtocolError
 from app.streams.flight import Flight
 from app.streams.relay import upstream_producer
-from app.upstream.exchange import Upstream, UpstreamRequest
+from app.upstream.exchange import Reading, Upstream, UpstreamRequest
 from app.upstream.pools import READ_BUFFER
 from app.upstream.retry import Deadline
 from tests.support.scripted_server import Exchange, LoopbackServer, Request, completion, wait_for
@@ -42,19 +42,19 @@ def test_a_stream_is_read_through_a_small_buffer_to_its_end(sim: SimProcess) -> 
             "messages": [{"role": "user", "content": "read me"}]}  # fmt: skip
     req = UpstreamRequest("POST", "/chat/completions", "", {}, json.dumps(body).encode(), True)
     deadline = Deadline.start(30)
-    resp = upstream.open(req, deadline)
+    resp = upstream.attempts.open(req, deadline)
     try:
         assert isinstance(resp.raw, urllib3.HTTPResponse) and resp.raw._fp is not None
         buffered = resp.raw._fp.fp  # http.client's file over the socket
         # A buffered reader's size counts its buffer: 8 KiB with http.client's default.
         assert sys.getsizeof(buffered) < READ_BUFFER + 1024 < 8192
         received = b""
-        while chunk := upstream.read_chunk(resp, deadline):
+        while chunk := upstream.reader.chunk(resp, deadline):
             received += chunk
-        resp.raw.release_conn()  # read to its end: back to the pool (app/streams/relay.py)
+        resp.release()  # read to its end: back to the pool (app/upstream/reading.py)
     finally:
-        upstream.done_with(resp)
-        upstream.pool.clear()  # closes the pooled connection
+        upstream.ledger.close(resp)
+        upstream.transport.pool.clear()  # closes the pooled connection
     assert received.endswith(b"data: [DONE]\n\n")
     assert received.count(b"\n\ndata: {") >= 200  # every token's event, none cut
 
@@ -75,11 +75,10 @@ def test_a_kept_connection_the_upstream_closed_is_not_used_again() -> None:
         req = UpstreamRequest("POST", "/chat/completions", "", {}, b"{}", False)
         try:
             for number in (1, 2):
-                deadline = Deadline.start(10)
-                resp = upstream.open(req, deadline)
-                assert resp.status == 200
-                assert json.loads(upstream.read_all(resp, deadline, 1 << 20))["object"]
-                upstream.done_with(resp)
+                exchange = upstream.exchange(req, Deadline.start(10), Reading(1 << 20))
+                with exchange.run(began=time.monotonic()) as answer:
+                    assert answer.status == 200
+                    assert answer.body is not None and json.loads(answer.body)["object"]
 
                 def connected(n: int = number) -> bool:
                     return server.stats.connections == n
@@ -87,7 +86,7 @@ def test_a_kept_connection_the_upstream_closed_is_not_used_again() -> None:
                 assert wait_for(connected)
                 time.sleep(0.2)  # the server's FIN has reached the kept connection
         finally:
-            upstream.pool.clear()
+            upstream.transport.pool.clear()
     assert (server.stats.requests, server.stats.connections) == (2, 2)
 
 
@@ -114,5 +113,5 @@ def test_a_producer_makes_its_call_once_and_lets_go_of_the_request(sim: SimProce
             again.wait_complete()
         again.leave()
     finally:
-        upstream.pool.clear()
+        upstream.transport.pool.clear()
     assert sim.stats()["requests"] == 1

@@ -13,6 +13,7 @@ from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Upstream, UpstreamRequest
 from app.upstream.retry import Deadline
 from app.upstream.retry_budget import RetryBudget, caller_retry_count, gateway_retries
+from app.upstream.transport import Transport
 
 
 # -- the budget's accounting ---------------------------------------------------------------
@@ -130,21 +131,30 @@ class FakeRaw:
         pass
 
 
-class FakeUpstream(Upstream):
+class FakeTransport(Transport):
     """Attempts answer from ``answers`` in turn, the last one repeating: a status, or an
-    error to raise. ``calls`` names the upstream of each attempt."""
+    error to raise. Each attempt's upstream goes into ``calls``."""
 
-    def __init__(self, specs, answers, **kw) -> None:
-        super().__init__(**kw, specs=list(specs), metrics=Metrics(multiproc_dir=""))
+    def __init__(self, answers, calls: list[str]) -> None:
+        super().__init__(Settings())
         self.answers = list(answers)
-        self.calls: list[str] = []
+        self.calls = calls
 
-    def _attempt_counted(self, spec, req, deadline):
+    def send(self, spec, req, deadline):
         self.calls.append(spec.name)
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, BaseException):
             raise answer
-        return (answer if isinstance(answer, FakeRaw) else FakeRaw(answer)), False  # no probe
+        return answer if isinstance(answer, FakeRaw) else FakeRaw(answer)
+
+
+class FakeUpstream(Upstream):
+    """The attempt loop over a fake transport; ``calls`` names the upstream of each attempt."""
+
+    def __init__(self, specs, answers, **kw) -> None:
+        self.calls: list[str] = []
+        super().__init__(**kw, specs=list(specs), metrics=Metrics(multiproc_dir=""),
+                         transport=FakeTransport(answers, self.calls))  # fmt: skip
 
 
 def _upstream(specs=(A,), answers=(), *, sleep=lambda s: None, **settings) -> FakeUpstream:
@@ -163,7 +173,7 @@ def _exhausted(upstream: Upstream) -> float:
 
 def test_with_room_the_loop_retries_as_before_and_gives_the_budget_back() -> None:
     upstream = _upstream(answers=[503, 503, 200])
-    resp = upstream.open(_req(), Deadline.start(60))
+    resp = upstream.attempts.open(_req(), Deadline.start(60))
     assert (resp.status, resp.attempts, upstream.calls) == (200, 3, ["a", "a", "a"])
     assert (upstream.budget.requests, upstream.budget.retries) == (0, 0)
     assert _exhausted(upstream) == 0
@@ -173,7 +183,7 @@ def test_a_spent_budget_returns_the_503_at_once_and_counts_it() -> None:
     upstream = _upstream(answers=[503], retry_budget_min=1, retry_budget_percent=0)
     held = upstream.budget.request()
     assert held.retry()  # another request holds the only retry
-    resp = upstream.open(_req(), Deadline.start(60))
+    resp = upstream.attempts.open(_req(), Deadline.start(60))
     assert (resp.status, resp.attempts, upstream.calls) == (503, 1, ["a"])
     assert _exhausted(upstream) == 1
     held.close()
@@ -182,7 +192,7 @@ def test_a_spent_budget_returns_the_503_at_once_and_counts_it() -> None:
 
 def test_a_spent_budget_stops_a_failover_too() -> None:
     upstream = _upstream((A, B), answers=[503], retry_budget_min=0, retry_budget_percent=0)
-    resp = upstream.open(_req(), Deadline.start(60))
+    resp = upstream.attempts.open(_req(), Deadline.start(60))
     assert (resp.status, resp.attempts, resp.upstream, upstream.calls) == (503, 1, "a", ["a"])
     assert upstream.metrics is not None and upstream.metrics.failovers._value.get() == 0
 
@@ -191,7 +201,7 @@ def test_an_error_stopped_by_the_budget_stays_retryable_unless_the_gateway_retri
     upstream = _upstream(answers=[UpstreamUnreachable("down")], retry_budget_min=0,
                          retry_budget_percent=0)  # fmt: skip
     with pytest.raises(UpstreamUnreachable) as caught:
-        upstream.open(_req(), Deadline.start(60))
+        upstream.attempts.open(_req(), Deadline.start(60))
     assert caught.value.retryable and upstream.calls == ["a"]
     assert "x-should-retry" not in caught.value.response_headers()
 
@@ -200,9 +210,9 @@ def test_an_error_stopped_by_the_budget_stays_retryable_unless_the_gateway_retri
     upstream = _upstream(answers=[UpstreamUnreachable("down")], retry_budget_min=0,
                          retry_budget_percent=50)  # fmt: skip
     other = upstream.budget.request()
-    upstream._sleep = lambda seconds: other.close()
+    upstream.attempts._sleep = lambda seconds: other.close()
     with pytest.raises(UpstreamUnreachable) as caught:
-        upstream.open(_req(), Deadline.start(60))
+        upstream.attempts.open(_req(), Deadline.start(60))
     assert upstream.calls == ["a", "a"] and _exhausted(upstream) == 1
     assert caught.value.retryable is False
     assert caught.value.response_headers()["x-should-retry"] == "false"
@@ -211,19 +221,21 @@ def test_an_error_stopped_by_the_budget_stays_retryable_unless_the_gateway_retri
 def test_x_stainless_retry_count_cuts_the_gateway_retries() -> None:
     for count, attempts in (("2", 1), ("1", 2), ("0", 3), ("bad", 3)):
         upstream = _upstream(answers=[503])
-        resp = upstream.open(_req(**{"X-Stainless-Retry-Count": count}), Deadline.start(60))
+        resp = upstream.attempts.open(
+            _req(**{"X-Stainless-Retry-Count": count}), Deadline.start(60)
+        )
         assert (resp.status, resp.attempts) == (503, attempts), count
         assert _exhausted(upstream) == 0
     # No failover either: moving is an attempt beyond the first too.
     upstream = _upstream((A, B), answers=[503])
-    resp = upstream.open(_req(**{"x-stainless-retry-count": "2"}), Deadline.start(60))
+    resp = upstream.attempts.open(_req(**{"x-stainless-retry-count": "2"}), Deadline.start(60))
     assert upstream.calls == ["a"] and resp.attempts == 1
 
 
 def test_a_call_killed_in_its_backoff_gives_the_budget_back() -> None:
     slow = FakeRaw(503, {"retry-after": "30"})
     upstream = _upstream(answers=[slow], sleep=gevent.sleep, retry_after_max_s=60)
-    call = gevent.spawn(upstream.open, _req(), Deadline.start(600))
+    call = gevent.spawn(upstream.attempts.open, _req(), Deadline.start(600))
     gevent.sleep(0.05)
     assert (upstream.budget.requests, upstream.budget.retries) == (1, 1)  # sleeping its retry
     call.kill()
@@ -233,10 +245,10 @@ def test_a_call_killed_in_its_backoff_gives_the_budget_back() -> None:
 
 def test_a_hedge_backup_needs_room_in_the_budget_and_gives_its_ticket_back() -> None:
     upstream = _upstream((A, B), answers=[200], retry_budget_min=0, retry_budget_percent=0)
-    assert upstream.open_backup(_req(), Deadline.start(60), B) is None
+    assert upstream.attempts.open_backup(_req(), Deadline.start(60), B) is None
     assert upstream.calls == [] and _exhausted(upstream) == 1
     assert (upstream.budget.requests, upstream.budget.retries) == (0, 0)
     upstream = _upstream((A, B), answers=[200], retry_budget_min=1, retry_budget_percent=0)
-    resp = upstream.open_backup(_req(), Deadline.start(60), B)
+    resp = upstream.attempts.open_backup(_req(), Deadline.start(60), B)
     assert resp is not None and (resp.upstream, upstream.calls) == ("b", ["b"])
     assert (upstream.budget.requests, upstream.budget.retries) == (0, 0)

@@ -4,6 +4,7 @@ so the ordering, the error paths and the memory bound are checked without socket
 from __future__ import annotations
 
 import json
+import time
 
 import gevent
 import gevent.event
@@ -316,7 +317,7 @@ def test_whoever_starts_a_flight_says_its_shape_and_source_and_the_producer_may_
     def produce(flight: Flight) -> None:
         flight.took_lease()
         flight.answered_from(CACHE)
-        flight.publish_head(HEAD)
+        flight.publish_head(HEAD, at=time.monotonic())
         flight.finish()
 
     flight = Flight(produce, stream=True, source=LEASE)

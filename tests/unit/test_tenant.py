@@ -69,7 +69,7 @@ def test_every_tenant_header_is_forwarded_and_every_forwarded_credential_is_keye
 
 
 def _with_fallback(sent: list[tuple[str, str]], key: str) -> dict[str, str]:
-    """What goes upstream with the operator's fallback key (app/upstream/exchange.py's _prepare)."""
+    """What goes upstream with the operator's fallback key (transport.py's _prepare)."""
     forwarded = headers.upstream_request_headers(sent, stream=False)
     return headers.with_upstream_key(forwarded, key, fallback_only=True)
 

@@ -17,6 +17,7 @@ from app.observe.metrics import Metrics
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Upstream, UpstreamRequest
 from app.upstream.retry import Deadline
+from app.upstream.transport import Transport
 from tests.conftest import ROOT
 
 # -- off: nothing imported -----------------------------------------------------------------
@@ -327,35 +328,41 @@ class Raw:
         pass
 
 
-class Scripted(Upstream):
+class Scripted(Transport):
     """Attempts answer from ``answers`` in turn: a status, or an error to raise."""
 
-    def __init__(self, specs: list[UpstreamSpec], answers: list[Any]) -> None:
-        super().__init__(Settings(), specs=specs, metrics=Metrics(multiproc_dir=""),
-                         sleep=lambda s: None, rand=lambda: 0.0)  # fmt: skip
+    def __init__(self, answers: list[Any]) -> None:
+        super().__init__(Settings())
         self.answers = answers
         self.sent_under: list[Any] = []
 
-    def _attempt_counted(self, spec, req, deadline):
+    def send(self, spec, req, deadline):
         self.sent_under.append(req.span)
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             raise answer
-        return Raw(answer), False  # not a half-open probe
+        return Raw(answer)
+
+
+def _scripted(specs: list[UpstreamSpec], answers: list[Any]) -> tuple[Upstream, Scripted]:
+    transport = Scripted(answers)
+    upstream = Upstream(Settings(), specs=specs, metrics=Metrics(multiproc_dir=""),
+                        sleep=lambda s: None, rand=lambda: 0.0, transport=transport)  # fmt: skip
+    return upstream, transport
 
 
 def test_every_retry_and_failover_is_an_attempt_span_of_its_own() -> None:
     specs = [UpstreamSpec("a", "http://a.test:8001/v1"), UpstreamSpec("b", "https://b.test/v1")]
-    upstream = Scripted(specs, [UpstreamUnreachable("no"), 503, 200])
+    upstream, transport = _scripted(specs, [UpstreamUnreachable("no"), 503, 200])
     request = Recorded("chat m")
     req = UpstreamRequest("POST", "/chat/completions", "", {}, b"{}", stream=True, model="m",
                           route="chat", span=request)  # fmt: skip
-    resp = upstream.open(req, Deadline.start(60))
+    resp = upstream.attempts.open(req, Deadline.start(60))
     attempts = request.children
     assert [s.name for s in attempts] == ["chat m"] * 3
     assert {s.kind for s in attempts} == {tracing.CLIENT}
     # Each attempt was sent under its own span: its traceparent is the attempt's.
-    assert upstream.sent_under == attempts
+    assert transport.sent_under == attempts
     assert [(s.attributes["llmgate.upstream"], s.attributes["llmgate.attempt"]) for s in attempts
             ] == [("a", 1), ("b", 2), ("b", 3)]  # fmt: skip
     assert [s.attributes["server.address"] for s in attempts] == ["a.test", "b.test", "b.test"]
@@ -367,16 +374,16 @@ def test_every_retry_and_failover_is_an_attempt_span_of_its_own() -> None:
     ]
     assert attempts[2].ended is False
     assert attempts[2].attributes["http.response.status_code"] == 200
-    upstream.done_with(resp)
+    upstream.ledger.close(resp)
     assert (attempts[2].ended, attempts[2].error) == (True, None)
-    upstream.done_with(resp)  # counted once, ended once
+    upstream.ledger.close(resp)  # counted once, ended once
 
 
 def test_tracing_off_sends_the_request_as_it_is() -> None:
-    upstream = Scripted([UpstreamSpec("a", "http://a.test/v1")], [200])
+    upstream, transport = _scripted([UpstreamSpec("a", "http://a.test/v1")], [200])
     req = UpstreamRequest("POST", "/chat/completions", "", {}, b"{}", stream=False)
-    resp = upstream.open(req, Deadline.start(60))
-    assert upstream.sent_under == [None] and resp.span is None
+    resp = upstream.attempts.open(req, Deadline.start(60))
+    assert transport.sent_under == [None] and resp.span is None
 
 
 # -- what goes into a span -----------------------------------------------------------------

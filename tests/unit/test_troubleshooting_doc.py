@@ -142,7 +142,7 @@ FIXED = [
     ),
     (
         "TLS with the upstream failed:",
-        "app/upstream/exchange.py",
+        "app/upstream/transport.py",
         '"TLS with the upstream failed: ',
     ),
     ('"error":"Connection refused"', "app/edge/readiness.py", 'target["error"] = error'),

@@ -9,6 +9,7 @@ import pytest
 from app.core.errors import UpstreamReset, UpstreamTimeout, UpstreamUnreachable
 from app.request.headers import with_upstream_key
 from app.tenancy.prices import Price
+from app.upstream.attempts import _can_fail_over
 from app.upstream.breaker import CLOSED, HALF_OPEN, OPEN, Breaker, BreakerPolicy
 from app.upstream.catalog import (
     ConfigError,
@@ -19,8 +20,8 @@ from app.upstream.catalog import (
     prices_of,
     route_id,
 )
-from app.upstream.exchange import UpstreamRequest, _can_fail_over, _prepare
 from app.upstream.hedge import HedgePolicy
+from app.upstream.transport import UpstreamRequest, _prepare
 from tests.conftest import ROOT
 
 ENV = {"OPENAI_KEY_A": "sk-a", "OPENAI_KEY_B": "sk-b", "AZURE_OPENAI_KEY": "az"}
@@ -149,18 +150,19 @@ def test_a_specs_pool_is_found_once_and_gets_origin_form_targets() -> None:
     per_host = UpstreamSpec("host", "https://{model}.example/v1")
     upstream = Upstream(Settings(), [az, capped, per_host])
     url = _prepare(az, _req(query="x=1"))[0]
-    pool, target = upstream._pool_for(az, url)
+    pool, target = upstream.transport._pool_for(az, url)
     assert (pool.scheme, pool.host, pool.port) == ("https", "r.example", 443)
     assert target == "/openai/deployments/gpt-4o-mini/chat/completions?x=1&v=1"
-    assert upstream._pool_for(az, url)[0] is pool  # found once, not per request
-    upstream.pool.clear()  # the manager forgets its pools but closes none: ours stays usable
-    assert upstream._pool_for(az, url)[0] is pool and pool.pool is not None
+    assert upstream.transport._pool_for(az, url)[0] is pool  # found once, not per request
+    # The manager forgets its pools but closes none: ours stays usable.
+    upstream.transport.pool.clear()
+    assert upstream.transport._pool_for(az, url)[0] is pool and pool.pool is not None
     pool.close()  # closed all the same: looked up again
-    assert upstream._pool_for(az, url)[0] is not pool
-    capped_pool, target = upstream._pool_for(capped, _prepare(capped, _req())[0])
+    assert upstream.transport._pool_for(az, url)[0] is not pool
+    capped_pool, target = upstream.transport._pool_for(capped, _prepare(capped, _req())[0])
     assert capped_pool.pool is not None
     assert (capped_pool.port, capped_pool.pool.maxsize, target) == (8080, 3, "/v1/chat/completions")
-    host_pool, target = upstream._pool_for(per_host, _prepare(per_host, _req())[0])
+    host_pool, target = upstream.transport._pool_for(per_host, _prepare(per_host, _req())[0])
     assert (host_pool.host, target) == ("gpt-4o-mini.example", "/v1/chat/completions")
 
 

@@ -1,0 +1,125 @@
+"""Every attempt accounted for once: the one way out of an upstream attempt.
+
+An attempt's result goes to its upstream's breaker (app/upstream/outliers.py) and to
+``llmgate_upstream_attempts_total`` exactly once. An error answer's at its headers
+(``record``, from app/upstream/attempts.py). A 2xx answer's when its exchange ends, because a
+generation is in its body: ``broken`` when the upstream broke it off or sent what cannot be
+relayed (a reset, a timeout, an event too large, a stream cut short: failed); else ``close``
+judges it, ok when read to its end, cancelled when the gateway's side gave it up first (its
+caller left, a hedge it lost, the worker shutting down). ``close`` is also where the answer's
+connection is dropped unless it was read to its end, counted free in the pool's in-use
+figure, and its span ended: however an exchange ends, it ends through here, and a second
+``close`` does nothing.
+
+The same ledger counts what the attempt loop does (retries, failovers, a spent retry budget)
+and turns each breaker's change of state into ``llmgate_upstream_state``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from app.core.errors import GatewayError
+from app.observe import tracing
+from app.observe.metrics import Metrics
+from app.observe.tracing import Span
+from app.upstream.breaker import BreakerPolicy
+from app.upstream.catalog import UpstreamSpec
+from app.upstream.outliers import CANCELLED, FAILED, OK, Outliers, result_at_status
+from app.upstream.transport import Raw, Transport, UpstreamResponse
+
+_STATE_CODES = {"closed": 0, "half_open": 1, "open": 2}
+
+
+class Ledger:
+    """The breakers of one worker's upstreams and the metrics of their attempts."""
+
+    def __init__(
+        self,
+        names: Iterable[str],
+        policy: BreakerPolicy,
+        clock: Callable[[], float],
+        transport: Transport,
+        metrics: Metrics | None = None,
+    ) -> None:
+        names = list(names)
+        self.metrics = metrics
+        self.transport = transport
+        self.outliers = Outliers(names, policy, clock, on_state=self._state_changed)
+        if metrics is not None:
+            for name in names:
+                metrics.upstream_state.labels(name).set(0)
+
+    # -- an attempt's life -------------------------------------------------------------------
+    def start(self, name: str) -> bool:
+        """An attempt at ``name`` goes out; whether it is the half-open probe."""
+        return self.outliers.start(name)
+
+    def record(self, name: str, result: str, probe: bool) -> None:
+        """The result of an attempt known at once: it failed, was cancelled, or answered
+        with an error status."""
+        self.outliers.record(name, result, probe=probe)
+        if self.metrics is not None:
+            self.metrics.upstream_attempts.labels(name, result).inc()
+
+    def answered(
+        self, raw: Raw, attempts: int, spec: UpstreamSpec, span: Span | None, probe: bool
+    ) -> UpstreamResponse:
+        """The answer an exchange goes on with: its connection counted in use, a 2xx one
+        pending its verdict until ``broken`` or ``close``."""
+        self.transport.count_in_use(+1)
+        pending = result_at_status(raw.status) is None
+        return UpstreamResponse(
+            raw, attempts, upstream=spec.name, span=span, pending=pending, probe=probe
+        )
+
+    def broken(self, resp: UpstreamResponse, error: GatewayError) -> None:
+        """What the upstream sent after its headers cannot be relayed (a malformed stream,
+        one cut short, a failed read): its attempt failed, and its span says with what.
+        Once: a pending attempt only."""
+        if resp.pending:
+            resp.failure = tracing.error_type(error)
+        self._judge(resp, FAILED)
+
+    def close(self, resp: UpstreamResponse) -> None:
+        """Done with the answer, however it went: a connection not read to its end is
+        dropped (never drained for nobody); a 2xx answer not judged yet is judged now, ok
+        when read to its end, else cancelled (no verdict on the upstream); the connection is
+        counted free and the attempt's span ended. Each only once."""
+        if not resp.closed:
+            resp.close()
+        if resp.released:
+            return
+        resp.released = True
+        self._judge(resp, OK if resp.ended else CANCELLED)
+        self.transport.count_in_use(-1)
+        if resp.span is not None:
+            resp.span.end(error=resp.failure or status_error(resp.status))
+
+    def _judge(self, resp: UpstreamResponse, result: str) -> None:
+        """The result of a 2xx answer's attempt, recorded once."""
+        if resp.pending:
+            resp.pending = False
+            self.record(resp.upstream, result, resp.probe)
+
+    # -- what the attempt loop does ----------------------------------------------------------
+    def retried(self) -> None:
+        if self.metrics is not None:
+            self.metrics.retries.inc()
+
+    def failed_over(self) -> None:
+        if self.metrics is not None:
+            self.metrics.failovers.inc()
+
+    def budget_exhausted(self) -> None:
+        if self.metrics is not None:
+            self.metrics.retry_budget_exhausted.inc()
+
+    def _state_changed(self, name: str, state: str) -> None:
+        if self.metrics is not None:
+            self.metrics.upstream_state.labels(name).set(_STATE_CODES[state])
+
+
+def status_error(status: int) -> str | None:
+    """A client span's error.type by status: any 4xx or 5xx (the HTTP conventions)."""
+    return str(status) if status >= 400 else None

@@ -1,0 +1,295 @@
+"""The wire to the upstreams: the only owner of the worker's urllib3 PoolManager.
+
+A request goes out as its upstream wants it (``_prepare``: the upstream's URL, key, headers,
+an aliased model) on that upstream's pool, and ``send`` returns at the answer's headers; the
+body is then read through ``UpstreamResponse.read1``. Every urllib3 and socket failure,
+sending or reading, is translated here, once, into the GatewayError tree. Nothing here
+decides: which upstream, when to retry and how long to wait are app/upstream/attempts.py's,
+what an answer means app/upstream/reading.py's, how an attempt is accounted for
+app/upstream/ledger.py's.
+
+Timeouts: connect is urllib3's; first byte is a ``gevent.Timeout`` (``_phase``), exact and
+naming its phase; the idle and total timers of the body's reads are reading.py's. A
+connection interrupted by one of them is closed by urllib3 (it is never put back half-read),
+see ``HTTPConnectionPool.urlopen``'s clean-exit rule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import gevent
+import urllib3
+from urllib3.connectionpool import HTTPConnectionPool
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+    SSLError,
+)
+
+from app.core.config import Settings
+from app.core.errors import (
+    UpstreamReset,
+    UpstreamTimeout,
+    UpstreamTLSError,
+    UpstreamUnreachable,
+)
+from app.core.reasons import reason
+from app.core.timers import Alarm
+from app.observe.metrics import Metrics
+from app.observe.tracing import Span
+from app.request import jsonedit
+from app.request.headers import with_upstream_key
+from app.upstream import pools
+from app.upstream.catalog import UpstreamSpec
+from app.upstream.retry import Deadline
+
+Raw = urllib3.BaseHTTPResponse  # an answer as urllib3 gives it, body still on the socket
+
+
+@dataclass(frozen=True)
+class UpstreamRequest:
+    method: str
+    path: str  # below the upstream base URL, e.g. "/chat/completions"
+    query: str
+    headers: Mapping[str, str]
+    body: bytes | None
+    stream: bool
+    model: str | None = None  # routes the call to the upstreams that serve it
+    upstreams: tuple[str, ...] | None = None  # the names it may use (a gateway key's); "*": any
+    route: str = "passthrough"  # app/edge/routes.py's name for the call: chat, embeddings, ...
+    # Tracing on: the caller's request span, each attempt's child of it; an attempt is sent
+    # with its own span in place (its traceparent goes upstream). None: tracing is off.
+    span: Span | None = None
+
+
+@dataclass
+class UpstreamResponse:
+    """The upstream's answer once its headers are in; the body is still on the socket."""
+
+    raw: Raw
+    attempts: int
+    upstream: str = ""  # the name of the upstream that answered
+    released: bool = False  # counted back as free in the pool's in-use figure
+    # A 2xx answer's result is known only at its end (app/upstream/outliers.py): until the
+    # ledger records it, the attempt is pending; ``ended``: the body was read to its end.
+    pending: bool = False
+    probe: bool = False  # the attempt is its upstream's half-open probe (app/upstream/breaker.py)
+    failure: str | None = None  # the error type when it broke after its headers (its span's)
+    ended: bool = False
+    span: Span | None = None  # the attempt's span, ended when the exchange is done
+    idle_timer: Alarm | None = None  # armed again for each read (app/upstream/reading.py)
+    # The body's reader, chosen at the first read (pools.body_reader): not a constructor argument.
+    _read: Callable[[int], bytes] | None = field(default=None, init=False, repr=False)
+
+    def read1(self, size: int) -> bytes:
+        """What has arrived of the body, up to ``size`` bytes (b"" at its end); a failed
+        read is UpstreamReset. A timer's exception passes through untouched."""
+        if self._read is None:
+            self._read = pools.body_reader(self.raw)
+        try:
+            return self._read(size)
+        except (
+            ProtocolError,
+            ReadTimeoutError,
+            OSError,
+            HTTPError,
+            http.client.HTTPException,
+        ) as exc:
+            raise UpstreamReset(f"Upstream broke off the response: {reason(exc)}.") from None
+
+    @property
+    def status(self) -> int:
+        return self.raw.status
+
+    @property
+    def headers(self) -> urllib3.HTTPHeaderDict:
+        return self.raw.headers
+
+    @property
+    def closed(self) -> bool:
+        return self.raw.closed
+
+    def release(self) -> None:
+        """Read to its end: its connection goes back to the pool."""
+        self.raw.release_conn()
+
+    def close(self) -> None:
+        """Drop the connection: never drain a generation nobody will read."""
+        self.raw.close()
+        self.raw.release_conn()
+        if self.idle_timer is not None:
+            self.idle_timer.close()
+            self.idle_timer = None
+
+
+class Transport:
+    """The worker's connections to its upstreams: one PoolManager, each upstream's pool
+    found once, and the figures of its connections in use and idle."""
+
+    def __init__(
+        self, settings: Settings, *, upstreams: int = 1, metrics: Metrics | None = None
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.in_use = 0
+        self._idle_sampled = 0.0
+        self._pools: dict[str, HTTPConnectionPool] = {}  # by spec name (_pool_for)
+        self.pool = urllib3.PoolManager(
+            num_pools=max(4, 2 * upstreams),
+            maxsize=settings.pool_size,
+            block=False,
+            retries=False,
+            # No socket read timeout: every read is bounded by one of our gevent timers (first
+            # byte, idle, deadline), exact and named. A socket timeout as well would make gevent
+            # build a Timeout for every wait on the socket, once per event of every stream.
+            timeout=urllib3.Timeout(connect=settings.connect_timeout_s, read=None),
+            **_tls_options(settings),
+        )
+        opened = metrics.connections_opened.inc if metrics is not None else None
+        self.pool.pool_classes_by_scheme = pools.pool_classes(
+            opened,
+            spare_ratio=settings.pool_spare_ratio,
+            on_spare=metrics.connections_spare.inc if metrics is not None else None,
+        )
+
+    def send(self, spec: UpstreamSpec, req: UpstreamRequest, deadline: Deadline) -> Raw:
+        """``req`` sent to ``spec`` as it wants it; the answer at its headers, within the
+        connect and first-byte timeouts and what is left of ``deadline``."""
+        s = self.settings
+        url, headers, body = _prepare(spec, req)
+        if req.span is not None:
+            headers = req.span.inject(headers)
+        pool, target = self._pool_for(spec, url)
+        with self._phase("first_byte", s.first_byte_timeout_s, deadline) as remaining:
+            try:
+                return pool.urlopen(
+                    req.method,
+                    target,
+                    body=body,
+                    headers=headers,
+                    preload_content=False,
+                    decode_content=True,
+                    redirect=False,
+                    retries=False,
+                    timeout=urllib3.Timeout(connect=min(s.connect_timeout_s, remaining), read=None),
+                )
+            except NewConnectionError as exc:
+                raise UpstreamUnreachable(f"Upstream unreachable: {reason(exc)}.") from None
+            except SSLError as exc:
+                # A certificate or handshake failure does not heal by retrying.
+                raise UpstreamTLSError(f"TLS with the upstream failed: {reason(exc)}.") from None
+            except ConnectTimeoutError:
+                error = UpstreamTimeout("connect", s.connect_timeout_s, retryable=True)
+                error.before_send = True
+                raise error from None
+            except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
+                raise UpstreamReset(f"Upstream closed the connection: {reason(exc)}.") from None
+
+    @contextlib.contextmanager
+    def _phase(self, phase: str, limit: float, deadline: Deadline) -> Iterator[float]:
+        """Bound the block by ``limit`` seconds or what is left of the deadline, whichever is
+        shorter, and turn its expiry into the UpstreamTimeout naming that phase. Yields the
+        seconds left of the deadline."""
+        remaining = deadline.remaining()
+        if remaining <= 0:
+            raise UpstreamTimeout("deadline", self.settings.deadline_s)
+        if remaining < limit:
+            phase, limit, reported = "deadline", remaining, self.settings.deadline_s
+        else:
+            reported = limit
+        timer = gevent.Timeout(limit)
+        timer.start()
+        try:
+            yield remaining
+        except gevent.Timeout as exc:
+            if exc is not timer:
+                raise
+            raise UpstreamTimeout(phase, reported) from None
+        finally:
+            timer.close()
+
+    def _pool_for(self, spec: UpstreamSpec, url: str) -> tuple[HTTPConnectionPool, str]:
+        """The connection pool for ``url`` from the worker's PoolManager and the request
+        target (origin-form) to send on it. A spec's pool is looked up once, not per request
+        as PoolManager.urlopen does (it parses the URL and builds a pool key every time).
+        urllib3 does not close a pool its manager evicts, so the one held here stays usable;
+        one closed all the same is looked up again."""
+        origin = pools.origin(spec.base_url)
+        pool = self._pools.get(spec.name)
+        if pool is None or pool.pool is None or not url.startswith(origin):
+            kwargs = {"maxsize": spec.max_connections} if spec.max_connections else None
+            pool = self.pool.connection_from_url(url, pool_kwargs=kwargs)
+            if not url.startswith(origin):  # {model} in the host: a pool per model's host
+                return pool, pools.target(url)
+            self._pools[spec.name] = pool
+        return pool, url[len(origin) :] or "/"
+
+    def count_in_use(self, delta: int) -> None:
+        """An answer's connection handed to an exchange (+1) or given back (-1)."""
+        self.in_use += delta
+        if self.metrics is None:
+            return
+        self.metrics.pool.labels("in_use").set(self.in_use)
+        now = time.monotonic()
+        if delta > 0 or now - self._idle_sampled < 1.0:
+            # Counting idle connections scans every pool: sampled at most once a second,
+            # just after a connection went back (what "idle" means between requests).
+            return
+        self._idle_sampled = now
+        # The manager's pools, and ours it may have evicted since (_pool_for).
+        known = {id(pool): pool for pool in self._pools.values()}
+        for key in list(self.pool.pools.keys()):
+            pool = self.pool.pools.get(key)
+            if pool is not None:
+                known[id(pool)] = pool
+        idle = 0
+        for pool in known.values():
+            if pool.pool is not None:
+                idle += sum(1 for conn in list(pool.pool.queue) if conn is not None)
+        self.metrics.pool.labels("idle").set(idle)
+
+
+def _prepare(spec: UpstreamSpec, req: UpstreamRequest) -> tuple[str, dict[str, str], bytes | None]:
+    """The URL, headers and body of ``req`` as ``spec`` wants them: its base URL (with an
+    aliased model in place of {model}), its query and headers, its key, its model name."""
+    model = spec.model_for(req.model) if req.model else ""
+    base = spec.base_url.replace("{model}", quote(model, safe=""))
+    query = "&".join(filter(None, [req.query, urlencode(spec.query)]))
+    url = base + req.path + (f"?{query}" if query else "")
+    headers = with_upstream_key(
+        dict(req.headers), spec.key, auth=spec.auth, fallback_only=spec.key_fallback
+    )
+    headers.update(spec.headers)
+    body = req.body
+    if req.model and model != req.model and body:
+        body = _renamed(body, model)
+    return url, headers, body
+
+
+def _renamed(body: bytes, model: str) -> bytes:
+    """An alias: only the bytes of the model's value change (app/request/jsonedit.py); the rest
+    stays as the caller wrote it, for the provider's prompt cache."""
+    value = json.dumps(model, ensure_ascii=False).encode()
+    try:
+        return jsonedit.with_value(body, "model", value)
+    except ValueError:
+        # JSON that is not UTF-8 (json.loads also reads UTF-16 and UTF-32): re-encoded.
+        doc = json.loads(body)
+        doc["model"] = model
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _tls_options(settings: Settings) -> dict[str, Any]:
+    """Certificates are always verified; a private CA can be trusted explicitly."""
+    return {"ca_certs": settings.upstream_ca_bundle} if settings.upstream_ca_bundle else {}
