@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from llmgate_wire import sse
+from tests.conftest import ROOT
 
-STREAMS = Path(__file__).resolve().parent.parent / "data" / "sse"
+STREAMS = ROOT / "tests" / "data" / "sse"
 CASES = sorted(p.stem for p in STREAMS.glob("*.sse"))
 
 
