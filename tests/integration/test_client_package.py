@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import StackHandle
+from tests.support.stack import StackHandle
 
 STEP_TIMEOUT_S = 240  # one pip or venv step; a cached run takes a few seconds
 PIP = ["-m", "pip", "--disable-pip-version-check", "--no-input", "--timeout", "30"]

@@ -13,7 +13,6 @@ import json
 import os
 import random
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -25,31 +24,15 @@ import pytest
 import urllib3
 
 from bench.proctree import connections_to
-from tests.integration.test_cache_backends import start_memcached
 from tests.support.calls import ManyStreams, Outcome, call, chat_body, raw_chat_request
 from tests.support.faultproxy import FaultProxy
-from tests.support.scripted_server import wait_for
+from tests.support.memcached import memcached_stats, start_memcached
+from tests.support.waiting import wait_for
 
 http = urllib3.PoolManager(maxsize=64, retries=False)
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def memcached_stats(port: int) -> dict[str, int]:
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
-        sock.sendall(b"stats\r\n")
-        buf = b""
-        while not buf.endswith(b"END\r\n"):
-            chunk = sock.recv(65536)
-            assert chunk, "memcached closed the stats connection"
-            buf += chunk
-    out = {}
-    for line in buf.decode().splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "STAT" and parts[2].isdigit():
-            out[parts[1]] = int(parts[2])
-    return out
-
-
 def worker_pids(gw) -> list[int]:
     master = gw.stack.proc("gunicorn").popen.pid
     return [int(p) for p in Path(f"/proc/{master}/task/{master}/children").read_text().split()]

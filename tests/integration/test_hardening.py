@@ -19,7 +19,7 @@ import pytest
 from app.core.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from runner.procs import free_port
-from tests.integration.test_error_shapes import assert_json_error, request_head, send_raw
+from tests.support.raw_http import assert_json_error, request_head, send_raw
 from tests.support.scripted_server import Exchange, LoopbackServer, Request, completion, serve
 
 CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}

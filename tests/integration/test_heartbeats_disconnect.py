@@ -8,8 +8,9 @@ import time
 
 import openai
 
-from tests.integration.sse_reader import chat, data_events, read_events
-from tests.support.scripted_server import wait_for
+from tests.support.bodies import chat
+from tests.support.sse_reader import data_events, read_events
+from tests.support.waiting import wait_for
 
 HEARTBEAT = {"LLMGATE_HEARTBEAT_S": "0.5"}
 # nginx's error log line when proxy_read_timeout fires before the app sent its headers.

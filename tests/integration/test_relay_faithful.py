@@ -19,7 +19,8 @@ from urllib.parse import unquote
 import pytest
 
 from tests.support.calls import raw_chat_request
-from tests.support.scripted_server import Exchange, LoopbackServer, Request, wait_for
+from tests.support.scripted_server import Exchange, LoopbackServer, Request
+from tests.support.waiting import wait_for
 
 # A stream that uses the whole grammar: CRLF and LF (and a CRLF split across writes), a
 # comment, multi-line data, id/retry/event fields, a non-ASCII "digit" in retry, odd

@@ -18,7 +18,7 @@ import pytest
 import urllib3
 
 from runner.stack import Stack, StackOptions
-from tests.integration.sse_reader import chat
+from tests.support.bodies import chat
 
 GRACE_S = 4
 
@@ -125,7 +125,7 @@ def test_sighup_to_make_run_reloads_the_upstreams_without_failing_a_call(runs_di
 
     from runner.procs import free_port
     from tests.conftest import ROOT, require_binary
-    from tests.integration.test_upstreams import start_simulator
+    from tests.support.sim import start_simulator
 
     require_binary("nginx")
     sim, sim_url = start_simulator(runs_dir)

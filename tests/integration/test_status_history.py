@@ -26,9 +26,9 @@ import urllib3
 
 from app.tenancy.keyring import hash_key
 from tests.conftest import ROOT, require_binary
-from tests.integration.sse_reader import chat
-from tests.integration.test_upstreams import start_simulator
+from tests.support.bodies import chat
 from tests.support.chromium import CHROMIUM_FLAGS, DevTools, parse_page
+from tests.support.sim import start_simulator
 
 http = urllib3.PoolManager(retries=False, maxsize=16, timeout=urllib3.Timeout(connect=5, read=60))
 RATE_CHARTS = ("ttft", "latency", "rps", "errors", "cache")

@@ -31,7 +31,7 @@ from app.edge.routes import register_error_handlers
 from app.edge.status_page import status_page
 from app.observe.metrics import Metrics
 from tests.conftest import ROOT, require_binary
-from tests.integration.sse_reader import chat
+from tests.support.bodies import chat
 from tests.support.chromium import CHROMIUM_FLAGS, DevTools, parse_page
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
