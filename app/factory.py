@@ -77,13 +77,13 @@ def build_access(
     when there is one (shared by every worker and instance), else in this worker."""
     if not settings.keys_file:
         return None
-    from app.cache import memcached
+    from app.cache import memcached_client
     from app.cache.counters import MemcachedCounters
 
     # The same nodes as the answer cache, fixed and found by DNS alike (Kubernetes names
     # its Memcached pods by a headless service): a key's limits are one count for every
     # worker and instance, never one per worker.
-    client = memcached(settings, "limits")
+    client = memcached_client(settings, "limits")
     counters: Counters = MemoryCounters() if client is None else MemcachedCounters(client)
     try:
         source = KeySource(settings.keys_file)

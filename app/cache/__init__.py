@@ -36,12 +36,12 @@ def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> An
     from app.cache.tiered import TieredCache
 
     l1 = MemoryBackend(settings.cache_l1_bytes, name="l1")
-    l2 = memcached(settings, "l2", max_value_bytes=settings.cache_max_entry_bytes)
+    l2 = memcached_client(settings, "l2", max_value_bytes=settings.cache_max_entry_bytes)
     tiers = TieredCache(l1, l2, l1_ttl=settings.cache_l1_ttl_s)
     return AnswerCache(tiers, settings, shared=l2 is not None, metrics=metrics)
 
 
-def memcached(
+def memcached_client(
     settings: Settings, name: str, *, max_value_bytes: int | None = None
 ) -> MemcachedBackend | None:
     """A client of the Memcached nodes of LLMGATE_MEMCACHED, fixed ``host:port`` entries and
