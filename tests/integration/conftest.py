@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,10 @@ def runs_dir(request) -> Iterator[Path]:
 def stacks() -> Iterator[dict]:
     started: dict[str, StackHandle] = {}
     yield started
-    for handle in started.values():
-        handle.stack.stop()
+    # All at once: each gunicorn takes a second or so to let its workers go, and a whole
+    # run starts dozens of stacks (one after the other, that was a minute at the run's end).
+    with ThreadPoolExecutor(max(1, len(started))) as pool:
+        list(pool.map(lambda handle: handle.stack.stop(), started.values()))
 
 
 @pytest.fixture(scope="session")

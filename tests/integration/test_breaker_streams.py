@@ -190,6 +190,7 @@ CUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cut", list(CUTS))
 def test_streams_cut_after_their_headers_open_the_breaker(closed, upstreams, cut: str) -> None:
     gw = closed
@@ -247,6 +248,7 @@ def test_a_half_open_probe_is_judged_at_its_end(closed) -> None:
     assert _plain(gw, "flaky") == "steady"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after_events", [0, 3], ids=["before its headers", "mid-stream"])
 def test_a_probe_its_caller_leaves_lets_the_next_call_probe(
     closed, upstreams, after_events: int

@@ -33,6 +33,9 @@ from tests.support.waiting import wait_for
 
 INSTANCES = 3
 http = urllib3.PoolManager(maxsize=256, retries=False)
+# Slow, whole: the cluster takes about 17 s to stop (its three instances drain) and a
+# rolling restart under load about 10 s.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -83,6 +83,7 @@ def memcached_behind_proxy(tmp_path_factory) -> Iterator[tuple[FaultProxy, int]]
     proc.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["down", "stall", "reset"])
 def test_memcached_fault_mid_load_fails_no_request(make_stack, memcached_behind_proxy, fault):
     """A stopped (port refused), blackholed or resetting Memcached is a miss, never an error.
@@ -235,6 +236,7 @@ def _lease_round(gw, proxy: FaultProxy, prompt: str) -> tuple[list[Outcome], int
 
 
 # -- 2. a worker SIGKILLed under load → only its in-flight calls fail -------------------------
+@pytest.mark.slow
 def test_a_worker_killed_under_load_fails_only_its_in_flight_calls(make_stack) -> None:
     """Two workers, slow streams in flight on both; one worker gets SIGKILL.
 
@@ -468,6 +470,7 @@ def _label(outcome: Outcome) -> str:
     return outcome.kind
 
 
+@pytest.mark.slow
 def test_randomized_soak_every_answer_is_its_callers_and_every_failure_is_shaped(gw) -> None:
     """Eight threads for SOAK_SECONDS, seeded: random prompts (a third from a small shared
     set, cacheable, so hits and coalescing mix callers' requests), stream or not, random

@@ -156,6 +156,7 @@ class OpenStream:
             self.done.set()
 
 
+@pytest.mark.slow
 def test_max_streams_holds_for_as_long_as_the_streams_stay_open(limited) -> None:
     start = time.monotonic()
 

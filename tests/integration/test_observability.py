@@ -131,6 +131,7 @@ def test_ttft_histogram_puts_a_known_ttft_in_its_bucket(make_stack) -> None:
         assert delta(name, "+Inf") == 1, name
 
 
+@pytest.mark.slow
 def test_connections_opened_stay_flat_under_steady_load(make_stack) -> None:
     gw = make_stack(env={"LLMGATE_HEARTBEAT_S": "12"})
     for i in range(20):  # warm both workers' pools

@@ -355,6 +355,7 @@ def _entries(gw) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_a_caller_reading_1_kb_a_second_holds_the_buffer_not_the_stream(gw1) -> None:
     """A 10 MiB stream and a caller taking 1 KB a second: the gateway stops reading the
     upstream once LLMGATE_STREAM_BUFFER_BYTES (512 KiB) wait for the caller, so the worker

@@ -128,6 +128,7 @@ def wait_for_sample(gw, *, after: float) -> dict:
     return kept[-1]
 
 
+@pytest.mark.slow
 def test_page_opened_after_traffic_charts_the_gateways_history_at_once(make_stack, tmp_path):
     gw = make_stack(env={"LLMGATE_STATUS_SAMPLE_S": "1"})  # a stack of its own: its counts
     # A sample of the gateway before any call: no histogram has a bucket yet.
@@ -205,6 +206,7 @@ output = {PRICE_OUT}
     sim.stop()
 
 
+@pytest.mark.slow
 def test_page_shows_each_keys_use_and_what_is_left_of_its_limits(keyed, tmp_path) -> None:
     if time.time() % 60 > 35:  # the calls and the page in one minute's window
         time.sleep(61 - time.time() % 60)

@@ -315,6 +315,7 @@ def test_page_and_assets_are_served_with_types_and_revalidation(scripted_gateway
 # -- the page on the real stack --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_status_page_on_the_stack_charts_live_traffic(gw, tmp_path) -> None:
     binary = require_binary("chromium")
     for path in ("/status.json", "/status"):  # /status: status_page registered in the factory

@@ -13,6 +13,7 @@ import secrets
 import time
 import uuid
 
+import pytest
 import urllib3
 
 from runner.drain import drain
@@ -41,6 +42,7 @@ def _embed(gw, text: str, headers: dict[str, str] | None = None) -> None:
     assert resp.status == 200, resp.data[:300]
 
 
+@pytest.mark.slow
 def test_a_black_holed_collector_holds_no_call_and_no_exit(make_stack) -> None:
     """With exports inside the call (the SDK's SimpleSpanProcessor) the first call waits
     for the collector's answer and times out; unbounded, the exit waits two minutes."""

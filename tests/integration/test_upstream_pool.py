@@ -9,6 +9,7 @@ from tests.support.bodies import chat
 from tests.support.calls import round_of_streams
 
 
+@pytest.mark.slow
 def test_1000_sequential_requests_reuse_one_connection_per_worker(gw) -> None:
     workers = gw.stack.options.workers
     for i in range(1000):
@@ -113,6 +114,7 @@ def one_worker(make_stack):
     return make_stack(workers=1, env={"LLMGATE_CACHE_MODE": "off"})
 
 
+@pytest.mark.slow
 def test_steady_load_of_200_streams_opens_no_new_connections(one_worker) -> None:
     gw, callers = one_worker, 200
     http = urllib3.PoolManager(maxsize=callers, retries=False)
