@@ -1,7 +1,7 @@
 # llmgate: `make run` and `make test` set this machine up themselves (scripts/setup.sh).
 PY := .venv/bin/python
 
-.PHONY: setup setup-test run run-cluster test test-unit test-integration lint format typecheck check bench bench-smoke nginx-conf mutate clean
+.PHONY: setup setup-test run run-cluster test test-fast test-unit test-integration lint format typecheck check bench bench-smoke nginx-conf mutate clean
 
 setup:
 	@scripts/setup.sh
@@ -20,6 +20,11 @@ setup-test:
 
 test: setup-test
 	$(PY) -m pytest
+
+# Everything but the tests marked slow (each takes more than 5 s): the unit tests and the
+# quick integration tests, real processes still. `make test` runs the slow ones too.
+test-fast: setup-test
+	$(PY) -m pytest -m "not slow"
 
 test-unit: setup
 	$(PY) -m pytest tests/unit

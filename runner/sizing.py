@@ -33,7 +33,7 @@ NGINX_SPREAD = 1.1
 # of Python's imports, Memcached connections.
 FD_SPARE = 256
 # The listen backlog of nginx (nginx/llmgate.conf.template) and gunicorn (gunicorn.conf.py);
-# the kernel cuts it to net.core.somaxconn (tests/unit/test_sizing.py holds them equal).
+# the kernel cuts it to net.core.somaxconn (tests/unit/runner/test_sizing.py holds them equal).
 LISTEN_BACKLOG = 4096
 
 

@@ -53,7 +53,7 @@ from app.edge.unread_body import Environ, counting_the_body, linger
 # Seconds a keep-alive connection of a draining worker stays idle (counted from the start of
 # the drain or from its last answer, whichever is later) before the worker closes it: longer
 # than nginx's keepalive_timeout toward gunicorn (15 s, nginx/llmgate.conf.template), so nginx
-# has closed its end by then (tests/unit/test_nginx_render.py holds them apart). A worker
+# has closed its end by then (tests/unit/runner/test_nginx_render.py holds them apart). A worker
 # with idle connections open stops up to this long after SIGTERM or after its last answer.
 IDLE_CLOSE_AFTER_S = 16.0
 

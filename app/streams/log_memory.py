@@ -27,8 +27,9 @@ from llmgate_wire.sse import Event
 # Per kept event, beyond sys.getsizeof of its bytes and text: the Event instance with its
 # attribute values, and its slot in the log's list. Measured with tracemalloc on CPython
 # 3.11 (the log of 20,000 decoded chat chunks, and of Responses events, 4 KB and 64 KB events:
-# 136-138 bytes each above the getsizeof of raw, data and event); tests/unit/test_log_memory.py
-# measures it again, so a Python that grows the Event fails there.
+# 136-138 bytes each above the getsizeof of raw, data and event);
+# tests/unit/streams/test_log_memory.py measures it again, so a Python that grows the Event
+# fails there.
 EVENT_OVERHEAD = 136
 # The gauge of held bytes is told of changes this large (or of an empty budget): a metrics
 # write per published event would cost a fair share of relaying one.

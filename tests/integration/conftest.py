@@ -6,72 +6,18 @@ share one set of processes; each test resets the simulator's counters first.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import urllib3
-from prometheus_client.parser import text_string_to_metric_families
 
 from runner.stack import Stack, StackOptions
 from tests.conftest import require_binary
-
-
-class StackHandle:
-    """A running stack plus the calls tests make against it."""
-
-    def __init__(self, stack: Stack) -> None:
-        self.stack = stack
-        self.http = urllib3.PoolManager(maxsize=32, retries=False)
-
-    @property
-    def url(self) -> str:
-        return self.stack.url
-
-    @property
-    def app_url(self) -> str:
-        return self.stack.app_url
-
-    @property
-    def sim_url(self) -> str:
-        return self.stack.sim_url
-
-    def sim_stats(self) -> dict:
-        return json.loads(self.http.request("GET", self.sim_url + "/sim/stats").data)
-
-    def sim_requests(self) -> list[dict]:
-        return json.loads(self.http.request("GET", self.sim_url + "/sim/requests").data)
-
-    def metric(self, name: str, *, default: float | None = None, **labels: str) -> float:
-        """A sample of the gateway's /metrics, parsed with prometheus_client's own parser:
-        the sum of the samples named ``name`` whose labels include ``labels``. None matching:
-        ``default``, or an AssertionError when no default is given."""
-        text = self.http.request("GET", self.url + "/metrics").data.decode()
-        found = [
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
-        ]
-        if not found and default is None:
-            raise AssertionError(f"{name}{labels} not in /metrics")
-        return sum(found) if found else float(default or 0.0)
-
-    def sim_reset(self) -> None:
-        self.http.request("POST", self.sim_url + "/sim/reset")
-
-    def post(self, path: str, body: dict | bytes, *, base: str | None = None, **kw):
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json", **kw.pop("headers", {})}
-        return self.http.request(
-            "POST", (base or self.url) + path, body=data, headers=headers, **kw
-        )
-
-    def log(self, name: str) -> str:
-        return (self.stack.options.run_dir / "logs" / f"{name}.log").read_text(errors="replace")
+from tests.support.sim import SimProcess
+from tests.support.stack import StackHandle
 
 
 @pytest.fixture(scope="session")
@@ -90,8 +36,10 @@ def runs_dir(request) -> Iterator[Path]:
 def stacks() -> Iterator[dict]:
     started: dict[str, StackHandle] = {}
     yield started
-    for handle in started.values():
-        handle.stack.stop()
+    # All at once: each gunicorn takes a second or so to let its workers go, and a whole
+    # run starts dozens of stacks (one after the other, that was a minute at the run's end).
+    with ThreadPoolExecutor(max(1, len(started))) as pool:
+        list(pool.map(lambda handle: handle.stack.stop(), started.values()))
 
 
 @pytest.fixture(scope="session")
@@ -120,3 +68,11 @@ def gw(make_stack) -> StackHandle:
     handle = make_stack()
     handle.sim_reset()
     return handle
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimProcess]:
+    """A simulator of the test module's own, on loopback, with no stack in front: it answers
+    at once (no wait for the first token, 2,000 tokens a second)."""
+    with SimProcess(ttft_ms=0, tps=2000) as process:
+        yield process

@@ -15,9 +15,10 @@ import urllib3
 
 from app.core.config import Settings
 from runner.nginx import NginxParams, start_nginx
-from tests.integration.sse_reader import chat, content_of, data_events, read_events
+from tests.support.bodies import chat
 from tests.support.calls import raw_chat_request
-from tests.support.scripted_server import wait_for
+from tests.support.sse_reader import content_of, data_events, read_events
+from tests.support.waiting import wait_for
 
 N = 3  # streams per worker
 LIMITS = {

@@ -17,22 +17,9 @@ import uuid
 import openai
 import pytest
 
-from tests.integration.test_observability import _log_lines
-
 
 def _tag() -> str:
     return uuid.uuid4().hex[:8]
-
-
-def _line(gw, request_id: str, timeout: float = 5.0) -> dict:
-    """The access log line of one call (written when its last byte has left)."""
-    until = time.monotonic() + timeout
-    while time.monotonic() < until:
-        found = [ln for ln in _log_lines(gw) if ln.get("request_id") == request_id]
-        if found:
-            return found[-1]
-        time.sleep(0.05)
-    raise AssertionError(f"no log line for {request_id}")
 
 
 @pytest.fixture
@@ -53,7 +40,7 @@ def test_service_tier_and_cached_tokens_are_logged_and_counted(client, gw) -> No
     completion = raw.parse()
     assert completion.service_tier == "default"  # the tier it ran in, not the one asked
     assert completion.usage.prompt_tokens_details.cached_tokens == 3
-    line = _line(gw, raw.headers["x-llmgate-request-id"])
+    line = gw.logged(raw.headers["x-llmgate-request-id"], timeout=5)
     assert (line["service_tier"], line["tokens_in"], line["tokens_cached"]) == ("default", 5, 3)
     assert gw.metric("llmgate_prompt_cached_tokens_total", route="chat") - before == 3
     assert gw.metric("llmgate_prompt_tokens_total", route="chat") - prompt_before == 5
@@ -74,7 +61,7 @@ def test_a_responses_stream_logs_its_usage_tier_and_ttft_at_the_first_delta(clie
         events = list(raw.parse())
     assert time.monotonic() - started >= 0.6
     assert events[0].type == "response.created" and events[-1].type == "response.completed"
-    line = _line(gw, request_id)
+    line = gw.logged(request_id, timeout=5)
     assert line["service_tier"] == "flex"
     assert (line["tokens_in"], line["tokens_out"], line["tokens_cached"]) == (3, 3, 2)
     # response.created left at once; the first token came after the simulated 600 ms.

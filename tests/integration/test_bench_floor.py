@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from bench.floor import FLOOR_APP
-from tests.integration.sse_reader import chat
+from tests.support.bodies import chat
 
 
 def test_the_floor_app_relays_a_stream_and_an_answer_in_the_gateways_place(make_stack) -> None:

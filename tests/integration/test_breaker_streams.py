@@ -22,9 +22,9 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+import urllib3
 
-from tests.integration.sse_reader import chat, data_events, read_events
-from tests.integration.test_upstreams import UPSTREAM, _stack, http, sim_stats, start_simulator
+from tests.support.bodies import chat
 from tests.support.calls import raw_chat_request
 from tests.support.scripted_server import (
     Exchange,
@@ -33,8 +33,13 @@ from tests.support.scripted_server import (
     chunk,
     completion,
     stream_tokens,
-    wait_for,
 )
+from tests.support.sim import sim_stats, start_simulator
+from tests.support.sse_reader import data_events, read_events
+from tests.support.stack import UPSTREAM, config_stack
+from tests.support.waiting import wait_for
+
+http = urllib3.PoolManager(retries=False)
 
 FAILURES = 3  # LLMGATE_BREAKER_FAILURES
 COOLDOWN_S = 3.0  # long enough to see an open breaker turn calls away, even on a busy machine
@@ -94,7 +99,7 @@ base_url = "{upstreams["steady"]}/v1"
 priority = 1
 headers = {{ "x-sim-fault" = "none" }}
 """
-    return _stack(make_stack, tmp_path_factory, toml, LLMGATE_BREAKER_FAILURES=str(FAILURES),
+    return config_stack(make_stack, tmp_path_factory, toml, LLMGATE_BREAKER_FAILURES=str(FAILURES),
                   LLMGATE_BREAKER_COOLDOWN_S=str(COOLDOWN_S), LLMGATE_IDLE_TIMEOUT_S="1",
                   LLMGATE_MAX_EVENT_BYTES="4096")  # fmt: skip
 
@@ -185,6 +190,7 @@ CUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cut", list(CUTS))
 def test_streams_cut_after_their_headers_open_the_breaker(closed, upstreams, cut: str) -> None:
     gw = closed
@@ -242,6 +248,7 @@ def test_a_half_open_probe_is_judged_at_its_end(closed) -> None:
     assert _plain(gw, "flaky") == "steady"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after_events", [0, 3], ids=["before its headers", "mid-stream"])
 def test_a_probe_its_caller_leaves_lets_the_next_call_probe(
     closed, upstreams, after_events: int

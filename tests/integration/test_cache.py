@@ -11,7 +11,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from tests.integration.sse_reader import content_of, data_events, read_events
+from tests.support.sse_reader import content_of, data_events, read_events
 
 STATUS = "X-LLMGate-Cache"
 

@@ -27,10 +27,10 @@ from app.cache.backends import Backend
 from app.cache.memcached import FLAG_MANIFEST, FLAG_PART, FLAG_VALUE, MemcachedBackend
 from app.cache.memory import MemoryBackend
 from app.cache.tiered import TieredCache
-from runner.procs import Proc, free_port
-from tests.conftest import ROOT, require_binary
-from tests.integration.faults import BlackHole
+from tests.conftest import ROOT
 from tests.support.faultproxy import FaultProxy
+from tests.support.faults import BlackHole
+from tests.support.memcached import start_memcached
 
 MiB = 1024 * 1024
 CEILING = 8 * MiB  # the largest value every contract backend stores
@@ -38,21 +38,6 @@ SLACK = 0.5  # added to a timeout in duration bounds: generous, never a tight ti
 
 
 # -- processes and helpers ------------------------------------------------------------------
-def start_memcached(log_dir: Path, *extra: str) -> tuple[Proc, int]:
-    binary = require_binary("memcached")
-    port = free_port()
-    argv = [binary, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "64", *extra]
-    if os.geteuid() == 0:
-        argv += ["-u", "nobody"]
-    proc = Proc(f"memcached-{port}", argv, log_path=log_dir / f"memcached-{port}.log")
-    try:
-        proc.wait_port(port)
-    except Exception:
-        proc.stop()
-        raise
-    return proc, port
-
-
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache-backends")

@@ -15,6 +15,8 @@ import dataclasses
 import os
 import time
 
+import pytest
+
 from runner.__main__ import options_from_env, parse_args
 from runner.stack import Stack
 from tests.conftest import require_binary
@@ -25,6 +27,7 @@ STREAMS = int(os.environ.get("LLMGATE_TEST_HELD_STREAMS", "1000"))
 HEARTBEAT_S = 1.0
 
 
+@pytest.mark.slow
 def test_make_runs_stack_holds_streams_with_heartbeats_and_no_error(runs_dir) -> None:
     require_binary("nginx")
     require_binary("memcached")

@@ -29,6 +29,7 @@ from llmgate_client import (
     StreamError,
     Timeout,
 )
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = RetryPolicy(max_retries=3, backoff_initial=0.02, backoff_max=0.1)
@@ -71,15 +72,6 @@ def client_base_url(stack) -> str:
 @pytest.fixture(autouse=True)
 def fresh_stats(sim: SimView) -> None:
     sim.reset()
-
-
-def wait_for(predicate: Any, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return bool(predicate())
 
 
 def test_hundred_threads_thousand_calls_one_bounded_pool(

@@ -20,13 +20,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.integration.conftest import StackHandle
+from tests.support.stack import StackHandle
 
 STEP_TIMEOUT_S = 240  # one pip or venv step; a cached run takes a few seconds
 PIP = ["-m", "pip", "--disable-pip-version-check", "--no-input", "--timeout", "30"]
 GATEWAY_ONLY = {"flask", "werkzeug", "gunicorn", "gevent", "pymemcache", "prometheus-client"}
 MODEL = "sim/tokens=12,tps=400"
 PROMPT = "What does a wheel hold?"
+# Slow, whole: each test needs the wheel built and installed in a fresh venv (about 6 s).
+pytestmark = pytest.mark.slow
 
 # Run by the fresh venv's python from a directory outside the checkout: where the client was
 # imported from, whether the gateway's package can be found at all, and the streamed deltas.

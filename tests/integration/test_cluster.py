@@ -21,18 +21,21 @@ from pathlib import Path
 
 import pytest
 import urllib3
-from prometheus_client.parser import text_string_to_metric_families
 
 from runner.__main__ import write_scrape_targets
 from runner.stack import Stack, StackOptions
 from tests.conftest import require_binary
-from tests.integration.conftest import StackHandle
-from tests.integration.test_fault_matrix import memcached_stats
 from tests.support.calls import Outcome, call
-from tests.support.scripted_server import wait_for
+from tests.support.memcached import memcached_stats
+from tests.support.metrics import samples
+from tests.support.stack import StackHandle
+from tests.support.waiting import wait_for
 
 INSTANCES = 3
 http = urllib3.PoolManager(maxsize=256, retries=False)
+# Slow, whole: the cluster takes about 17 s to stop (its three instances drain) and a
+# rolling restart under load about 10 s.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +64,7 @@ def cluster(runs_dir: Path) -> Iterator[StackHandle]:
 def instance_metric(url: str, name: str, **labels: str) -> float:
     # Straight to the instance's gunicorn, one connection per read (nothing kept open).
     resp = http.request("GET", url + "/metrics", headers={"Connection": "close"})
-    text = resp.data.decode()
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
+    return sum(samples(resp.data.decode(), name, **labels))
 
 
 def served(gw: StackHandle) -> list[float]:

@@ -12,21 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import urllib3
 
-from tests.integration.sse_reader import content_of, data_events, read_events
+from tests.support.bodies import chat_about
+from tests.support.sse_reader import content_of, data_events, read_events
 
 STATUS = "X-LLMGate-Cache"
 
 
 def _payload(prompt: str, stream: bool = True, tokens: int = 20) -> bytes:
-    return json.dumps(
-        {
-            "model": "sim-model",
-            "temperature": 0,
-            "stream": stream,
-            "max_tokens": tokens,
-            "messages": [{"role": "user", "content": prompt}],
-        }
-    ).encode()
+    return json.dumps(chat_about(prompt, temperature=0, stream=stream, max_tokens=tokens)).encode()
 
 
 def _stream(http: urllib3.PoolManager, url: str, payload: bytes, headers: dict) -> dict:

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+import pytest
 import urllib3
 
 from runner.procs import free_port
@@ -29,6 +30,7 @@ def image_env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_the_image_command_serves_and_drains_a_stream_on_sigterm(runs_dir) -> None:
     require_binary("nginx")
     command = next(exec_form(a) for w, a in dockerfile() if w == "CMD")

@@ -14,8 +14,8 @@ from app.core.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from runner.procs import free_port
 from tests.conftest import require_binary
-from tests.integration.faults import closed_port_url
-from tests.integration.sse_reader import chat
+from tests.support.bodies import chat
+from tests.support.faults import closed_port_url
 
 SMALL_BODY = {"LLMGATE_MAX_BODY_BYTES": "2000"}
 

@@ -13,7 +13,6 @@ import json
 import os
 import random
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -25,31 +24,15 @@ import pytest
 import urllib3
 
 from bench.proctree import connections_to
-from tests.integration.test_cache_backends import start_memcached
 from tests.support.calls import ManyStreams, Outcome, call, chat_body, raw_chat_request
 from tests.support.faultproxy import FaultProxy
-from tests.support.scripted_server import wait_for
+from tests.support.memcached import memcached_stats, start_memcached
+from tests.support.waiting import wait_for
 
 http = urllib3.PoolManager(maxsize=64, retries=False)
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def memcached_stats(port: int) -> dict[str, int]:
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
-        sock.sendall(b"stats\r\n")
-        buf = b""
-        while not buf.endswith(b"END\r\n"):
-            chunk = sock.recv(65536)
-            assert chunk, "memcached closed the stats connection"
-            buf += chunk
-    out = {}
-    for line in buf.decode().splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "STAT" and parts[2].isdigit():
-            out[parts[1]] = int(parts[2])
-    return out
-
-
 def worker_pids(gw) -> list[int]:
     master = gw.stack.proc("gunicorn").popen.pid
     return [int(p) for p in Path(f"/proc/{master}/task/{master}/children").read_text().split()]
@@ -100,6 +83,7 @@ def memcached_behind_proxy(tmp_path_factory) -> Iterator[tuple[FaultProxy, int]]
     proc.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["down", "stall", "reset"])
 def test_memcached_fault_mid_load_fails_no_request(make_stack, memcached_behind_proxy, fault):
     """A stopped (port refused), blackholed or resetting Memcached is a miss, never an error.
@@ -252,6 +236,7 @@ def _lease_round(gw, proxy: FaultProxy, prompt: str) -> tuple[list[Outcome], int
 
 
 # -- 2. a worker SIGKILLed under load → only its in-flight calls fail -------------------------
+@pytest.mark.slow
 def test_a_worker_killed_under_load_fails_only_its_in_flight_calls(make_stack) -> None:
     """Two workers, slow streams in flight on both; one worker gets SIGKILL.
 
@@ -485,6 +470,7 @@ def _label(outcome: Outcome) -> str:
     return outcome.kind
 
 
+@pytest.mark.slow
 def test_randomized_soak_every_answer_is_its_callers_and_every_failure_is_shaped(gw) -> None:
     """Eight threads for SOAK_SECONDS, seeded: random prompts (a third from a small shared
     set, cacheable, so hits and coalescing mix callers' requests), stream or not, random

@@ -21,6 +21,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import pytest
+
 SEED = int(os.environ.get("LLMGATE_FUZZ_SEED", "20261130"))
 REQUESTS = int(os.environ.get("LLMGATE_FUZZ_REQUESTS", "10000"))
 MAX_BODY = 65536  # the stack's LLMGATE_MAX_BODY_BYTES: oversized bodies stay cheap to send
@@ -319,6 +321,7 @@ def judge(case: Case, answers: list[Answer]) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_ten_thousand_malformed_requests_through_nginx(make_stack) -> None:
     gw = make_stack(
         env={

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import urllib3
-from prometheus_client.parser import text_string_to_metric_families
 
 from app.request.bounds import PROMPT_OVERHEAD
 from app.tenancy.keyring import hash_key
 from runner.procs import free_port
-from tests.integration.sse_reader import chat
+from tests.support.bodies import chat
+from tests.support.metrics import samples
 
 UPSTREAM_KEY = "sk-upstream-operator"
 OPERATOR_TOKEN = "op-token-for-tests"
@@ -261,13 +261,7 @@ def test_key_metrics_carry_names_never_secrets(keyed) -> None:
         texts.append(resp.data.decode())
 
     def total(name: str, **labels: str) -> float:
-        return sum(
-            sample.value
-            for text in texts
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
-        )
+        return sum(value for text in texts for value in samples(text, name, **labels))
 
     assert total("llmgate_key_requests_total", key="rpm60", status="429") == 40
     assert total("llmgate_key_requests_total", key="rpm60", status="200") == 60

@@ -19,7 +19,7 @@ import pytest
 from app.core.config import Settings
 from runner.nginx import NginxParams, start_nginx
 from runner.procs import free_port
-from tests.integration.test_error_shapes import assert_json_error, request_head, send_raw
+from tests.support.raw_http import assert_json_error, request_head, send_raw
 from tests.support.scripted_server import Exchange, LoopbackServer, Request, completion, serve
 
 CHAT = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
@@ -237,7 +237,7 @@ def test_upstream_redirects_are_never_followed(make_stack, redirecting, redirect
 )
 def test_cr_lf_and_nul_in_header_values_are_refused(gw, line: bytes) -> None:
     """A bare CR, an obsolete line fold and a NUL are refused by whichever server reads the
-    header first (the app refuses them too, tests/unit/test_header_values.py)."""
+    header first (the app refuses them too, tests/unit/request/test_header_values.py)."""
     for name, url in bases(gw):
         head = request_head("GET", "/v1/models", []).replace(
             b"\r\n\r\n", b"\r\n" + line + b"\r\n\r\n"

@@ -7,15 +7,18 @@ import socket
 import time
 
 import openai
+import pytest
 
-from tests.integration.sse_reader import chat, data_events, read_events
-from tests.support.scripted_server import wait_for
+from tests.support.bodies import chat
+from tests.support.sse_reader import data_events, read_events
+from tests.support.waiting import wait_for
 
 HEARTBEAT = {"LLMGATE_HEARTBEAT_S": "0.5"}
 # nginx's error log line when proxy_read_timeout fires before the app sent its headers.
 NGINX_READ_TIMEOUT = "upstream timed out (110: Connection timed out) while reading response header"
 
 
+@pytest.mark.slow
 def test_pings_arrive_while_waiting_for_the_first_token_and_between_tokens(make_stack) -> None:
     gw = make_stack(env=HEARTBEAT)
     gw.sim_reset()
@@ -41,6 +44,7 @@ def test_pings_arrive_while_waiting_for_the_first_token_and_between_tokens(make_
     assert all(e.raw == b": ping\n\n" for e in events if e.is_comment)
 
 
+@pytest.mark.slow
 def test_a_waiting_stream_is_never_silent_for_more_than_one_interval(make_stack) -> None:
     """Watched from the caller's side through nginx: with a 2 s heartbeat and an upstream
     that thinks 7 s, the headers and a first ping arrive together at about 2 s (they came at
@@ -84,6 +88,7 @@ def test_sdk_ignores_heartbeats(make_stack) -> None:
     assert len(text.split()) == 3
 
 
+@pytest.mark.slow
 def test_heartbeats_outlive_a_short_nginx_read_timeout(make_stack) -> None:
     # nginx cuts a proxied response after 1.5 s without bytes; the upstream thinks for 4 s.
     with_pings = make_stack(env=HEARTBEAT, nginx_read_timeout_s=1.5)

@@ -15,9 +15,12 @@ from collections.abc import Iterator
 import pytest
 import urllib3
 
-from tests.integration.sse_reader import chat
-from tests.integration.test_upstreams import UPSTREAM, _stack, http, sim_stats, start_simulator
-from tests.support.scripted_server import wait_for
+from tests.support.bodies import chat
+from tests.support.sim import sim_stats, start_simulator
+from tests.support.stack import UPSTREAM, config_stack
+from tests.support.waiting import wait_for
+
+http = urllib3.PoolManager(retries=False)
 
 HEDGE_AFTER_S = 0.3
 SLOW_TTFT_S = 2.0
@@ -46,7 +49,7 @@ name = "fast"
 base_url = "{two_speeds[1]}/v1"
 priority = 1
 """
-    return _stack(make_stack, tmp_path_factory, toml, **env)
+    return config_stack(make_stack, tmp_path_factory, toml, **env)
 
 
 @pytest.fixture(scope="module")

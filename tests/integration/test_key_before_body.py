@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from app.tenancy.keyring import hash_key
-from tests.integration.test_error_shapes import assert_json_error
+from tests.support.raw_http import assert_json_error
 
 GOOD = "llmg-body-good-secret"
 KEYS = {
@@ -196,17 +196,6 @@ def test_an_early_answer_is_never_lost_to_the_unread_body(keyed, base) -> None:
     assert outcomes == {401: 100}
 
 
-def _logged(keyed, request_id: str, timeout: float = 10.0) -> dict:
-    """The gateway's log line of the request ``request_id``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in keyed.log("gunicorn").splitlines():
-            if request_id in line and line.startswith("{"):
-                return json.loads(line)
-        time.sleep(0.1)
-    raise AssertionError(f"no log line for {request_id}")
-
-
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_a_body_cut_short_is_refused_not_passed_on(keyed, base, chunked) -> None:
     """nginx passes the body on as it comes, so a caller that leaves mid-upload leaves the
@@ -223,6 +212,6 @@ def test_a_body_cut_short_is_refused_not_passed_on(keyed, base, chunked) -> None
             + b"y" * 300_000
         )
         time.sleep(0.5)  # the gateway has the request before the caller leaves
-    line = _logged(keyed, request_id)  # the gateway is done with it
+    line = keyed.logged(request_id)  # the gateway is done with it
     assert keyed.sim_stats()["requests"] == 0
     assert line["status"] == 400 and line["route"] == "passthrough"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,13 +19,15 @@ from pathlib import Path
 
 import pytest
 import urllib3
-from prometheus_client.parser import text_string_to_metric_families
 
 from app.cache.discovery import resolve
 from app.tenancy.keyring import hash_key
 from runner.procs import Proc, free_port
 from tests.conftest import require_binary
-from tests.integration.test_upstreams import sim_stats, start_simulator
+from tests.support.bodies import chat_about
+from tests.support.memcached import memcached_stats
+from tests.support.metrics import samples
+from tests.support.sim import sim_stats, start_simulator
 
 KEYS = {
     "two-streams": "max_streams = 2",
@@ -112,12 +113,7 @@ def metric(gw, name: str, **labels: str) -> float:
     total = 0.0
     for url in gw.stack.app_urls:
         text = http.request("GET", url + "/metrics").data.decode()
-        total += sum(
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
-        )
+        total += sum(samples(text, name, **labels))
     return total
 
 
@@ -139,16 +135,12 @@ def words(n: int, salt: str) -> str:
     return " ".join([salt[:2]] * n)
 
 
-def chat_body(prompt: str, **fields) -> dict:
-    return {"model": "sim-model", "messages": [{"role": "user", "content": prompt}], **fields}
-
-
 # -- stream slots that live as long as their streams -------------------------------------------
 class OpenStream:
     """A stream read to its end in a thread of its own; its status known at once."""
 
     def __init__(self, url: str, tokens: int, tps: float) -> None:
-        body = chat_body("hold the line", stream=True, max_tokens=tokens)
+        body = chat_about("hold the line", stream=True, max_tokens=tokens)
         self.resp = post(url, "two-streams", body, preload_content=False,
                          headers={"x-sim-tps": str(tps)})  # fmt: skip
         self.data = b""
@@ -164,6 +156,7 @@ class OpenStream:
             self.done.set()
 
 
+@pytest.mark.slow
 def test_max_streams_holds_for_as_long_as_the_streams_stay_open(limited) -> None:
     start = time.monotonic()
 
@@ -176,16 +169,16 @@ def test_max_streams_holds_for_as_long_as_the_streams_stay_open(limited) -> None
     second = OpenStream(limited.url, tokens=24, tps=2)
     assert second.resp.status == 200
     at(2.5)  # the old counter had expired a second after the first stream began
-    third = post(limited.url, "two-streams", chat_body("x", stream=True, max_tokens=2))
+    third = post(limited.url, "two-streams", chat_about("x", stream=True, max_tokens=2))
     assert third.status == 429, third.data[:300]
     assert json.loads(third.data)["error"]["code"] == "rate_limit_exceeded"
     assert int(third.headers["retry-after"]) >= 1
     assert usage_of(limited, "two-streams")["streams_open"] == 2
     at(6.0)  # both still streaming: still full
-    assert post(limited.url, "two-streams", chat_body("x", stream=True)).status == 429
+    assert post(limited.url, "two-streams", chat_about("x", stream=True)).status == 429
     assert first.done.wait(30) and first.data.endswith(b"data: [DONE]\n\n")
     assert not second.done.is_set()  # one slot free, one still held
-    fourth = post(limited.url, "two-streams", chat_body("x", stream=True, max_tokens=2))
+    fourth = post(limited.url, "two-streams", chat_about("x", stream=True, max_tokens=2))
     assert fourth.status == 200 and fourth.data.endswith(b"data: [DONE]\n\n")
     assert second.done.wait(30)
     deadline = time.monotonic() + 5
@@ -211,7 +204,7 @@ def spend_concurrently(gw, sim: str, key: str, bodies: list[dict]) -> tuple[list
 
 
 def test_20_concurrent_calls_never_spend_past_a_daily_token_budget(limited, sim) -> None:
-    bodies = [chat_body(words(500, f"d{i}"), max_tokens=50) for i in range(20)]
+    bodies = [chat_about(words(500, f"d{i}"), max_tokens=50) for i in range(20)]
     answers, simulated = spend_concurrently(limited, sim, "day2000", bodies)
     ok = [r for r in answers if r.status == 200]
     refused = [r for r in answers if r.status == 429]
@@ -228,7 +221,7 @@ def test_20_concurrent_calls_never_spend_past_a_daily_token_budget(limited, sim)
 def test_concurrent_calls_never_spend_past_tokens_per_minute(limited, sim) -> None:
     if time.time() % 60 > 40:  # one minute's window for the whole test
         time.sleep(61 - time.time() % 60)
-    bodies = [chat_body(words(100, f"m{i}"), max_tokens=50) for i in range(8)]
+    bodies = [chat_about(words(100, f"m{i}"), max_tokens=50) for i in range(8)]
     answers, simulated = spend_concurrently(limited, sim, "tpm1000", bodies)
     ok = [r for r in answers if r.status == 200]
     assert len(ok) >= 2, [r.status for r in answers]  # the bound is loose, not absurd
@@ -240,7 +233,7 @@ def test_concurrent_calls_never_spend_past_tokens_per_minute(limited, sim) -> No
 
 
 def test_concurrent_calls_never_spend_past_a_money_budget(limited, sim) -> None:
-    bodies = [chat_body(words(100, f"u{i}"), max_tokens=50) for i in range(20)]
+    bodies = [chat_about(words(100, f"u{i}"), max_tokens=50) for i in range(20)]
     answers, simulated = spend_concurrently(limited, sim, "usd", bodies)
     ok = [r for r in answers if r.status == 200]
     assert len(ok) >= 2, [r.status for r in answers]
@@ -257,7 +250,7 @@ def test_concurrent_calls_never_spend_past_a_money_budget(limited, sim) -> None:
 
 
 def test_each_call_has_a_receipt_in_its_log_line(limited) -> None:
-    resp = post(limited.url, "responder", chat_body("a receipt please", max_tokens=5),
+    resp = post(limited.url, "responder", chat_about("a receipt please", max_tokens=5),
                 headers={"X-Request-ID": "receipt-test-1"})  # fmt: skip
     assert resp.status == 200
     answer = json.loads(resp.data)
@@ -271,7 +264,7 @@ def test_each_call_has_a_receipt_in_its_log_line(limited) -> None:
 
 
 def test_a_keys_cap_is_sent_to_a_call_that_names_none(limited, sim) -> None:
-    resp = post(limited.url, "capped", chat_body("cap me", temperature=0.5))
+    resp = post(limited.url, "capped", chat_about("cap me", temperature=0.5))
     assert resp.status == 200
     assert json.loads(resp.data)["usage"]["completion_tokens"] == 7
     sent = json.loads(http.request("GET", sim + "/sim/requests").data)[-1]["body"]
@@ -337,7 +330,7 @@ def test_streams_the_worker_refused_are_not_counted_against_the_key(one_worker) 
     barrier = threading.Barrier(12)
 
     def stream(i: int):
-        body = chat_body(f"busy {i}", stream=True, max_tokens=10)
+        body = chat_about(f"busy {i}", stream=True, max_tokens=10)
         barrier.wait()
         return post(one_worker.url, "rpm", body, headers={"x-sim-tps": "5"})
 
@@ -353,13 +346,13 @@ def test_streams_the_worker_refused_are_not_counted_against_the_key(one_worker) 
 def test_calls_no_upstream_answered_give_their_request_back(one_worker) -> None:
     fresh_minute()
     for stream in (False, True, False):
-        resp = post(one_worker.url, "dead-end", chat_body("anyone?", stream=stream))
+        resp = post(one_worker.url, "dead-end", chat_about("anyone?", stream=stream))
         assert resp.status == 502, resp.data[:300]
         assert json.loads(resp.data)["error"]["code"] == "upstream_unreachable"
     assert usage_of(one_worker, "dead-end")["requests_this_minute"] == 0
     # An upstream's own error answer is an answer: that call counts.
     before = usage_of(one_worker, "rpm")["requests_this_minute"]
-    resp = post(one_worker.url, "rpm", chat_body("no"), headers={"x-sim-fault": "401"})
+    resp = post(one_worker.url, "rpm", chat_about("no"), headers={"x-sim-fault": "401"})
     assert resp.status == 401
     assert usage_of(one_worker, "rpm")["requests_this_minute"] == before + 1
 
@@ -405,21 +398,12 @@ def test_a_keys_limit_holds_over_every_worker_when_memcached_is_found_by_dns(by_
 
     def call(i: int):
         barrier.wait()
-        return post(stack.url, "rpm3", chat_body(f"counted once {i}", max_tokens=5)).status
+        return post(stack.url, "rpm3", chat_about(f"counted once {i}", max_tokens=5)).status
 
     with ThreadPoolExecutor(12) as pool:
         statuses = sorted(pool.map(call, range(12)))
     assert statuses == [200] * 3 + [429] * 9, statuses
     assert sim_stats(sim)["requests"] - before == 3
-    assert memcached_items(host, port) >= 1  # the key's counter, where every worker counts
-
-
-def memcached_items(host: str, port: int) -> int:
-    with socket.create_connection((host, port), timeout=2) as sock:
-        sock.sendall(b"stats\r\n")
-        buf = b""
-        while not buf.endswith(b"END\r\n"):
-            buf += sock.recv(65536)
-    found = re.search(rb"STAT curr_items (\d+)", buf)
-    assert found is not None, buf
-    return int(found.group(1))
+    assert (
+        memcached_stats(port, host)["curr_items"] >= 1
+    )  # the key's counter, where every worker counts

@@ -18,7 +18,7 @@ from app.cache.counters import MemcachedCounters
 from app.cache.memcached import MemcachedBackend
 from app.tenancy.limits import MemoryCounters
 from runner.procs import free_port
-from tests.integration.test_cache_backends import start_memcached
+from tests.support.memcached import start_memcached
 
 
 @pytest.fixture(scope="module")

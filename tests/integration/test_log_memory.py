@@ -72,6 +72,7 @@ def _stream(http: urllib3.PoolManager, url: str, prompt: str, headers: dict) -> 
     return resp.status, resp.headers.get(STATUS), size, tail
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("budget", "headers", "bound_mib"),
     [

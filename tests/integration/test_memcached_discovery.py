@@ -20,21 +20,14 @@ from app.cache.discovery import NodeWatcher, resolve
 from app.cache.memcached import MemcachedBackend
 from runner.procs import Proc, free_port
 from tests.conftest import require_binary
-from tests.support.scripted_server import wait_for
+from tests.support.memcached import memcached_stats
+from tests.support.waiting import wait_for
 
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 
 
 def _items(host: str, port: int) -> int:
-    with socket.create_connection((host, port), timeout=2) as sock:
-        sock.sendall(b"stats\r\n")
-        buf = b""
-        while not buf.endswith(b"END\r\n"):
-            buf += sock.recv(65536)
-    for line in buf.decode().splitlines():
-        if line.startswith("STAT curr_items "):
-            return int(line.split()[2])
-    raise AssertionError(buf)
+    return memcached_stats(port, host)["curr_items"]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.sse_reader import chat
+from tests.support.bodies import chat
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])

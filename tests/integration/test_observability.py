@@ -10,7 +10,8 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.sse_reader import data_events, read_events
+from tests.support.bodies import chat_about
+from tests.support.sse_reader import data_events, read_events
 
 SECRET_KEY = "sk-SECRET-TEST-KEY-0123456789"
 
@@ -30,14 +31,9 @@ def total(samples: dict, name: str, **labels: str) -> float:
 
 
 def chat(prompt: str, *, stream: bool = False, temperature: float = 0, **extra) -> dict:
-    return {
-        "model": "sim-model",
-        "temperature": temperature,
-        "stream": stream,
-        "max_tokens": 4,
-        "messages": [{"role": "user", "content": prompt}],
-        **extra,
-    }
+    return chat_about(
+        prompt, **{"temperature": temperature, "stream": stream, "max_tokens": 4, **extra}
+    )
 
 
 def _wait_total(gw, expected: float, timeout: float = 10.0) -> dict:
@@ -135,6 +131,7 @@ def test_ttft_histogram_puts_a_known_ttft_in_its_bucket(make_stack) -> None:
         assert delta(name, "+Inf") == 1, name
 
 
+@pytest.mark.slow
 def test_connections_opened_stay_flat_under_steady_load(make_stack) -> None:
     gw = make_stack(env={"LLMGATE_HEARTBEAT_S": "12"})
     for i in range(20):  # warm both workers' pools
@@ -167,14 +164,6 @@ def test_request_ids_and_server_timing(gw) -> None:
     assert line["request_id"] == "caller-id-42" and line["upstream_response_time"]
 
 
-def _log_lines(gw) -> list[dict]:
-    lines = []
-    for raw in gw.log("gunicorn").splitlines():
-        if raw.startswith("{"):
-            lines.append(json.loads(raw))
-    return lines
-
-
 @pytest.mark.parametrize("log_prompts", [False, True])
 def test_logs_never_hold_the_credential_and_prompts_only_when_enabled(make_stack, log_prompts):
     env = {"LLMGATE_LOG_PROMPTS": "1" if log_prompts else "0", "LLMGATE_ACCESS_LOG": "-"}
@@ -195,7 +184,7 @@ def test_logs_never_hold_the_credential_and_prompts_only_when_enabled(make_stack
     assert SECRET_KEY not in logs
     assert SECRET_KEY[3:] not in logs
     assert (prompt in logs) is log_prompts
-    mine = [ln for ln in _log_lines(gw) if ln.get("request_id") == f"log-{prompt[-8:]}"]
+    mine = [ln for ln in gw.log_records() if ln.get("request_id") == f"log-{prompt[-8:]}"]
     assert len(mine) == 4
     first = mine[0]
     for field in (

@@ -16,7 +16,8 @@ import secrets
 import time
 from pathlib import Path
 
-from tests.integration.test_error_shapes import request_head, send_raw
+from tests.support.bodies import chat_about
+from tests.support.raw_http import request_head, send_raw
 
 TOKEN = secrets.token_hex(6)
 KEYS = {
@@ -30,13 +31,8 @@ SECRETS = [*KEYS.values(), PROMPT, f"{TOKEN}-prompt"]
 
 
 def chat(stream: bool = False, **extra: object) -> dict:
-    return {
-        "model": "sim-model",
-        "messages": [{"role": "user", "content": PROMPT}],
-        "max_tokens": 5,
-        "stream": stream,
-        **extra,
-    }
+    """A body carrying the secret prompt: no log or answer may show it."""
+    return chat_about(PROMPT, **{"max_tokens": 5, "stream": stream, **extra})
 
 
 def credentials() -> list[tuple[str, str]]:

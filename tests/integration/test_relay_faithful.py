@@ -19,7 +19,8 @@ from urllib.parse import unquote
 import pytest
 
 from tests.support.calls import raw_chat_request
-from tests.support.scripted_server import Exchange, LoopbackServer, Request, wait_for
+from tests.support.scripted_server import Exchange, LoopbackServer, Request
+from tests.support.waiting import wait_for
 
 # A stream that uses the whole grammar: CRLF and LF (and a CRLF split across writes), a
 # comment, multi-line data, id/retry/event fields, a non-ASCII "digit" in retry, odd
@@ -354,6 +355,7 @@ def _entries(gw) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_a_caller_reading_1_kb_a_second_holds_the_buffer_not_the_stream(gw1) -> None:
     """A 10 MiB stream and a caller taking 1 KB a second: the gateway stops reading the
     upstream once LLMGATE_STREAM_BUFFER_BYTES (512 KiB) wait for the caller, so the worker

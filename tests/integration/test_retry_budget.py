@@ -15,7 +15,7 @@ from collections import Counter
 import openai
 import pytest
 
-from tests.integration.sse_reader import chat
+from tests.support.bodies import chat
 
 N = 40  # concurrent callers
 PERCENT, MINIMUM, RETRIES = 20, 3, 2  # the defaults

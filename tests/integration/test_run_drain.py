@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import urllib3
 from urllib3.exceptions import HTTPError
 
@@ -64,6 +65,7 @@ def _gunicorn_master(runner_pid: int) -> int:
     raise AssertionError("no gunicorn master under the runner")
 
 
+@pytest.mark.slow
 def test_sigterm_keeps_readyz_answering_503_while_a_stream_finishes(runs_dir) -> None:
     require_binary("nginx")
     settings = {"LLMGATE_DRAIN_DELAY_S": str(DELAY_S), "LLMGATE_GRACEFUL_TIMEOUT_S": "30"}

@@ -7,7 +7,7 @@ import base64
 import openai
 import pytest
 
-from tests.integration.sse_reader import CHAT
+from tests.support.bodies import CHAT
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 import urllib3
 
 from runner.stack import Stack, StackOptions
-from tests.integration.sse_reader import chat
+from tests.support.bodies import chat
 
 GRACE_S = 4
 
@@ -86,6 +86,7 @@ def test_sigterm_lets_short_streams_finish_and_ends_long_ones_with_an_error_even
     assert took < GRACE_S + 5
 
 
+@pytest.mark.slow
 def test_an_idle_keep_alive_caller_does_not_hold_a_stopping_worker(runs_dir: Path) -> None:
     from app.edge.worker import IDLE_CLOSE_AFTER_S
 
@@ -116,6 +117,7 @@ def test_an_idle_keep_alive_caller_does_not_hold_a_stopping_worker(runs_dir: Pat
         stack.stop()
 
 
+@pytest.mark.slow
 def test_sighup_to_make_run_reloads_the_upstreams_without_failing_a_call(runs_dir) -> None:
     """`make run`'s runner on SIGHUP: new workers read the edited upstreams file, streams
     and calls in flight across the reload all succeed."""
@@ -125,7 +127,7 @@ def test_sighup_to_make_run_reloads_the_upstreams_without_failing_a_call(runs_di
 
     from runner.procs import free_port
     from tests.conftest import ROOT, require_binary
-    from tests.integration.test_upstreams import start_simulator
+    from tests.support.sim import start_simulator
 
     require_binary("nginx")
     sim, sim_url = start_simulator(runs_dir)
@@ -178,6 +180,7 @@ def test_sighup_to_make_run_reloads_the_upstreams_without_failing_a_call(runs_di
         sim.stop()
 
 
+@pytest.mark.slow
 def test_a_worker_draining_under_load_fails_no_call(runs_dir: Path) -> None:
     """One of two workers gets SIGTERM while bursts of calls come through nginx, whose idle
     connections to both workers are many: every call is answered 200. A draining worker that
@@ -216,6 +219,7 @@ def test_a_worker_draining_under_load_fails_no_call(runs_dir: Path) -> None:
     assert Counter(statuses) == {200: len(statuses)}
 
 
+@pytest.mark.slow
 def test_a_request_arriving_when_idle_connections_are_closed_is_still_answered(
     runs_dir: Path,
 ) -> None:

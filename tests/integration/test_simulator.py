@@ -16,7 +16,6 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -26,15 +25,10 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from simulator import behaviour, http11, text
 from tests.support.sim import SimProcess
+from tests.support.waiting import wait_for
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hello there simulator"}]
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with SimProcess(ttft_ms=0, tps=2000) as process:
-        yield process
 
 
 @pytest.fixture(autouse=True)
@@ -109,13 +103,6 @@ def stream_events(sim: SimProcess, body: dict[str, Any], **controls: str) -> lis
         return events
     finally:
         conn.close()
-
-
-def wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 # --- pure layers ---------------------------------------------------------------------------
@@ -572,10 +559,10 @@ def test_abandoned_stream_is_detected(sim: SimProcess) -> None:
     read_event(response)
     conn.close()
     response.close()
-    wait_for(lambda: sim.stats()["streams_abandoned"] == 1)
+    assert wait_for(lambda: sim.stats()["streams_abandoned"] == 1)
     stats = sim.stats()
     assert (stats["streams_started"], stats["streams_completed"]) == (1, 0)
-    wait_for(lambda: sim.stats()["connections_open"] == 0)  # control calls are not counted
+    assert wait_for(lambda: sim.stats()["connections_open"] == 0)  # control calls are not counted
 
 
 def test_stall_ends_when_client_leaves(sim: SimProcess) -> None:
@@ -584,7 +571,7 @@ def test_stall_ends_when_client_leaves(sim: SimProcess) -> None:
     assert response.status == 200
     conn.close()
     response.close()
-    wait_for(lambda: sim.stats()["streams_abandoned"] == 1)
+    assert wait_for(lambda: sim.stats()["streams_abandoned"] == 1)
 
 
 # --- connections ---------------------------------------------------------------------------
@@ -609,7 +596,7 @@ def test_a_connection_counts_when_accepted_unless_it_begins_with_a_control_reque
     idle = socket.create_connection((sim.host, sim.port), timeout=5)
     early_control = socket.create_connection((sim.host, sim.port), timeout=5)
     try:
-        wait_for(lambda: sim.stats()["connections_accepted"] == 2)
+        assert wait_for(lambda: sim.stats()["connections_accepted"] == 2)
         assert sim.stats()["connections_unused"] == before["connections_unused"] + 2
         # One opened before a reset whose first request, a control one, comes after it:
         # uncounted once, in its own epoch, never below zero in the new one.
@@ -624,7 +611,7 @@ def test_a_connection_counts_when_accepted_unless_it_begins_with_a_control_reque
     finally:
         idle.close()
         early_control.close()
-    wait_for(lambda: sim.stats()["connections_open"] == before["connections_open"])
+    assert wait_for(lambda: sim.stats()["connections_open"] == before["connections_open"])
     assert sim.stats()["connections_unused"] == before["connections_unused"]
 
 
@@ -685,8 +672,8 @@ def test_non_stream_stall_ends_when_client_leaves(sim: SimProcess) -> None:
             b"POST %s HTTP/1.1\r\nContent-Length: %d\r\nx-sim-fault: stall-before\r\n\r\n%s"
             % (CHAT.encode(), len(body), body)
         )
-        wait_for(lambda: sim.stats()["requests"] == 1)
-    wait_for(lambda: sim.stats()["requests_abandoned"] == 1)
+        assert wait_for(lambda: sim.stats()["requests"] == 1)
+    assert wait_for(lambda: sim.stats()["requests_abandoned"] == 1)
 
 
 def test_request_log_and_counters(sim: SimProcess) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -21,12 +20,6 @@ from tests.support.sim import SimProcess
 RESPONSES = "/v1/responses"
 PROMPT = "hello there simulator"
 TOOLS = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with SimProcess(ttft_ms=0, tps=2000) as process:
-        yield process
 
 
 @pytest.fixture(autouse=True)

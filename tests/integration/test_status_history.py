@@ -26,9 +26,9 @@ import urllib3
 
 from app.tenancy.keyring import hash_key
 from tests.conftest import ROOT, require_binary
-from tests.integration.sse_reader import chat
-from tests.integration.test_upstreams import start_simulator
+from tests.support.bodies import chat
 from tests.support.chromium import CHROMIUM_FLAGS, DevTools, parse_page
+from tests.support.sim import start_simulator
 
 http = urllib3.PoolManager(retries=False, maxsize=16, timeout=urllib3.Timeout(connect=5, read=60))
 RATE_CHARTS = ("ttft", "latency", "rps", "errors", "cache")
@@ -128,6 +128,7 @@ def wait_for_sample(gw, *, after: float) -> dict:
     return kept[-1]
 
 
+@pytest.mark.slow
 def test_page_opened_after_traffic_charts_the_gateways_history_at_once(make_stack, tmp_path):
     gw = make_stack(env={"LLMGATE_STATUS_SAMPLE_S": "1"})  # a stack of its own: its counts
     # A sample of the gateway before any call: no histogram has a bucket yet.
@@ -205,6 +206,7 @@ output = {PRICE_OUT}
     sim.stop()
 
 
+@pytest.mark.slow
 def test_page_shows_each_keys_use_and_what_is_left_of_its_limits(keyed, tmp_path) -> None:
     if time.time() % 60 > 35:  # the calls and the page in one minute's window
         time.sleep(61 - time.time() % 60)

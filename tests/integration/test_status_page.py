@@ -31,7 +31,7 @@ from app.edge.routes import register_error_handlers
 from app.edge.status_page import status_page
 from app.observe.metrics import Metrics
 from tests.conftest import ROOT, require_binary
-from tests.integration.sse_reader import chat
+from tests.support.bodies import chat
 from tests.support.chromium import CHROMIUM_FLAGS, DevTools, parse_page
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -315,6 +315,7 @@ def test_page_and_assets_are_served_with_types_and_revalidation(scripted_gateway
 # -- the page on the real stack --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_status_page_on_the_stack_charts_live_traffic(gw, tmp_path) -> None:
     binary = require_binary("chromium")
     for path in ("/status.json", "/status"):  # /status: status_page registered in the factory

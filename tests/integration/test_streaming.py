@@ -10,7 +10,8 @@ import time
 import pytest
 
 from tests.conftest import require_binary
-from tests.integration.sse_reader import chat, content_of, data_events, read_events
+from tests.support.bodies import chat
+from tests.support.sse_reader import content_of, data_events, read_events
 
 GAP_S = 0.3  # the simulator emits one token every 300 ms
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.faults import BlackHole
-from tests.integration.sse_reader import chat, data_events, read_events
+from tests.support.bodies import chat
+from tests.support.faults import BlackHole
+from tests.support.sse_reader import data_events, read_events
 
 FAST = {
     "LLMGATE_CONNECT_TIMEOUT_S": "0.5",

@@ -11,9 +11,10 @@ import pytest
 import urllib3
 
 from tests.conftest import require_binary
-from tests.integration.sse_reader import chat, data_events, read_events
-from tests.integration.test_upstream_pool import round_of_streams
+from tests.support.bodies import chat
+from tests.support.calls import round_of_streams
 from tests.support.sim import SimProcess
+from tests.support.sse_reader import data_events, read_events
 from tests.support.tls import TLSFront, make_certificate
 
 

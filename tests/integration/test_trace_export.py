@@ -13,10 +13,12 @@ import secrets
 import time
 import uuid
 
+import pytest
 import urllib3
 
 from runner.drain import drain
 from tests.support.otlp import BlackHole, OtlpReceiver
+from tests.support.waiting import wait_for
 
 SPANS_PER_CALL = 3
 QUEUE, BATCH = 8, 4
@@ -40,13 +42,7 @@ def _embed(gw, text: str, headers: dict[str, str] | None = None) -> None:
     assert resp.status == 200, resp.data[:300]
 
 
-def _wait_for(condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return bool(condition())
-
-
+@pytest.mark.slow
 def test_a_black_holed_collector_holds_no_call_and_no_exit(make_stack) -> None:
     """With exports inside the call (the SDK's SimpleSpanProcessor) the first call waits
     for the collector's answer and times out; unbounded, the exit waits two minutes."""
@@ -58,7 +54,7 @@ def test_a_black_holed_collector_holds_no_call_and_no_exit(make_stack) -> None:
         for i in range(calls):
             _embed(gw, f"black hole {i}")
         # The export was made (and hangs) while the calls went on.
-        assert _wait_for(lambda: hole.connections >= 1 and hole.received > 0)
+        assert wait_for(lambda: hole.connections >= 1 and hole.received > 0, timeout=10)
         # One batch hangs in the export, the queue filled up behind it, the rest was dropped.
         dropped = gw.metric("llmgate_trace_spans_dropped_total")
         ended = calls * SPANS_PER_CALL

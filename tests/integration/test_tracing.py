@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import urllib3
 
-from tests.integration.sse_reader import data_events, read_events
 from tests.support.otlp import OtlpReceiver, Span
+from tests.support.sse_reader import data_events, read_events
 
 CACHE = "X-LLMGate-Cache"
 AUTH = {"Authorization": "Bearer sk-SECRET-trace-0123456789"}

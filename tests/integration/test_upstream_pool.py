@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 import urllib3
 
-from tests.integration.sse_reader import chat
-from tests.support.scripted_server import wait_for
+from tests.support.bodies import chat
+from tests.support.calls import round_of_streams
 
 
+@pytest.mark.slow
 def test_1000_sequential_requests_reuse_one_connection_per_worker(gw) -> None:
     workers = gw.stack.options.workers
     for i in range(1000):
@@ -116,23 +114,7 @@ def one_worker(make_stack):
     return make_stack(workers=1, env={"LLMGATE_CACHE_MODE": "off"})
 
 
-def round_of_streams(gw, http, callers: int) -> list[int]:
-    def one(_: int) -> int:
-        resp = http.request("POST", gw.url + "/v1/chat/completions",
-                            body=json.dumps(chat(True, max_tokens=3)).encode(),
-                            headers={"Content-Type": "application/json",
-                                     "x-sim-ttft-ms": "1000"})  # fmt: skip
-        return resp.status if resp.data.endswith(b"data: [DONE]\n\n") else -resp.status
-
-    # Each round starts once the last one's connections are back in the pool (a caller has
-    # its [DONE] a moment before the worker reads the response's end and releases it).
-    assert wait_for(
-        lambda: gw.metric("llmgate_upstream_pool_connections", state="in_use", default=0) == 0
-    )
-    with ThreadPoolExecutor(callers) as pool:
-        return list(pool.map(one, range(callers)))
-
-
+@pytest.mark.slow
 def test_steady_load_of_200_streams_opens_no_new_connections(one_worker) -> None:
     gw, callers = one_worker, 200
     http = urllib3.PoolManager(maxsize=callers, retries=False)

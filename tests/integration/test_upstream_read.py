@@ -14,7 +14,6 @@ import json
 import sys
 import time
 import weakref
-from collections.abc import Iterator
 
 import pytest
 import urllib3
@@ -26,14 +25,9 @@ from app.streams.relay import upstream_producer
 from app.upstream.exchange import Reading, Upstream, UpstreamRequest
 from app.upstream.pools import READ_BUFFER
 from app.upstream.retry import Deadline
-from tests.support.scripted_server import Exchange, LoopbackServer, Request, completion, wait_for
+from tests.support.scripted_server import Exchange, LoopbackServer, Request, completion
 from tests.support.sim import SimProcess
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with SimProcess(ttft_ms=0, tps=2000) as process:
-        yield process
+from tests.support.waiting import wait_for
 
 
 def test_a_stream_is_read_through_a_small_buffer_to_its_end(sim: SimProcess) -> None:

@@ -8,43 +8,18 @@ is the only one (breakers are per worker).
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import urllib3
 
-from runner.procs import Proc, free_port
-from tests.conftest import ROOT
-from tests.integration.sse_reader import chat
+from tests.support.bodies import chat
 from tests.support.faultproxy import FaultProxy
+from tests.support.sim import sim_requests, sim_stats, start_simulator
+from tests.support.stack import UPSTREAM, config_stack
 
-UPSTREAM = "X-LLMGate-Upstream"
 http = urllib3.PoolManager(retries=False)
-
-
-def start_simulator(log_dir: Path, *args: str) -> tuple[Proc, str]:
-    """A simulator on a free port (``args``: more of its options, e.g. "--ttft-ms", "2000")."""
-    port = free_port()
-    argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port), *args]
-    proc = Proc(f"simulator-{port}", argv, log_path=log_dir / f"simulator-{port}.log", cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        proc.wait_http(url + "/healthz")
-    except Exception:
-        proc.stop()
-        raise
-    return proc, url
-
-
-def sim_stats(url: str) -> dict:
-    return json.loads(http.request("GET", url + "/sim/stats").data)
-
-
-def sim_requests(url: str) -> list[dict]:
-    return json.loads(http.request("GET", url + "/sim/requests").data)
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +39,6 @@ def proxy(sims) -> Iterator[FaultProxy]:
         yield fault_proxy
 
 
-def _stack(make_stack, tmp_path_factory, toml: str, **env: str):
-    path = tmp_path_factory.mktemp("config") / "llmgate.toml"
-    path.write_text(toml)
-    env = {"LLMGATE_CONFIG": str(path), "LLMGATE_CACHE_MODE": "off", **env}
-    return make_stack(env=env, workers=1, memcached=False, upstream_url="http://127.0.0.1:9/v1")
-
-
 @pytest.fixture(scope="module")
 def failover_gw(make_stack, tmp_path_factory, sims, proxy):
     toml = f"""
@@ -84,7 +52,7 @@ name = "secondary"
 base_url = "{sims[1]}/v1"
 priority = 1
 """
-    return _stack(make_stack, tmp_path_factory, toml, LLMGATE_BREAKER_FAILURES="2",
+    return config_stack(make_stack, tmp_path_factory, toml, LLMGATE_BREAKER_FAILURES="2",
                   LLMGATE_BREAKER_COOLDOWN_S="1", LLMGATE_RETRY_BACKOFF_S="0.01")  # fmt: skip
 
 
@@ -144,7 +112,7 @@ name = "key-b"
 base_url = "{sims[0]}/v1"
 key = "sk-upstream-b"
 """
-    return _stack(make_stack, tmp_path_factory, toml)
+    return config_stack(make_stack, tmp_path_factory, toml)
 
 
 def _rate_limited_once(gw, fail_key: str, retry_after: str):
@@ -169,7 +137,7 @@ def test_a_429_on_one_key_moves_to_the_next_key_at_once(two_keys_gw, sims) -> No
 
 def test_a_429_on_a_single_key_waits_its_retry_after(make_stack, tmp_path_factory, sims) -> None:
     toml = f'[[upstreams]]\nname = "only"\nbase_url = "{sims[0]}/v1"\nkey = "sk-only"\n'
-    gw = _stack(make_stack, tmp_path_factory, toml)
+    gw = config_stack(make_stack, tmp_path_factory, toml)
     before = len(sim_requests(sims[0]))
     resp, took = _rate_limited_once(gw, "single-key", "0.3")
     assert resp.status == 200

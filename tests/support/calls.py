@@ -24,14 +24,15 @@ import selectors
 import socket
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import urllib3
 
 from llmgate_wire import sse
 from simulator import text
-
-MODEL = "sim-model"
+from tests.support.bodies import chat, chat_about
+from tests.support.waiting import wait_for
 
 
 def expected(prompt: str, max_tokens: int) -> str:
@@ -42,13 +43,7 @@ def expected(prompt: str, max_tokens: int) -> str:
 def chat_body(
     prompt: str, max_tokens: int, *, stream: bool, temperature: float | None, **extra: object
 ) -> dict:
-    body: dict = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "stream": stream,
-        **extra,
-    }
+    body = chat_about(prompt, max_tokens=max_tokens, stream=stream, **extra)
     if temperature is not None:
         body["temperature"] = temperature
     return body
@@ -315,3 +310,23 @@ class ManyStreams:
         for conn in self.conns:
             conn.sock.close()
         self.sel.close()
+
+
+def round_of_streams(gw, http: urllib3.PoolManager, callers: int) -> list[int]:
+    """``callers`` streams at once through ``gw`` (a StackHandle), each held 1 s before its
+    first token; each one's status, negative when it did not end with [DONE]."""
+
+    def one(_: int) -> int:
+        resp = http.request("POST", gw.url + "/v1/chat/completions",
+                            body=json.dumps(chat(True, max_tokens=3)).encode(),
+                            headers={"Content-Type": "application/json",
+                                     "x-sim-ttft-ms": "1000"})  # fmt: skip
+        return resp.status if resp.data.endswith(b"data: [DONE]\n\n") else -resp.status
+
+    # Each round starts once the last one's connections are back in the pool (a caller has
+    # its [DONE] a moment before the worker reads the response's end and releases it).
+    assert wait_for(
+        lambda: gw.metric("llmgate_upstream_pool_connections", state="in_use", default=0) == 0
+    )
+    with ThreadPoolExecutor(callers) as pool:
+        return list(pool.map(one, range(callers)))

@@ -264,12 +264,3 @@ def stream_tokens(exchange: Exchange, tokens: list[str], gap: float = 0.0) -> bo
 def serve(app: App) -> Iterator[LoopbackServer]:
     with LoopbackServer(app) as server:
         yield server
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()

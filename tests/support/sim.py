@@ -5,6 +5,10 @@ it never races on a port it picked itself and never polls; if the process dies o
 silent for ``startup_timeout`` seconds the error carries its stderr. The control helpers
 (``stats``, ``reset``, ``requests``) use http.client on a fresh connection each time, so they
 never share a socket, or a keep-alive count, with the traffic under test.
+
+``start_simulator`` starts one as the stack's processes are started (runner/procs.py), its
+log beside theirs, kept with the run's logs when a test fails; ``sim_stats`` and
+``sim_requests`` read any simulator's counters by its URL.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
+
+import urllib3
+
+from runner.procs import Proc, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"^simulator listening on (http://([^\s:/]+):(\d+))$")
@@ -170,3 +178,32 @@ class SimProcess:
     def requests(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.call("GET", "/sim/requests")
         return result
+
+
+_http = urllib3.PoolManager(retries=False)
+
+
+def start_simulator(log_dir: Path, *args: str) -> tuple[Proc, str]:
+    """A simulator on a free port (``args``: more of its options, e.g. "--ttft-ms", "2000");
+    the process (the caller stops it) and its URL."""
+    port = free_port()
+    argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port), *args]
+    log_path = log_dir / f"simulator-{port}.log"
+    proc = Proc(f"simulator-{port}", argv, log_path=log_path, cwd=REPO_ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        proc.wait_http(url + "/healthz")
+    except Exception:
+        proc.stop()
+        raise
+    return proc, url
+
+
+def sim_stats(url: str) -> dict:
+    """The counters of the simulator at ``url`` (/sim/stats)."""
+    return json.loads(_http.request("GET", url + "/sim/stats").data)
+
+
+def sim_requests(url: str) -> list[dict]:
+    """The requests the simulator at ``url`` received, oldest first (/sim/requests)."""
+    return json.loads(_http.request("GET", url + "/sim/requests").data)

@@ -14,12 +14,7 @@ from __future__ import annotations
 import pytest
 
 from llmgate_wire import sse
-
-
-def _feed_all(chunks: list[bytes], limit: int | None = None) -> tuple[list[sse.Event], bytes]:
-    decoder = sse.Decoder(limit)
-    events = [event for chunk in chunks for event in decoder.feed(chunk)]
-    return events, decoder.close()
+from tests.support.sse_feed import decode
 
 
 def _data(events: list[sse.Event]) -> list[str | None]:
@@ -52,7 +47,7 @@ def test_a_chunk_that_starts_with_a_blank_line_dispatches_the_pending_event(eol:
 def test_a_cr_at_offset_zero_after_a_dispatch_is_a_line_end() -> None:
     # After the first event the buffer is compacted: the next chunk's CR sits at offset 0.
     chunks = [b"data: a\n\n", b"\rdata: b\r\r"]
-    events, rest = _feed_all(chunks)
+    events, rest = decode(chunks)
     assert [e.data for e in events] == ["a", None, "b"]
     assert [e.raw for e in events] == [b"data: a\n\n", b"\r", b"data: b\r\r"]
     assert rest == b""
@@ -60,20 +55,20 @@ def test_a_cr_at_offset_zero_after_a_dispatch_is_a_line_end() -> None:
 
 def test_a_cr_at_offset_zero_before_an_lf_terminated_line() -> None:
     chunks = [b"data: a\n\n", b"\rdata: b\n\n"]
-    events, rest = _feed_all(chunks)
+    events, rest = decode(chunks)
     assert [e.data for e in events] == ["a", None, "b"]
     _check_bytes(chunks, events, rest)
 
 
 def test_crlf_then_lf_fed_byte_by_byte_is_two_line_ends() -> None:
     raw = b"data: a\r\n\ndata: b\r\n\r\n"
-    events, rest = _feed_all([raw[i : i + 1] for i in range(len(raw))])
+    events, rest = decode([raw[i : i + 1] for i in range(len(raw))])
     assert _data(events) == ["a", "b"]
     _check_bytes([raw], events, rest)
 
 
 def test_an_lf_after_a_completed_crlf_in_the_next_chunk_is_a_blank_line() -> None:
-    events, _ = _feed_all([b"data: a\r", b"\n", b"\n", b"data: b\n", b"\n"])
+    events, _ = decode([b"data: a\r", b"\n", b"\n", b"data: b\n", b"\n"])
     assert _data(events) == ["a", "b"]
 
 
@@ -81,12 +76,12 @@ def test_an_lf_after_a_completed_crlf_in_the_next_chunk_is_a_blank_line() -> Non
 
 
 def test_invalid_utf8_becomes_the_replacement_character() -> None:
-    events, _ = _feed_all([b"data: a\xffb\xc3\n", b"event: \xe2\x82\n\n"])
+    events, _ = decode([b"data: a\xffb\xc3\n", b"event: \xe2\x82\n\n"])
     assert (events[0].data, events[0].event) == ("a\ufffdb\ufffd", "\ufffd")
 
 
 def test_an_id_with_nul_is_ignored_but_nul_elsewhere_is_kept() -> None:
-    events, _ = _feed_all([b"id: 1\x002\ndata: a\x00b\nevent: e\x00\n\n", b"id: 7\ndata: c\n\n"])
+    events, _ = decode([b"id: 1\x002\ndata: a\x00b\nevent: e\x00\n\n", b"id: 7\ndata: c\n\n"])
     assert [(e.id, e.data, e.event) for e in events] == [
         (None, "a\x00b", "e\x00"),
         ("7", "c", None),
@@ -96,12 +91,12 @@ def test_an_id_with_nul_is_ignored_but_nul_elsewhere_is_kept() -> None:
 @pytest.mark.parametrize("value", [b"abc", b"1.5", b" 10", b"-1", b"1e3", b""])
 def test_a_retry_that_is_not_all_ascii_digits_is_ignored(value: bytes) -> None:
     # One leading space after the colon is removed, so "retry:  10" keeps " 10": invalid.
-    events, _ = _feed_all([b"retry: " + value + b"\ndata: x\n\n"])
+    events, _ = decode([b"retry: " + value + b"\ndata: x\n\n"])
     assert [(e.data, e.retry) for e in events] == [("x", None)]
 
 
 def test_unknown_fields_and_a_field_without_colon_are_ignored() -> None:
-    events, _ = _feed_all([b"foo: bar\nDATA: up\nid\ndata\ndata: z\n\n"])
+    events, _ = decode([b"foo: bar\nDATA: up\nid\ndata\ndata: z\n\n"])
     # "data" alone is the data field with an empty value; "id" alone sets an empty id.
     assert [(e.data, e.id, e.event) for e in events] == [("\nz", "", None)]
 
@@ -118,7 +113,7 @@ def test_unknown_fields_and_a_field_without_colon_are_ignored() -> None:
     ],
 )
 def test_comment_text(line: bytes, text: str) -> None:
-    events, _ = _feed_all([line + b"\n\n"])
+    events, _ = decode([line + b"\n\n"])
     assert [(e.comments, e.is_comment) for e in events] == [((text,), True)]
 
 

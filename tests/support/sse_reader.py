@@ -5,20 +5,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import urllib3
 
 from llmgate_wire import sse
-
-CHAT: dict[str, Any] = {
-    "model": "sim-model",
-    "messages": [{"role": "user", "content": "Tell me a story"}],
-}
-
-
-def chat(stream: bool = False, **fields) -> dict:
-    return {**CHAT, "stream": stream, **fields}
 
 
 @dataclass

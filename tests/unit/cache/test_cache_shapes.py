@@ -7,7 +7,6 @@ import copy
 import json
 import random
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -21,8 +20,9 @@ from app.cache import chunks as streaming
 from app.cache import shapes
 from app.cache.shapes import ShapeError
 from llmgate_wire import sse
+from tests.conftest import ROOT
 
-STREAMS = Path(__file__).resolve().parent.parent / "data" / "shapes"
+STREAMS = ROOT / "tests" / "data" / "shapes"
 CASES = sorted(p.stem for p in STREAMS.glob("*.sse"))
 
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmgate_wire import sse
+from tests.support.sse_feed import cut_at, decode
 
 # Line contents that exercise every branch of the grammar (fields, comments, BOM, invalid
 # UTF-8, NUL, non-ASCII digits), joined by line ends in all three forms or none.
@@ -28,16 +29,6 @@ _EOLS = st.sampled_from([b"\n", b"\r", b"\r\n", b"\n\n", b"\r\n\r\n", b""])
 _STREAMS = st.lists(st.tuples(_CONTENT, _EOLS).map(b"".join), max_size=40).map(b"".join)
 
 
-def _feed(raw: bytes, cuts: list[int], limit: int | None = None) -> tuple[list, bytes]:
-    decoder = sse.Decoder(limit)
-    events: list[sse.Event] = []
-    start = 0
-    for cut in [*sorted({c % (len(raw) + 1) for c in cuts}), len(raw)]:
-        events += decoder.feed(raw[start:cut])
-        start = cut
-    return events, decoder.close()
-
-
 @settings(max_examples=400, deadline=None)
 @given(
     raw=st.one_of(st.binary(max_size=300), _STREAMS),
@@ -46,8 +37,8 @@ def _feed(raw: bytes, cuts: list[int], limit: int | None = None) -> tuple[list, 
 def test_any_bytes_in_any_chunking_decode_the_same_and_keep_every_byte(
     raw: bytes, cuts: list[int]
 ) -> None:
-    whole, whole_rest = _feed(raw, [])
-    chunked, rest = _feed(raw, cuts)
+    whole, whole_rest = decode([raw])
+    chunked, rest = decode(cut_at(raw, cuts))
     # A CRLF split by a chunk edge travels as CR + LF in two events' raw bytes: the bytes
     # and the meaning are the same, the split between events may differ.
     assert [_semantics(e) for e in chunked] == [_semantics(e) for e in whole]
@@ -65,8 +56,8 @@ _LF_STREAMS = st.lists(
 @given(raw=_LF_STREAMS, every=st.integers(min_value=1, max_value=3))
 def test_chunks_of_whole_events_decode_as_the_stream_fed_whole(raw: bytes, every: int) -> None:
     blank_line_ends = [i + 2 for i in range(len(raw) - 1) if raw[i : i + 2] == b"\n\n"]
-    chunked, rest = _feed(raw, blank_line_ends[every - 1 :: every])
-    whole, whole_rest = _feed(raw, [])
+    chunked, rest = decode(cut_at(raw, blank_line_ends[every - 1 :: every]))
+    whole, whole_rest = decode([raw])
     assert (chunked, rest) == (whole, whole_rest)  # every field and every event's raw bytes
 
 
@@ -84,7 +75,7 @@ def test_with_a_size_limit_only_event_too_large_is_raised(
     raw: bytes, cuts: list[int], limit: int
 ) -> None:
     try:
-        events, _ = _feed(raw, cuts, limit)
+        events, _ = decode(cut_at(raw, cuts), limit)
     except sse.EventTooLarge as exc:
         assert exc.limit == limit
         assert all(len(e.raw) <= limit for e in exc.events)

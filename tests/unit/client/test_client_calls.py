@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from llmgate_client import (
     Timeout,
 )
 from tests.support.scripted_server import Exchange, Request, completion, error_body, serve
+from tests.support.waiting import wait_for
 
 FAST = RetryPolicy(max_retries=3, backoff_initial=0.01, backoff_max=0.05)
 
@@ -286,20 +286,13 @@ def test_waiting_for_a_pooled_connection_is_bounded_by_the_deadline() -> None:
     with serve(app) as srv, Client(srv.url, "k", pool_size=1) as client:
         holder = threading.Thread(target=client.chat, args=("hi",), kwargs={"model": "m"})
         holder.start()
-        assert _wait(lambda: srv.stats.requests == 1)
+        assert wait_for(lambda: srv.stats.requests == 1)
         with pytest.raises(DeadlineExceeded) as info:
             client.chat("hi", model="m", timeout=0.3)
         assert info.value.request_sent is False
         release.set()
         holder.join()
         assert srv.stats.connections == 1
-
-
-def _wait(predicate: Any, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and not predicate():
-        time.sleep(0.01)
-    return bool(predicate())
 
 
 def test_non_json_success_body_is_a_response_error() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import socket
-from pathlib import Path
 
 import pytest
 import urllib3
@@ -22,8 +21,8 @@ from app.upstream import catalog as upstreams
 from app.upstream import pools
 from runner import limits, resolve
 from runner.sizing import size_for
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "troubleshooting.md").read_text()
 
 

@@ -26,6 +26,7 @@ from app.core.errors import BadRequest
 from app.request import schema
 from app.request.paths import forwarded_path
 from llmgate_wire import sse
+from tests.support.sse_feed import cut_at, decode
 
 # -- SSE ------------------------------------------------------------------------------------
 
@@ -44,16 +45,6 @@ _EVENTS = st.lists(
 )
 
 
-def _feed(raw: bytes, cuts: list[int]) -> tuple[list[sse.Event], bytes]:
-    decoder = sse.Decoder()
-    events: list[sse.Event] = []
-    start = 0
-    for cut in [*sorted({c % (len(raw) + 1) for c in cuts}), len(raw)]:
-        events += decoder.feed(raw[start:cut])
-        start = cut
-    return events, decoder.close()
-
-
 @settings(max_examples=300, deadline=None)
 @given(events=_EVENTS, cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=40))
 def test_any_chunking_of_a_valid_stream_decodes_to_its_events_and_re_encodes_exactly(
@@ -61,7 +52,7 @@ def test_any_chunking_of_a_valid_stream_decodes_to_its_events_and_re_encodes_exa
 ) -> None:
     frames = [sse.encode(data, event=event, id=id) for data, event, id in events]
     stream = b"".join(frames) + sse.comment() + sse.DONE_EVENT
-    decoded, rest = _feed(stream, cuts)
+    decoded, rest = decode(cut_at(stream, cuts))
     assert rest == b""
     *payload, ping, done = decoded
     assert [(e.data, e.event, e.id) for e in payload] == events
@@ -76,7 +67,7 @@ def test_any_chunking_of_a_valid_stream_decodes_to_its_events_and_re_encodes_exa
 @given(objs=st.lists(st.dictionaries(st.text(max_size=5), st.text(max_size=10)), max_size=8))
 def test_json_events_decode_to_the_same_objects(objs: list[dict[str, str]]) -> None:
     stream = b"".join(sse.encode_json(o) for o in objs)
-    decoded, rest = _feed(stream, [1, 7, 13])
+    decoded, rest = decode(cut_at(stream, [1, 7, 13]))
     assert rest == b"" and [e.json() for e in decoded] == objs
 
 

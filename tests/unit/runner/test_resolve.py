@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app.core.config import Settings
 from runner import resolve
+from tests.conftest import ROOT
 
 
 def _settings(**values: str) -> Settings:
@@ -37,7 +38,7 @@ def test_a_name_that_does_not_resolve_is_one_line_naming_the_upstream_and_the_do
     assert line.startswith("upstream b: host no-such-host.invalid does not resolve ("), line
     assert "502 upstream_unreachable" in line and line.endswith(f"({resolve.DOCS})")
     docs, _, anchor = resolve.DOCS.partition("#")
-    text = (Path(__file__).resolve().parents[2] / docs).read_text()
+    text = (ROOT / docs).read_text()
     assert f"## {anchor.replace('-', ' ')}".lower() in text.lower(), anchor
 
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
 from app.core.config import Settings, SettingsError, documented_settings
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
 
 
 def test_defaults_match_the_timeout_model() -> None:

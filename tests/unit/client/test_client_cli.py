@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from llmgate_client.cli import main
+from tests.conftest import ROOT
 from tests.support.scripted_server import (
     Exchange,
     Request,
@@ -22,8 +23,6 @@ from tests.support.scripted_server import (
     serve,
     stream_tokens,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -27,8 +27,8 @@ from tests.support.scripted_server import (
     error_body,
     serve,
     stream_tokens,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 FAST = RetryPolicy(max_retries=3, backoff_initial=0.01, backoff_max=0.05)
 TOKENS = ["Hel", "lo", ", ", "wor", "ld"]

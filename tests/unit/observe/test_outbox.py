@@ -13,6 +13,7 @@ import time
 import weakref
 
 from app.observe.outbox import SWITCH_INTERVAL_S, Outbox
+from tests.support.waiting import wait_for
 
 
 class Sender:
@@ -65,11 +66,11 @@ def test_a_full_batch_or_the_interval_sends_without_close() -> None:
     outbox = _outbox(sender, batch=3, interval_s=60)
     for i in range(3):  # a full batch rings at once (the interval is a minute)
         outbox.put(i)
-    _wait_for(lambda: sender.sent == [0, 1, 2])
+    assert wait_for(lambda: sender.sent == [0, 1, 2], timeout=10)
     other = Sender()
     timed = _outbox(other, batch=100, interval_s=0.05)
     timed.put(7)  # one item, far from a batch: the interval sends it
-    _wait_for(lambda: other.sent == [7])
+    assert wait_for(lambda: other.sent == [7], timeout=10)
     assert outbox.close(10) and timed.close(10)
 
 
@@ -90,7 +91,8 @@ def test_close_waits_no_longer_than_its_timeout_for_a_stuck_sender() -> None:
     sender = Sender(gate)
     outbox = _outbox(sender, batch=1, interval_s=0.01)
     outbox.put(1)
-    _wait_for(lambda: bool(sender.threads))  # the sender is stuck in its first batch
+    # The sender is stuck in its first batch.
+    assert wait_for(lambda: bool(sender.threads), timeout=10)
     began = time.monotonic()
     assert outbox.close(0.2) is False
     assert time.monotonic() - began < 5  # not the 30 s the sender would hold it
@@ -134,7 +136,7 @@ def test_after_a_failed_send_one_item_goes_alone_until_one_went_through() -> Non
     for i in range(12):
         outbox.put(i)
     gate.set()  # the first try, held until all twelve were queued, fails
-    _wait_for(lambda: sum(tries.sizes) == 12)
+    assert wait_for(lambda: sum(tries.sizes) == 12, timeout=10)
     first = tries.sizes[0]  # a batch of 3 (or fewer, had the interval come first)
     rest = 12 - first - 3
     assert tries.sizes == [first, 1, 1, 1] + [3] * (rest // 3) + ([rest % 3] if rest % 3 else [])
@@ -151,7 +153,8 @@ def test_a_failing_sender_is_tried_again_only_after_the_whole_interval() -> None
     for i in range(3):
         outbox.put(i)  # a full batch, tried at once (held until the third item is queued)
     gate.set()
-    _wait_for(lambda: tries.sizes == [2])  # it failed, with an item left in the queue
+    # It failed, with an item left in the queue.
+    assert wait_for(lambda: tries.sizes == [2], timeout=10)
     outbox.put(3)  # and a batch fills again within the minute
     time.sleep(0.3)
     assert tries.sizes == [2]
@@ -199,10 +202,3 @@ def test_an_outbox_bounds_the_loops_wait_for_the_gil() -> None:
         assert sys.getswitchinterval() <= SWITCH_INTERVAL_S <= 0.001
     finally:
         sys.setswitchinterval(before)
-
-
-def _wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "not within the timeout"
-        time.sleep(0.01)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from llmgate_wire import sse
+from tests.conftest import ROOT
+from tests.support.sse_feed import decode, steps
 
-STREAMS = Path(__file__).resolve().parent.parent / "data" / "sse"
+STREAMS = ROOT / "tests" / "data" / "sse"
 CASES = sorted(p.stem for p in STREAMS.glob("*.sse"))
 
 
@@ -24,20 +25,12 @@ def _fields(event: sse.Event) -> dict:
     return out
 
 
-def _decode(raw: bytes, step: int) -> tuple[list[sse.Event], bytes]:
-    decoder = sse.Decoder()
-    events: list[sse.Event] = []
-    for i in range(0, len(raw), step):
-        events += decoder.feed(raw[i : i + step])
-    return events, decoder.close()
-
-
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("step", [10**6, 1, 2, 3, 7])
 def test_stream_folder(case: str, step: int) -> None:
     raw = (STREAMS / f"{case}.sse").read_bytes()
     expected = json.loads((STREAMS / f"{case}.json").read_text())
-    events, leftover = _decode(raw, step)
+    events, leftover = decode(steps(raw, step))
     assert [_fields(e) for e in events] == expected["events"]
     # Byte-faithful whatever the chunking: the relay forwards exactly what it received.
     assert b"".join(e.raw for e in events) + leftover == raw
@@ -62,7 +55,7 @@ def test_stream_folder_in_whole_event_chunks(case: str, per_chunk: int) -> None:
         events += decoder.feed(raw[start:end])
     leftover = decoder.close()
     assert [_fields(e) for e in events] == expected["events"]
-    assert [e.raw for e in events] == [e.raw for e in _decode(raw, 10**6)[0]]
+    assert [e.raw for e in events] == [e.raw for e in decode(steps(raw, 10**6))[0]]
     assert b"".join(e.raw for e in events) + leftover == raw
     assert leftover == expected["leftover"].encode()
 
@@ -84,7 +77,7 @@ def test_cr_at_chunk_end_dispatches_at_once_and_pairs_with_next_lf() -> None:
 
 
 def test_event_helpers() -> None:
-    ping, done, err = _decode(b': ping\n\ndata: [DONE]\n\ndata: {"error": {}}\n\n', 5)[0]
+    ping, done, err = decode(steps(b': ping\n\ndata: [DONE]\n\ndata: {"error": {}}\n\n', 5))[0]
     assert ping.is_comment and not ping.is_done
     assert done.is_done and not done.is_comment
     assert err.json() == {"error": {}}
@@ -94,7 +87,7 @@ def test_event_helpers() -> None:
 
 def test_encoder_round_trips_through_decoder() -> None:
     encoded = sse.encode("line1\nline2", event="message", id="9") + sse.comment() + sse.DONE_EVENT
-    events, leftover = _decode(encoded, 1)
+    events, leftover = decode(steps(encoded, 1))
     assert leftover == b""
     assert [_fields(e) for e in events] == [
         {"data": "line1\nline2", "event": "message", "id": "9"},

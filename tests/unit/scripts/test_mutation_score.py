@@ -16,7 +16,9 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mutation_score.py"
+from tests.conftest import ROOT
+
+SCRIPT = ROOT / "scripts" / "mutation_score.py"
 M = "app.m.x_f__mutmut_"
 
 

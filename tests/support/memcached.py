@@ -1,0 +1,49 @@
+"""A Memcached of the test's own on loopback, and what it holds read from its own mouth.
+
+The counts come from Memcached's ``stats`` command on a connection of their own, never
+through the client under test, so a test compares the gateway's work with an independent
+source.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from runner.procs import Proc, free_port
+from tests.conftest import require_binary
+
+
+def start_memcached(log_dir: Path, *extra: str) -> tuple[Proc, int]:
+    """A memcached on a free loopback port (``extra``: more of its options, e.g. "-I", "512k");
+    its log in ``log_dir``. The caller stops it."""
+    binary = require_binary("memcached")
+    port = free_port()
+    argv = [binary, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "64", *extra]
+    if os.geteuid() == 0:
+        argv += ["-u", "nobody"]
+    proc = Proc(f"memcached-{port}", argv, log_path=log_dir / f"memcached-{port}.log")
+    try:
+        proc.wait_port(port)
+    except Exception:
+        proc.stop()
+        raise
+    return proc, port
+
+
+def memcached_stats(port: int, host: str = "127.0.0.1") -> dict[str, int]:
+    """The whole-number lines of the node's ``stats`` (curr_items, cmd_get, ...)."""
+    with socket.create_connection((host, port), timeout=2) as sock:
+        sock.sendall(b"stats\r\n")
+        buf = b""
+        while not buf.endswith(b"END\r\n"):
+            chunk = sock.recv(65536)
+            assert chunk, "memcached closed the stats connection"
+            buf += chunk
+    out = {}
+    for line in buf.decode().splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "STAT" and parts[2].isdigit():
+            out[parts[1]] = int(parts[2])
+    return out

@@ -1,0 +1,1 @@
+"""Unit tests of app/edge/ (and gunicorn.conf.py's worker hook)."""

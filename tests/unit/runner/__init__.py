@@ -1,0 +1,1 @@
+"""Unit tests of runner/ (and the nginx template it renders)."""
