@@ -21,10 +21,10 @@ import pytest
 import urllib3
 
 from app.cache.discovery import resolve
-from app.tenancy.keyring import hash_key
 from runner.procs import Proc, free_port
 from tests.conftest import require_binary
 from tests.support.bodies import chat_about
+from tests.support.keys_file import keys_toml, priced_config
 from tests.support.memcached import memcached_stats
 from tests.support.metrics import samples
 from tests.support.sim import sim_stats, start_simulator
@@ -46,26 +46,8 @@ def secret(name: str) -> str:
     return f"llmg-{name}-limits-secret"
 
 
-def keys_toml() -> str:
-    tables = [
-        f'[[keys]]\nname = "{name}"\nsha256 = "{hash_key(secret(name))}"\n{extra}\n'
-        for name, extra in KEYS.items()
-    ]
-    return "\n".join(tables)
-
-
 def config_toml(sim_url: str) -> str:
-    return f"""
-[[upstreams]]
-name = "sim"
-base_url = "{sim_url}/v1"
-
-[prices]
-version = "test-prices-1"
-[prices.models."sim-model"]
-input = {PRICE_IN}
-output = {PRICE_OUT}
-"""
+    return priced_config(sim_url, version="test-prices-1", price_in=PRICE_IN, price_out=PRICE_OUT)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +60,7 @@ def sim(tmp_path_factory):
 @pytest.fixture(scope="module")
 def limited(make_stack, tmp_path_factory, sim):
     folder: Path = tmp_path_factory.mktemp("limits-config")
-    (folder / "keys.toml").write_text(keys_toml())
+    (folder / "keys.toml").write_text(keys_toml(KEYS.items(), secret))
     (folder / "llmgate.toml").write_text(config_toml(sim))
     env = {
         "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
@@ -299,12 +281,9 @@ def test_a_responses_streams_usage_reaches_the_log_the_metrics_and_the_budget(li
 def one_worker(make_stack, tmp_path_factory, sim):
     """One worker that holds 4 streams, and an upstream that refuses every connection."""
     folder: Path = tmp_path_factory.mktemp("admission-config")
-    keys = "\n".join(
-        f'[[keys]]\nname = "{name}"\nsha256 = "{hash_key(secret(name))}"\n{extra}\n'
-        for name, extra in (("rpm", "requests_per_minute = 100\nmax_streams = 50"),
-                            ("dead-end", 'requests_per_minute = 100\nupstreams = ["dead"]'))
-    )  # fmt: skip
-    (folder / "keys.toml").write_text(keys)
+    keys = [("rpm", "requests_per_minute = 100\nmax_streams = 50"),
+            ("dead-end", 'requests_per_minute = 100\nupstreams = ["dead"]')]  # fmt: skip
+    (folder / "keys.toml").write_text(keys_toml(keys, secret))
     (folder / "llmgate.toml").write_text(
         config_toml(sim) + '\n[[upstreams]]\nname = "dead"\nbase_url = "http://127.0.0.1:9/v1"\n'
         "priority = 1\n"
@@ -371,9 +350,7 @@ def by_dns(make_stack, tmp_path_factory, sim):
         argv += ["-u", "nobody"]
     memcached = Proc(f"memcached-dns-{port}", argv, log_path=folder / "memcached.log")
     memcached.wait_port(port, hosts[0])
-    (folder / "keys.toml").write_text(
-        f'[[keys]]\nname = "rpm3"\nsha256 = "{hash_key(secret("rpm3"))}"\nrequests_per_minute = 3\n'
-    )
+    (folder / "keys.toml").write_text(keys_toml([("rpm3", "requests_per_minute = 3")], secret))
     (folder / "llmgate.toml").write_text(config_toml(sim))
     env = {
         "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from app.tenancy.keyring import hash_key
 from tests.conftest import ROOT, require_binary
 from tests.support.bodies import chat
 from tests.support.chromium import CHROMIUM_FLAGS, DevTools, parse_page
+from tests.support.keys_file import keys_toml, priced_config
 from tests.support.sim import start_simulator
 
 http = urllib3.PoolManager(retries=False, maxsize=16, timeout=urllib3.Timeout(connect=5, read=60))
@@ -180,21 +180,10 @@ def keyed(make_stack, tmp_path_factory) -> Iterator:
     sim, sim_url = start_simulator(folder)
     limits = "\n".join(f"{k} = {v}" for k, v in LIMITS.items())
     keys = [("team-a", limits), ("team-b", ""), ("idle", "tokens_per_day = 500")]
-    (folder / "keys.toml").write_text("\n".join(
-        f'[[keys]]\nname = "{name}"\nsha256 = "{hash_key(secret(name))}"\n{extra}\n'
-        for name, extra in keys
-    ))  # fmt: skip
-    (folder / "llmgate.toml").write_text(f"""
-[[upstreams]]
-name = "sim"
-base_url = "{sim_url}/v1"
-
-[prices]
-version = "page-prices-1"
-[prices.models."sim-model"]
-input = {PRICE_IN}
-output = {PRICE_OUT}
-""")
+    (folder / "keys.toml").write_text(keys_toml(keys, secret))
+    (folder / "llmgate.toml").write_text(
+        priced_config(sim_url, version="page-prices-1", price_in=PRICE_IN, price_out=PRICE_OUT)
+    )
     env = {
         "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
         "LLMGATE_CONFIG": str(folder / "llmgate.toml"),
