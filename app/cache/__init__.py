@@ -59,7 +59,7 @@ def memcached_client(
         connect_timeout=settings.memcached_connect_timeout_s,
         timeout=settings.memcached_timeout_s,
         dead_timeout=settings.memcached_retry_s,
-        max_value_bytes=max_value_bytes or DEFAULT_MAX_VALUE_BYTES,
+        max_value_bytes=DEFAULT_MAX_VALUE_BYTES if max_value_bytes is None else max_value_bytes,
         name=name,
         discovered=bool(names),
     )

@@ -193,10 +193,9 @@ class Coalescer:
         if not directive.store or (stream and not self.log_budget.admit()):
             if background:
                 return None
-            alone = self.lifecycle.flight(
+            return self.lifecycle.flight(
                 compute, keep_log=False, request_id=request_id, stream=stream, span=span
             )
-            return alone
         started = self._under_lease(key, directive, compute, deadline, stream, background,
                                     route=route, include_usage=include_usage)  # fmt: skip
         if started is None:
