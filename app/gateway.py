@@ -47,7 +47,9 @@ from app.upstream.exchange import Upstream, UpstreamRequest
 from app.upstream.retry import Deadline
 
 # Routes whose body we parse and check; everything else under /v1 is forwarded as is.
-VALIDATED_ROUTES = frozenset({"chat", "completions", "embeddings", "responses"})
+VALIDATED_ROUTES = frozenset(
+    {"chat", "completions", "embeddings", "responses", "messages", "count_tokens"}
+)
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,7 @@ class Gateway:
             max_containers=self.settings.max_json_containers,
         )
         schema.validate(call.route, body)
-        self.upstream.check_serves(_model(body))
+        self.upstream.check_serves(_model(body), call.route, call.path.removeprefix("/v1"))
         stream = schema.wants_stream(body)
         call.trace.asked(call.route, call.method, call.path, body, stream)
         if "cache" not in body:
@@ -266,7 +268,7 @@ class Gateway:
             # caller's shape (a Responses object to typed events): its own upstream call.
             return _with_status(self.own_flight(plan), BYPASS)
         # Not convertible (an error answer, say): the flight's answer as it is.
-        return reply or _with_status(complete_reply(head), status)
+        return reply or _with_status(complete_reply(head, call.route), status)
 
     def _replay(self, plan: Plan, entry: Entry, status: str, *, age: bool = True) -> Reply | None:
         assert plan.body is not None

@@ -22,7 +22,7 @@ from typing import Any
 from app.core.errors import BadRequest
 
 MODES = ("off", "deterministic", "all")
-CACHEABLE_ROUTES = frozenset({"chat", "completions", "embeddings", "responses"})
+CACHEABLE_ROUTES = frozenset({"chat", "completions", "embeddings", "responses", "messages"})
 # Memcached reads a TTL above 30 days as an absolute Unix time.
 MAX_TTL_S = 30 * 24 * 3600 - 1
 

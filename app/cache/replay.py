@@ -6,7 +6,8 @@ gets the completion assembled from them. A stored non-stream completion reaches 
 caller as chunk events. A Responses stream is replayed exactly as stored (its events have no
 usage chunk to adapt), and reaches a non-stream caller as the object of its
 ``response.completed`` event; a stored Responses object is not turned into typed events.
-Any conversion that fails returns None: the caller goes upstream.
+An Anthropic Messages answer (the /v1/messages door) replays only in the shape it was stored
+in. Any conversion that fails returns None: the caller goes upstream.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def reply_from_entry(
 def events_of(entry: Entry, route: str, include_usage: bool) -> list[bytes] | None:
     """The entry as stream events (raises ValueError when it cannot be converted)."""
     if entry.events is not None:
-        if route == "responses":
+        if route in ("responses", "messages"):
             return list(entry.events)
         return shapes.replay_events(entry.events, include_usage=include_usage)
     assert entry.body is not None
@@ -74,6 +75,6 @@ def body_of(entry: Entry, route: str) -> bytes | None:
         obj = shapes.assemble_completion(entry.events)
     elif route == "responses":
         obj = streams.completed_response(entry.events)
-    else:
+    else:  # embeddings do not stream; a Messages stream is not assembled into a message
         return None
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()

@@ -2,7 +2,10 @@
 
 Each class carries its HTTP status and OpenAI error ``type``; ``to_body()`` is the only place
 that builds the OpenAI error JSON ``{"error": {"message", "type", "param", "code"}}``, used
-both for HTTP error responses and for the final SSE error event of a broken stream.
+both for HTTP error responses and for the final SSE error event of a broken stream. On the
+Anthropic Messages door (``ANTHROPIC_ROUTES``) the same error leaves in Anthropic's shape,
+``{"type": "error", "error": {"type", "message"}}`` (``anthropic_body``), its type named by
+the status as Anthropic names its errors.
 """
 
 from __future__ import annotations
@@ -54,6 +57,12 @@ class GatewayError(Exception):
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_body()).encode()
+
+    def to_json_for(self, route: str) -> bytes:
+        """The error's body in the dialect of the door ``route`` came in by."""
+        if route in ANTHROPIC_ROUTES:
+            return json.dumps(anthropic_body(self.status, self.message)).encode()
+        return self.to_json()
 
     def response_headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -280,7 +289,32 @@ class GatewayShutdown(ServiceUnavailable):
     code = "gateway_shutdown"
 
 
-def wrap_upstream_body(status: int, body: bytes) -> bytes:
+# The routes of the Anthropic Messages door (app/edge/routes.py): their errors are Anthropic's.
+ANTHROPIC_ROUTES = frozenset({"messages", "count_tokens"})
+# Anthropic's error types by HTTP status (its API's documented errors).
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_body(status: int, message: str, type: str | None = None) -> dict[str, Any]:
+    """Anthropic's error envelope; ``type`` from the status when not given (4xx not listed:
+    invalid_request_error; 5xx not listed: api_error)."""
+    default = "api_error" if status >= 500 else "invalid_request_error"
+    kind = type or _ANTHROPIC_TYPES.get(status, default)
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def wrap_upstream_body(status: int, body: bytes, route: str = "") -> bytes:
     """An upstream error body as OpenAI JSON: kept as is when it already is, else wrapped.
 
     Proxies in front of providers answer with HTML or plain text; callers get the same JSON
@@ -295,7 +329,7 @@ def wrap_upstream_body(status: int, body: bytes) -> bytes:
     text = body.decode("utf-8", errors="replace").strip()[:500] or f"HTTP {status}"
     error = GatewayError(f"Upstream answered {status}: {text}", status=status, code=None)
     error.type = "upstream_error"
-    return error.to_json()
+    return error.to_json_for(route)
 
 
 # The bounded values of the metrics' `cause` label.

@@ -130,6 +130,25 @@ class StreamFacts:
                 model = response.get("model")
                 self.model = model if isinstance(model, str) else None
 
+    def message_event(self, chunk: bytes) -> None:
+        """An Anthropic Messages event (the /v1/messages door): content deltas count; the
+        usage is ``message_start``'s (the prompt) updated by each ``message_delta``'s
+        cumulative counts."""
+        kind = streams.event_type(chunk)
+        if kind == "content_block_delta":
+            self.output(chunk)
+        elif kind in ("message_start", "message_delta"):
+            data = streams.data_of(chunk)
+            if not isinstance(data, dict):
+                return
+            holder = data.get("message") if kind == "message_start" else data
+            usage = Usage.of(holder.get("usage")) if isinstance(holder, dict) else None
+            if usage is not None:
+                self.usage = usage if self.usage is None else self.usage.merged(usage)
+            if kind == "message_start" and isinstance(holder, dict):
+                model = holder.get("model")
+                self.model = model if isinstance(model, str) else None
+
 
 def _watched(
     call: Call,
@@ -140,6 +159,7 @@ def _watched(
 ) -> Iterator[bytes]:
     facts = StreamFacts()
     typed = call.route == "responses"
+    messages = call.route == "messages"
     if metrics is not None:
         metrics.active_streams.inc()
     try:
@@ -150,6 +170,8 @@ def _watched(
                         metrics.heartbeats.inc()
                 elif typed:
                     facts.typed(chunk)
+                elif messages:
+                    facts.message_event(chunk)
                 elif chunk.startswith(b"data: ") and not chunk.startswith(b"data: [DONE]"):
                     facts.chunk(chunk)
                 facts.sent += len(chunk)
@@ -222,7 +244,7 @@ def _find_usage(call: Call, reply: Reply, facts: StreamFacts) -> None:
     stream), else a whole answer's own."""
     facts.usage = facts.usage or call.trace.usage
     if facts.usage is None and isinstance(reply.body, bytes) and reply.status < 300:
-        if call.route in ("chat", "completions", "responses"):
+        if call.route in ("chat", "completions", "responses", "messages"):
             facts.usage, facts.service_tier = _facts_in_answer(reply.body)
         else:
             facts.usage = usage_in_body(reply.body)

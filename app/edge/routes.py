@@ -40,6 +40,8 @@ _ROUTES = {
     "/v1/completions": "completions",
     "/v1/embeddings": "embeddings",
     "/v1/responses": "responses",
+    "/v1/messages": "messages",
+    "/v1/messages/count_tokens": "count_tokens",
 }
 _FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 # No OpenAI-style API path or query comes near this; a longer one is refused here rather than
@@ -51,6 +53,8 @@ _METHODS = {
     "/v1/completions": ["POST"],
     "/v1/embeddings": ["POST"],
     "/v1/responses": ["GET", "POST"],
+    "/v1/messages": ["POST"],
+    "/v1/messages/count_tokens": ["POST"],
     "/v1/models": ["GET"],
 }
 
@@ -63,6 +67,8 @@ def _gateway() -> Gateway:
 @api.route("/v1/completions", methods=_METHODS["/v1/completions"])
 @api.route("/v1/embeddings", methods=_METHODS["/v1/embeddings"])
 @api.route("/v1/responses", methods=_METHODS["/v1/responses"])
+@api.route("/v1/messages", methods=_METHODS["/v1/messages"])
+@api.route("/v1/messages/count_tokens", methods=_METHODS["/v1/messages/count_tokens"])
 def api_call() -> Response:
     # GET on chat/completions and responses lists stored objects upstream: forwarded as is.
     route = _ROUTES[request.path] if request.method == "POST" else "passthrough"
@@ -108,16 +114,16 @@ def _forward(route: str) -> Response:
         reply = gateway.handle(call, caller)
     except errors.GatewayError as exc:
         call.trace.gateway_failed()
-        reply = error_reply(exc)
+        reply = error_reply(exc, route)
     except HTTPException as exc:
         call.trace.gateway_failed()
-        reply = error_reply(_translate(exc))
+        reply = error_reply(_translate(exc), route)
     except Exception:
         # A bug of ours: the caller gets a JSON 500, the log gets the traceback, and the
         # request is still counted and logged like every other.
         log.exception("unhandled error on %s %s", request.method, request.path)
         call.trace.gateway_failed()
-        reply = error_reply(errors.GatewayError("Internal gateway error."))
+        reply = error_reply(errors.GatewayError("Internal gateway error."), route)
     return _release_when_closed(
         lambda: to_response(
             *finish(call, reply, gateway.settings, gateway.metrics, gateway.prices)
@@ -299,16 +305,22 @@ def readyz() -> Response:
 def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(errors.GatewayError)
     def gateway_error(exc: errors.GatewayError) -> Response:
-        return to_response(error_reply(exc))
+        return to_response(error_reply(exc, _door()))
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
-        return to_response(error_reply(_translate(exc)))
+        return to_response(error_reply(_translate(exc), _door()))
 
     @app.errorhandler(Exception)
     def unexpected(exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return to_response(error_reply(errors.GatewayError("Internal gateway error.")))
+        return to_response(error_reply(errors.GatewayError("Internal gateway error."), _door()))
+
+
+def _door() -> str:
+    """The route whose error shape a request outside the views gets (a 404 or 405 under
+    /v1/messages is answered as Anthropic answers it)."""
+    return _ROUTES.get(request.path, "messages" if request.path.startswith("/v1/messages/") else "")
 
 
 def _translate(exc: HTTPException) -> errors.GatewayError:

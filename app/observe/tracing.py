@@ -45,6 +45,7 @@ OPERATIONS = {
     "completions": "text_completion",
     "embeddings": "embeddings",
     "responses": "chat",
+    "messages": "chat",
 }
 _API_TYPES = {"chat": "chat_completions", "responses": "responses"}
 # Request settings worth seeing beside the model: numbers only, never content.

@@ -34,6 +34,7 @@ OUTPUT_FIELD = {
     "chat": "max_completion_tokens",
     "completions": "max_tokens",
     "responses": "max_output_tokens",
+    "messages": "max_tokens",
 }
 # Tokens one image part may cost. Providers charge images by their size in pixels, up to a
 # few thousand tokens for the largest they accept; this sits above every such charge.
@@ -43,7 +44,7 @@ IMAGE_TYPES = frozenset({"image_url", "input_image", "image"})
 # preamble): a few dozen at most.
 PROMPT_OVERHEAD = 64
 # Routes whose answers are generated: the others (embeddings) bill the input alone.
-GENERATING_ROUTES = frozenset({"chat", "completions", "responses"})
+GENERATING_ROUTES = frozenset({"chat", "completions", "responses", "messages"})
 
 
 def prompt_bound(size: int, body: Mapping[str, Any]) -> int:

@@ -176,6 +176,7 @@ class Reply:
     body: bytes | Iterator[list[bytes]]
 
 
-def error_reply(exc: GatewayError) -> Reply:
-    """The gateway's own error as the caller gets it: OpenAI-shaped JSON, its status."""
-    return Reply(exc.status, list(exc.response_headers().items()), exc.to_json())
+def error_reply(exc: GatewayError, route: str = "") -> Reply:
+    """The gateway's own error as the caller gets it: JSON in the shape of the door
+    ``route`` came in by (OpenAI's, or Anthropic's on /v1/messages), its status."""
+    return Reply(exc.status, list(exc.response_headers().items()), exc.to_json_for(route))

@@ -1,6 +1,8 @@
 """What a route's stream means: how it ends, which events are output or errors. No I/O.
 
-Chat and legacy completions streams are ``data:`` chunks ending with ``data: [DONE]``. A
+Chat and legacy completions streams are ``data:`` chunks ending with ``data: [DONE]``. An
+Anthropic Messages stream (the /v1/messages door) is named events ending with
+``message_stop`` (or an ``error`` event). A
 Responses API stream is typed events (``event: response.output_text.delta`` plus a ``data:``
 object repeating its ``type``) ending with a terminal event and no ``[DONE]``:
 ``response.completed``, ``response.incomplete``, ``response.failed``, or ``error``. Only
@@ -70,13 +72,17 @@ TERMINAL = StreamEnd(
     "a terminal response event (response.completed, .incomplete, .failed or error)",
     lambda event: typed(event) in TERMINAL_TYPES,
 )
-END_OF_STREAM = {"chat": DONE, "completions": DONE, "responses": TERMINAL}
+MESSAGE_STOP = StreamEnd("message_stop", lambda event: event.event == "message_stop")
+END_OF_STREAM = {"chat": DONE, "completions": DONE, "responses": TERMINAL, "messages": MESSAGE_STOP}
 
 
 def completed_ok(events: list[sse.Event]) -> bool:
-    """The stream ended as a complete answer: ``[DONE]`` last, or ``response.completed``."""
+    """The stream ended as a complete answer: ``[DONE]`` last, ``response.completed``, or
+    an Anthropic Messages stream's ``message_stop``."""
     last = next((e for e in reversed(events) if not e.is_comment), None)
-    return last is not None and (last.is_done or typed(last) == COMPLETED)
+    if last is None:
+        return False
+    return last.is_done or last.event == "message_stop" or typed(last) == COMPLETED
 
 
 def completed_response(stored: Iterable[bytes]) -> dict[str, Any]:

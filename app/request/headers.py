@@ -29,7 +29,7 @@ HOP_BY_HOP = frozenset(
 
 # Headers that carry a credential the upstream checks: Authorization (OpenAI, most hosts),
 # api-key (Azure OpenAI), x-api-key (several providers and proxies).
-AUTH_HEADERS = ("authorization", "api-key", "x-api-key")
+AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "x-goog-api-key")
 # Everything that says whose call this is. The cache tenant is a hash of these (app/cache/keys.py),
 # so two callers share cache entries only when the upstream would see the same identity.
 TENANT_HEADERS = (*AUTH_HEADERS, "openai-organization", "openai-project")
@@ -114,10 +114,10 @@ def with_upstream_key(
     if fallback_only and any(name.lower() in AUTH_HEADERS for name in headers):
         return headers
     out = {k: v for k, v in headers.items() if k.lower() not in AUTH_HEADERS}
-    if auth == "api-key":
-        out["api-key"] = key
-    else:
+    if auth == "bearer":
         out["Authorization"] = f"Bearer {key}"
+    else:  # the header the upstream reads its key from: api-key (Azure), x-api-key, ...
+        out[auth] = key
     return out
 
 

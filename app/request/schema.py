@@ -18,6 +18,8 @@ _REQUIRED: dict[str, tuple[tuple[str, tuple[type, ...]], ...]] = {
     "completions": (("model", (str,)), ("prompt", (str, list))),
     "embeddings": (("model", (str,)), ("input", (str, list))),
     "responses": (("model", (str,)),),
+    "messages": (("model", (str,)), ("messages", (list,))),
+    "count_tokens": (("model", (str,)), ("messages", (list,))),
 }
 
 _JSON_NAMES = {str: "a string", list: "an array", bool: "a boolean", dict: "an object"}

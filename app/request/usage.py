@@ -6,9 +6,13 @@ stream's usage chunk (``"choices": []`` and a usage object, sent when
 ``stream_options.include_usage`` asks for it; some compatible servers put it on the last
 choice chunk instead), a Responses stream's terminal event (its ``response.usage``).
 
-What it counts, under either API's names: chat and completions say ``prompt_tokens``,
+What it counts, under each API's names: chat and completions say ``prompt_tokens``,
 ``completion_tokens`` and ``prompt_tokens_details.cached_tokens``; the Responses API says
-``input_tokens``, ``output_tokens`` and ``input_tokens_details.cached_tokens``.
+``input_tokens``, ``output_tokens`` and ``input_tokens_details.cached_tokens``; Anthropic's
+Messages API (the /v1/messages door) ``input_tokens`` for the uncached prompt only, beside
+``cache_read_input_tokens`` and ``cache_creation_input_tokens``: its prompt is the three
+together. A Messages stream's usage comes in two events, ``message_start`` (the prompt) and
+``message_delta`` (the output, cumulative): ``merged`` joins them.
 
 ``Usage.sent`` is the object exactly as the provider sent it, never normalised: the log
 line's receipt, matched with the provider's invoice. The counts are read from it:
@@ -46,8 +50,12 @@ class Usage:
 
     @property
     def prompt(self) -> Any:
-        """The prompt tokens as sent (an integer from any provider that counts them)."""
-        return self.sent.get("prompt_tokens", self.sent.get("input_tokens"))
+        """The prompt tokens as sent (an integer from any provider that counts them); for
+        Anthropic's usage, its uncached, cache-read and cache-written counts together."""
+        sent = self.sent
+        if _ANTHROPIC_CACHE[0] in sent or _ANTHROPIC_CACHE[1] in sent:
+            return sum(_whole(sent.get(name)) for name in ("input_tokens", *_ANTHROPIC_CACHE))
+        return sent.get("prompt_tokens", sent.get("input_tokens"))
 
     @property
     def output(self) -> Any:
@@ -58,6 +66,8 @@ class Usage:
     def cached(self) -> Any:
         """The prompt tokens read from the provider's prompt cache, as sent."""
         sent = self.sent
+        if _ANTHROPIC_CACHE[0] in sent:
+            return sent[_ANTHROPIC_CACHE[0]]
         details = sent.get("prompt_tokens_details") or sent.get("input_tokens_details") or {}
         return details.get("cached_tokens") if isinstance(details, dict) else None
 
@@ -78,7 +88,16 @@ class Usage:
         if isinstance(total, int) and not isinstance(total, bool):
             return max(0, total)
         names = ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens")
-        return sum(_whole(self.sent.get(name)) for name in names)
+        return sum(_whole(self.sent.get(name)) for name in names + _ANTHROPIC_CACHE)
+
+    def merged(self, later: Usage) -> Usage:
+        """This usage with ``later``'s counts over it: a Messages stream's ``message_start``
+        usage updated by its ``message_delta``'s cumulative one."""
+        return Usage({**self.sent, **later.sent})
+
+
+# Anthropic's prompt counts beside ``input_tokens`` (the uncached part).
+_ANTHROPIC_CACHE = ("cache_read_input_tokens", "cache_creation_input_tokens")
 
 
 def may_carry_usage(raw: bytes) -> bool:

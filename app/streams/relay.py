@@ -16,13 +16,20 @@ the worker's client socket) within a millisecond, even while nothing is being wr
 from __future__ import annotations
 
 import _socket
+import json
 import os
 import socket
 from collections.abc import Callable, Iterator
 
 import gevent
 
-from app.core.errors import GatewayError, UpstreamReset, wrap_upstream_body
+from app.core.errors import (
+    ANTHROPIC_ROUTES,
+    GatewayError,
+    UpstreamReset,
+    anthropic_body,
+    wrap_upstream_body,
+)
 from app.observe import tracing
 from app.request.events import StreamEnd, is_error_event, typed
 from app.streams.flight import ClientGone, Finished, Flight, Head, Listener, Producer
@@ -73,6 +80,7 @@ def relay(
     on_ping: Callable[[], None] = lambda: None,
     on_error: Callable[[str], None] = lambda _: None,
     ping_first: bool = False,
+    route: str = "",
 ) -> Iterator[list[bytes]]:
     """A listener's body: events as they arrive, pings between them, one error event at worst.
 
@@ -88,7 +96,8 @@ def relay(
     error type of a stream that ends in an error event (its own or the upstream's) or in a
     Responses ``response.failed``, once. ``ping_first``: the 200 was committed because a
     heartbeat interval passed with nothing to send, so a ping leaves with the headers: the
-    caller's line is never silent for more than one interval.
+    caller's line is never silent for more than one interval. ``route``: the door the call
+    came in by, whose shape the gateway's own error event takes (``error_event``).
     """
     timeout = heartbeat if heartbeat > 0 else None
     if ping_first:
@@ -101,7 +110,7 @@ def relay(
             return
         except GatewayError as exc:
             on_error(tracing.error_type(exc))
-            yield [error_event(exc)]
+            yield [error_event(exc, route)]
             return
         if head is not None:
             break
@@ -112,11 +121,13 @@ def relay(
         # carry it over (an error becomes the final error event).
         if head.status >= 300:
             on_error(str(head.status))
-            yield [b"data: " + wrap_upstream_body(head.status, head.body) + b"\n\n"]
+            error = GatewayError(_message_of(head.body, head.status), status=head.status)
+            yield [error_event(error, route) if route in ANTHROPIC_ROUTES else
+                   b"data: " + wrap_upstream_body(head.status, head.body) + b"\n\n"]  # fmt: skip
         else:
             yield [head.body]
         return
-    yield from _events(listener, timeout, end, on_ping, on_error)
+    yield from _events(listener, timeout, end, on_ping, on_error, route)
 
 
 def _events(
@@ -125,6 +136,7 @@ def _events(
     end: StreamEnd | None,
     on_ping: Callable[[], None],
     on_error: Callable[[str], None],
+    route: str,
 ) -> Iterator[list[bytes]]:
     """A started stream's part of ``relay``: its events as they arrive, pings between them,
     then its end, with an error event when it ends without its route's end."""
@@ -152,19 +164,34 @@ def _events(
             if end is not None and not (saw_end or saw_error):
                 cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
                 on_error(tracing.error_type(cut))
-                yield [error_event(cut)]
+                yield [error_event(cut, route)]
             elif item.leftover:
                 yield [item.leftover]
             return
         else:
             on_error(tracing.error_type(item))
-            yield [error_event(item)]
+            yield [error_event(item, route)]
             return
 
 
-def error_event(exc: GatewayError) -> bytes:
-    """The final event of a broken stream: the OpenAI SDK raises APIError on it."""
+def error_event(exc: GatewayError, route: str = "") -> bytes:
+    """The final event of a broken stream: the OpenAI SDK raises APIError on it; on the
+    Anthropic door, Anthropic's ``error`` event, on which its SDK raises."""
+    if route in ANTHROPIC_ROUTES:
+        return b"event: error\n" + sse.encode_json(anthropic_body(exc.status, exc.message))
     return sse.encode_json(exc.to_body())
+
+
+def _message_of(body: bytes, status: int) -> str:
+    """The message of an upstream's error body in either dialect, else its text."""
+    try:
+        error = json.loads(body).get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+    except (ValueError, AttributeError):
+        message = None
+    if isinstance(message, str):
+        return message
+    return body.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
 
 
 class DisconnectWatcher:

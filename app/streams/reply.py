@@ -74,7 +74,7 @@ class Replies:
             )
         watcher.stop()
         listener.leave()
-        return complete_reply(head)
+        return complete_reply(head, call.route)
 
     def _await_first_byte(self, listener: Listener, stream: bool) -> Head | None:
         """The upstream's head once its first event (or whole body) is in; None when a
@@ -113,6 +113,7 @@ class Replies:
                 end=END_OF_STREAM.get(route),
                 on_error=trace.stream_broke,
                 ping_first=ping_first,
+                route=route,
             )
             if trace.hide_usage:
                 chunks = without_usage_chunk(chunks, trace.usage_taken)
@@ -148,20 +149,23 @@ def _watch(call: Call, listener: Listener) -> DisconnectWatcher:
     return DisconnectWatcher(call.client_socket, gone)
 
 
-def complete_reply(head: Head) -> Reply:
-    """A whole answer as the caller gets it: an upstream's error body in OpenAI's shape,
-    and after our own retries a word to the SDK not to retry again."""
+def complete_reply(head: Head, route: str = "") -> Reply:
+    """A whole answer as the caller gets it: an upstream's error body in the shape of the
+    caller's door (``route``: OpenAI's, Anthropic's on /v1/messages), and after our own
+    retries a word to the SDK not to retry again."""
     assert head.body is not None
     headers = downstream_headers(head.headers)
     body = head.body
     if head.status >= 400:
-        wrapped = wrap_upstream_body(head.status, body)
+        wrapped = wrap_upstream_body(head.status, body, route)
         if wrapped is not body:
             headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
             headers.append(("Content-Type", "application/json"))
         body = wrapped
         if head.attempts > 1:
-            # We already retried: the SDK must not multiply the calls again.
+            # We already retried: the SDK must not multiply the calls again (whatever the
+            # upstream said of its own answer).
+            headers = [(k, v) for k, v in headers if k.lower() != "x-should-retry"]
             headers.append(("x-should-retry", "false"))
     return Reply(head.status, headers + upstream_header(head), body)
 

@@ -24,6 +24,7 @@ import gevent
 
 from app.core.config import Settings
 from app.core.errors import GatewayError, ModelNotServed, UpstreamTimeout, UpstreamTLSError
+from app.dialects.chat import Untranslatable
 from app.observe import tracing
 from app.observe.tracing import Span
 from app.upstream import catalog, pools, spans
@@ -59,16 +60,27 @@ class Attempts:
         self._sleep = sleep
         self._rand = rand
 
-    def check_serves(self, model: str | None) -> None:
-        """ModelNotServed (404) when no configured upstream serves ``model``."""
-        if not any(spec.serves(model) for spec in self.specs):
+    def check_serves(self, model: str | None, route: str = "chat", path: str = "") -> None:
+        """ModelNotServed (404) when no configured upstream serves ``model``, or none that
+        serves it speaks the call's API (an Anthropic or Gemini upstream answers chat and
+        messages only)."""
+        serving = [spec for spec in self.specs if spec.serves(model)]
+        if not serving:
             raise ModelNotServed(f"No upstream serves the model {model!r}.", param="model")
+        if not any(spec.speaks(route, path) for spec in serving):
+            kinds = ", ".join(sorted({spec.kind for spec in serving}))
+            which = "The upstreams" if model is None else f"The upstreams that serve {model!r}"
+            raise ModelNotServed(
+                f"{which} ({kinds}) do not serve /v1{path}: only OpenAI-compatible upstreams "
+                "serve every route; Anthropic and Gemini ones serve chat and messages.",
+                param=None if model is None else "model",
+            )
 
     def plan(self, req: UpstreamRequest) -> list[UpstreamSpec]:
         """The upstreams to try for ``req``, in order, by breaker state now (an open breaker
         whose cooldown ended shows as half-open)."""
         allowed = self.ledger.outliers.refresh()
-        specs = self.specs
+        specs = [spec for spec in self.specs if spec.speaks(req.route, req.path)]
         if req.upstreams is not None and "*" not in req.upstreams:
             specs = [spec for spec in specs if spec.name in req.upstreams]
         return catalog.candidates(specs, req.model, allowed=allowed, rand=self._rand)
@@ -94,7 +106,8 @@ class Attempts:
         receives each upstream as its attempt starts (a hedge avoids them)."""
         order = plan if plan is not None else self.plan(req)
         if not order:  # none serves it (the gateway refuses such calls before they get here)
-            self.check_serves(req.model)
+            self.check_serves(req.model, req.route, req.path)
+            raise ModelNotServed("No upstream the call may use serves it.", param="model")
         policy = self.policy(req)
         tried = [] if tried is None else tried
         spec = order[0]
@@ -174,6 +187,9 @@ class Attempts:
         """What follows an attempt: (the next upstream, None) to fail over at once, (the same
         upstream, its delay) to retry, or None: the attempt's answer or error is final."""
         following = [other for other in order if other not in tried]
+        if isinstance(error, Untranslatable):
+            # This upstream's dialect cannot carry the request; another kind may.
+            return (following[0], None) if following else None
         if error is not None:
             if following and not policy.exhausted and _can_fail_over(error, req.stream):
                 return following[0], None
@@ -201,6 +217,10 @@ class Attempts:
         probe = self.ledger.start(spec.name)
         try:
             raw = self.transport.send(spec, req, deadline)
+        except Untranslatable:
+            # Refused before anything was sent: no verdict on the upstream.
+            self.ledger.record(spec.name, CANCELLED, probe)
+            raise
         except GatewayError:
             self.ledger.record(spec.name, FAILED, probe)
             raise

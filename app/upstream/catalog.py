@@ -26,9 +26,17 @@ from app.core.tables import NAME, check_types
 from app.tenancy import prices
 from app.upstream.hedge import HedgePolicy
 
-AUTH_STYLES = ("bearer", "api-key")
+AUTH_STYLES = ("bearer", "api-key", "x-api-key", "x-goog-api-key")
+# The dialect an upstream speaks (app/dialects/), and the header its key goes in by default.
+KINDS = {"openai": "bearer", "anthropic": "x-api-key", "gemini": "x-goog-api-key"}
+# The routes each kind can serve: an OpenAI-compatible upstream any, the others the two
+# generation doors the gateway translates (chat, messages) and, for Anthropic, the rest of
+# its own API under /v1/messages (count_tokens, passed through as is).
+_TRANSLATED_ROUTES = frozenset({"chat", "messages"})
 _FIELDS: dict[str, type | tuple[type, ...]] = {
     "name": str,
+    "kind": str,
+    "max_tokens": int,
     "base_url": str,
     "key": str,
     "key_env": str,
@@ -73,6 +81,20 @@ class UpstreamSpec:
     hedge: HedgePolicy | None = (
         None  # streams sent here first may get a backup (app/upstream/hedge.py)
     )
+    kind: str = "openai"  # the dialect it speaks: openai, anthropic or gemini (KINDS)
+    # The output bound sent to an Anthropic upstream for a call that names none: its API
+    # requires one, and a model's own ceiling is not known here.
+    max_tokens: int = 4096
+
+    def speaks(self, route: str, path: str = "") -> bool:
+        """Whether this upstream can answer a call of ``route`` (app/edge/routes.py's name)
+        at ``path`` (below /v1): an OpenAI-compatible one any route; the others chat and
+        messages, translated; an Anthropic one also the rest of /v1/messages as it is."""
+        if route == "count_tokens":  # Anthropic's own: no other kind counts its tokens
+            return self.kind == "anthropic"
+        if self.kind == "openai" or route in _TRANSLATED_ROUTES:
+            return True
+        return self.kind == "anthropic" and path.startswith("/messages/")
 
     def serves(self, model: str | None) -> bool:
         if model is None or "*" in self.models:
@@ -157,7 +179,12 @@ def _spec(
     if "key" in table and "key_env" in table:
         raise fail("key_env", "and upstreams.key are both set: choose one")
     key = _key(table, environ, fail)
-    auth = table.get("auth", "bearer")
+    kind = table.get("kind", "openai")
+    if kind not in KINDS:
+        raise fail("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    if table.get("max_tokens", 1) < 1:
+        raise fail("max_tokens", "must be >= 1")
+    auth = table.get("auth", KINDS[kind])
     if auth not in AUTH_STYLES:
         raise fail("auth", f"must be one of {', '.join(AUTH_STYLES)}, got {auth!r}")
     weight = float(table.get("weight", 1.0))
@@ -183,6 +210,8 @@ def _spec(
         aliases=pairs["aliases"],
         max_connections=table.get("max_connections", 0),
         hedge=hedge,
+        kind=kind,
+        max_tokens=table.get("max_tokens", 4096),
     )
 
 
@@ -253,7 +282,8 @@ def candidates(
     allowed: Callable[[str], bool],
     rand: Callable[[], float],
 ) -> list[UpstreamSpec]:
-    """The upstreams to try for ``model``, in order (see the module docstring)."""
+    """The upstreams to try for ``model``, in order (see the module docstring); ``specs``
+    are those that speak the call's route (``UpstreamSpec.speaks``)."""
     serving = [s for s in specs if s.serves(model)]
     usable = [s for s in serving if allowed(s.name)] or serving  # panic: try them all
     ordered: list[UpstreamSpec] = []

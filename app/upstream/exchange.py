@@ -98,9 +98,10 @@ class Upstream:
             spec.serves(model) and ("*" in allowed or spec.name in allowed) for spec in self.specs
         )
 
-    def check_serves(self, model: str | None) -> None:
-        """ModelNotServed (404) when no configured upstream serves ``model``."""
-        self.attempts.check_serves(model)
+    def check_serves(self, model: str | None, route: str = "chat", path: str = "") -> None:
+        """ModelNotServed (404) when no configured upstream serves ``model`` at ``path``
+        (below /v1) of ``route``."""
+        self.attempts.check_serves(model, route, path)
 
     def states(self) -> dict[str, str]:
         """Each upstream's breaker state now, by name."""

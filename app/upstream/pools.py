@@ -18,7 +18,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import gevent
@@ -188,7 +188,29 @@ def pool_classes(
     return {"http": CountingHTTPPool, "https": CountingHTTPSPool}
 
 
-def body_reader(raw: urllib3.BaseHTTPResponse) -> Callable[[int], bytes]:
+class Raw(Protocol):
+    """An answer with its body still on the socket: urllib3's response, or one translated
+    from another provider's dialect as it is read (app/upstream/translation.py)."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> urllib3.HTTPHeaderDict: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def read1(self, amt: int | None = None) -> bytes: ...
+
+    def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+    def release_conn(self) -> None: ...
+
+
+def body_reader(raw: Raw) -> Callable[[int], bytes]:
     """urllib3's read1; for a body sent in chunks and not compressed (an event stream, as
     providers send one), http.client's read1 beneath it. urllib3's layer (content decoding,
     length accounting, an error-catching context manager per call) cost about as much as
@@ -205,7 +227,7 @@ def body_reader(raw: urllib3.BaseHTTPResponse) -> Callable[[int], bytes]:
     return raw.read1
 
 
-def discard(raw: urllib3.BaseHTTPResponse) -> None:
+def discard(raw: Raw) -> None:
     """Throw away an answer we will retry. A short error body with a length is read so its
     connection goes back to the pool (a 429 storm then reconnects nothing); anything else
     is closed: reading a body of unknown size could cost more than a reconnect."""

@@ -8,10 +8,16 @@ from collections.abc import Iterable
 from app.observe.tracing import MAX_NAME, Value
 from app.upstream.catalog import UpstreamSpec
 
+# gen_ai.provider.name of the upstreams that speak another provider's dialect.
+_PROVIDERS = {"anthropic": "anthropic", "gemini": "gcp.gemini"}
+
 
 def provider_name(spec: UpstreamSpec) -> str:
-    """gen_ai.provider.name of an upstream: Azure OpenAI when it takes an ``api-key``
-    header, else ``openai`` (the API every upstream of the gateway speaks)."""
+    """gen_ai.provider.name of an upstream: by the dialect it speaks (its ``kind``); for an
+    OpenAI-compatible one, Azure OpenAI when it takes an ``api-key`` header, else
+    ``openai``."""
+    if spec.kind in _PROVIDERS:
+        return _PROVIDERS[spec.kind]
     return "azure.ai.openai" if spec.auth == "api-key" else "openai"
 
 

@@ -39,6 +39,7 @@ from urllib3.exceptions import (
 
 from app.core.config import Settings
 from app.core.errors import (
+    BadRequest,
     UpstreamReset,
     UpstreamTimeout,
     UpstreamTLSError,
@@ -53,8 +54,9 @@ from app.request.headers import with_upstream_key
 from app.upstream import pools
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.retry import Deadline
+from app.upstream.translation import Outgoing, Translation, translation_for
 
-Raw = urllib3.BaseHTTPResponse  # an answer as urllib3 gives it, body still on the socket
+Raw = pools.Raw  # an answer, body still on the socket
 
 
 @dataclass(frozen=True)
@@ -167,13 +169,18 @@ class Transport:
         """``req`` sent to ``spec`` as it wants it; the answer at its headers, within the
         connect and first-byte timeouts and what is left of ``deadline``."""
         s = self.settings
-        url, headers, body = _prepare(spec, req)
+        translation = translation_for(spec.kind, req.route)
+        sent = None
+        if translation is None:
+            url, headers, body = _prepare(spec, req)
+        else:
+            url, headers, body, sent = _translated(spec, req, translation)
         if req.span is not None:
             headers = req.span.inject(headers)
         pool, target = self._pool_for(spec, url)
         with self._phase("first_byte", s.first_byte_timeout_s, deadline) as remaining:
             try:
-                return pool.urlopen(
+                raw = pool.urlopen(
                     req.method,
                     target,
                     body=body,
@@ -195,6 +202,10 @@ class Transport:
                 raise error from None
             except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
                 raise UpstreamReset(f"Upstream closed the connection: {reason(exc)}.") from None
+        if translation is None or sent is None:
+            return raw
+        prompt = len(req.body or b"")
+        return translation.answer(raw, sent, limit=s.max_body_bytes, prompt_bytes=prompt)
 
     @contextlib.contextmanager
     def _phase(self, phase: str, limit: float, deadline: Deadline) -> Iterator[float]:
@@ -275,6 +286,25 @@ def _prepare(spec: UpstreamSpec, req: UpstreamRequest) -> tuple[str, dict[str, s
     if req.model and model != req.model and body:
         body = _renamed(body, model)
     return url, headers, body
+
+
+def _translated(
+    spec: UpstreamSpec, req: UpstreamRequest, translation: Translation
+) -> tuple[str, dict[str, str], bytes, Outgoing]:
+    """The URL, headers and body of ``req`` in ``spec``'s dialect (app/upstream/translation.py),
+    and what was sent, for the answer's translation."""
+    if req.body is None:
+        raise BadRequest("A translated call needs a JSON body.", code="invalid_body")
+    sent = translation.request(spec, req.body, req.headers)
+    model = quote(sent.model, safe="")
+    base = spec.base_url.replace("{model}", model)
+    query = "&".join(filter(None, [sent.query, urlencode(spec.query)]))
+    url = base + sent.path + (f"?{query}" if query else "")
+    headers = with_upstream_key(
+        sent.headers, spec.key, auth=spec.auth, fallback_only=spec.key_fallback
+    )
+    headers.update(spec.headers)
+    return url, headers, sent.body, sent
 
 
 def _renamed(body: bytes, model: str) -> bytes:

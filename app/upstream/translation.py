@@ -1,0 +1,280 @@
+"""Speaking to an upstream in its own dialect: the request translated as it leaves, the answer
+translated as it is read, so that everything above the transport sees an OpenAI answer (or,
+on the Anthropic door, an Anthropic one).
+
+The rule: one attempt, one translation, chosen by the upstream's ``kind`` and the caller's
+door (``route``: chat speaks OpenAI's dialect, messages Anthropic's); none when they are the
+same dialect, and then not one byte differs. The pure translations are app/dialects/'s; here
+they meet the wire: ``Translation.request`` gives the path, query, headers and body to send,
+``Translation.answer`` wraps the upstream's response in a ``Translated`` one whose status and
+headers are already the caller's dialect's and whose ``read1`` returns translated bytes as
+soon as the provider's events complete (a stream is never held back: app/dialects/__init__.py).
+A whole answer (not a stream, or an error) is read to its end first, at most ``limit`` bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import urllib3
+
+from app.core.errors import UpstreamReset
+from app.dialects import anthropic, gemini, messages
+from app.dialects.chat import dumps
+from app.upstream import pools
+from app.upstream.catalog import UpstreamSpec
+from app.upstream.pools import READ_SIZE, Raw
+
+ANTHROPIC_VERSION = "2023-06-01"
+# The caller's credential, re-spelt in the header the upstream's kind reads its key from
+# (a caller's OpenAI SDK sends "Authorization: Bearer", Anthropic's "x-api-key").
+_CREDENTIALS = ("authorization", "api-key", "x-api-key", "x-goog-api-key")
+# Headers of the upstream's answer that describe bytes the caller does not get.
+_BODY_HEADERS = ("content-length", "content-encoding", "transfer-encoding", "content-type")
+
+
+class Translator(Protocol):
+    def feed(self, data: bytes) -> bytes: ...
+
+    def close(self) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A request as the upstream's dialect wants it: below its base URL."""
+
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    stream: bool
+    model: str  # its name at the upstream
+    include_usage: bool  # the caller's side asked for the usage chunk
+
+
+def translation_for(kind: str, route: str) -> Translation | None:
+    """The translation an attempt of ``route`` at an upstream of ``kind`` needs; None when
+    the caller's dialect is the upstream's (count_tokens and the rest of /v1/messages go to
+    Anthropic upstreams only, as they are)."""
+    door = {"chat": "openai", "messages": "anthropic"}.get(route)
+    if door is None or door == kind:
+        return None
+    return Translation(kind, door)
+
+
+@dataclass(frozen=True)
+class Translation:
+    kind: str  # the upstream's dialect
+    door: str  # the caller's: "openai" (chat) or "anthropic" (messages)
+
+    # -- the request ------------------------------------------------------------------------
+    def request(self, spec: UpstreamSpec, body: bytes, headers: Mapping[str, str]) -> Outgoing:
+        """The caller's body and headers as ``spec`` wants them (its model name, its key's
+        header spelling); Untranslatable (400) for a request its dialect cannot carry."""
+        doc = json.loads(body)
+        model = spec.model_for(doc.get("model") or "")
+        doc["model"] = model
+        chat = messages.chat_body(doc) if self.door == "anthropic" else doc
+        stream = chat.get("stream") is True
+        options = chat.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        out = _respelt(headers, spec.auth)
+        if self.kind == "openai":
+            path, query, sent = "/chat/completions", "", chat
+        elif self.kind == "anthropic":
+            path, query = "/messages", ""
+            sent = anthropic.request_body(chat, default_max_tokens=spec.max_tokens)
+            out.setdefault("anthropic-version", ANTHROPIC_VERSION)
+        else:
+            path, query = gemini.target(model, stream)
+            sent = gemini.request_body(chat)
+        out["Content-Type"] = "application/json"
+        return Outgoing(path, query, out, dumps(sent), stream, model, include_usage)
+
+    # -- the answer -------------------------------------------------------------------------
+    def answer(self, raw: Raw, sent: Outgoing, *, limit: int, prompt_bytes: int) -> Translated:
+        """``raw`` in the caller's dialect; ``prompt_bytes`` makes the Anthropic door's first
+        event's estimate of the prompt's tokens (corrected by its last)."""
+        status = 503 if self.kind == "anthropic" and raw.status == 529 else raw.status
+        ctype = raw.headers.get("content-type", "")
+        created, rid = int(time.time()), uuid.uuid4().hex
+        if status >= 300:
+            headers = _headers(raw, status, "application/json")
+            error = functools.partial(self._error, raw.status)
+            return Translated(raw, status, headers, whole=error, limit=limit)
+        if ctype.startswith("text/event-stream"):
+            stream = self._stream(sent, created, rid, prompt_bytes)
+            return Translated(raw, status, _headers(raw, status, ctype), stream=stream, limit=limit)
+        headers = _headers(raw, status, "application/json")
+        return Translated(raw, status, headers, whole=self._whole(created, rid), limit=limit)
+
+    def _stream(self, sent: Outgoing, created: int, rid: str, prompt_bytes: int) -> Translator:
+        """The stream's translator, from the upstream's events to the caller's."""
+        usage = sent.include_usage
+        chat: Translator | None = None
+        if self.kind == "anthropic":
+            chat = anthropic.StreamToChat(include_usage=usage, created=created)
+        elif self.kind == "gemini":
+            chat = gemini.StreamToChat(include_usage=usage, created=created, fallback_id=rid)
+        if self.door == "openai":
+            assert chat is not None
+            return chat
+        door = messages.ChatToStream(
+            message_id=f"msg_{rid}", model=sent.model, input_tokens=max(1, prompt_bytes // 4)
+        )
+        return door if chat is None else Chained(chat, door)
+
+    def _whole(self, created: int, rid: str) -> Callable[[bytes], bytes]:
+        def translate(body: bytes) -> bytes:
+            if self.kind == "anthropic":
+                body = anthropic.answer_to_chat(body, created=created)
+            elif self.kind == "gemini":
+                body = gemini.answer_to_chat(body, created=created, fallback_id=rid)
+            if self.door == "anthropic":
+                body = messages.chat_answer_to_message(body, message_id=f"msg_{rid}")
+            return body
+
+        return translate
+
+    def _error(self, status: int, body: bytes) -> bytes:
+        if self.kind == "anthropic":
+            status, body = anthropic.error_to_chat(status, body)
+        elif self.kind == "gemini":
+            status, body = gemini.error_to_chat(status, body)
+        if self.door == "anthropic":
+            body = messages.error_from_chat(status, body)
+        return body
+
+
+class Chained:
+    """Two translators one after the other (Gemini to chat to Anthropic's door)."""
+
+    def __init__(self, first: Translator, second: Translator) -> None:
+        self.first, self.second = first, second
+
+    def feed(self, data: bytes) -> bytes:
+        middle = self.first.feed(data)
+        return self.second.feed(middle) if middle else b""
+
+    def close(self) -> bytes:
+        return self.second.feed(self.first.close()) + self.second.close()
+
+
+class Translated:
+    """An upstream's answer read through a translation (the ``Raw`` the rest of the package
+    reads): the body's bytes come out of ``read1`` translated, and b"" only at its end."""
+
+    def __init__(
+        self,
+        raw: Raw,
+        status: int,
+        headers: urllib3.HTTPHeaderDict,
+        *,
+        stream: Translator | None = None,
+        whole: Callable[[bytes], bytes] | None = None,
+        limit: int,
+    ) -> None:
+        self._raw = raw
+        self._status = status
+        self._headers = headers
+        self._stream = stream
+        self._whole = whole
+        self._limit = limit
+        self._read: Callable[[int], bytes] | None = None
+        self._done = False
+
+    @property
+    def status(self) -> int:
+        return self._status
+
+    @property
+    def headers(self) -> urllib3.HTTPHeaderDict:
+        return self._headers
+
+    @property
+    def closed(self) -> bool:
+        return self._raw.closed
+
+    def read1(self, amt: int | None = None) -> bytes:
+        """The next translated bytes: a stream's as soon as a provider event completes one
+        (reading on while the provider's events translate to nothing), a whole answer's at
+        once when the body has been read to its end."""
+        if self._done:
+            return b""
+        if self._read is None:
+            self._read = pools.body_reader(self._raw)
+        if self._stream is not None:
+            while chunk := self._read(READ_SIZE):
+                out = self._stream.feed(chunk)
+                if out:
+                    return out
+            self._done = True
+            return self._stream.close()
+        parts, size = [], 0
+        while chunk := self._read(READ_SIZE):
+            size += len(chunk)
+            if size > self._limit:
+                raise UpstreamReset(f"Upstream response exceeds {self._limit} bytes.")
+            parts.append(chunk)
+        self._done = True
+        assert self._whole is not None
+        return self._whole(b"".join(parts))
+
+    def read(self) -> bytes:
+        parts = []
+        while chunk := self.read1():
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def release_conn(self) -> None:
+        self._raw.release_conn()
+
+
+def _respelt(headers: Mapping[str, str], auth: str) -> dict[str, str]:
+    """The caller's headers with its credential (when it brought one) in the header
+    ``auth`` names; the upstream's own key, when configured, replaces it later
+    (app/request/headers.py ``with_upstream_key``)."""
+    out: dict[str, str] = {}
+    credential = None
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in _CREDENTIALS:
+            credential = value.removeprefix("Bearer ").removeprefix("bearer ")
+        elif lower not in ("content-length", "content-type"):
+            out[name] = value
+    if credential:
+        out.update(_credential_header(auth, credential))
+    return out
+
+
+def _credential_header(auth: str, key: str) -> dict[str, str]:
+    if auth == "bearer":
+        return {"Authorization": f"Bearer {key}"}
+    return {auth: key}
+
+
+def _headers(raw: Raw, status: int, ctype: str) -> urllib3.HTTPHeaderDict:
+    """The answer's headers as the caller's dialect has them: the body's own described anew,
+    the provider's request id as ``x-request-id`` too, and for an error whether a retry may
+    help (Anthropic's 529 is an overload: it may; a 4xx will not)."""
+    headers = urllib3.HTTPHeaderDict()
+    for name, value in raw.headers.items():
+        if name.lower() not in _BODY_HEADERS:
+            headers.add(name, value)
+    headers["Content-Type"] = ctype
+    request_id = raw.headers.get("request-id")
+    if request_id and "x-request-id" not in headers:
+        headers["x-request-id"] = request_id
+    if status >= 400:
+        retry = status in (408, 409, 429) or status >= 500
+        headers["x-should-retry"] = "true" if retry else "false"
+    return headers

@@ -1,0 +1,163 @@
+"""Upstreams of other kinds: the file's ``kind`` and ``max_tokens``, which routes each kind
+serves, the caller's credential re-spelt for the upstream's header, and the translated answer
+read through ``Translated`` (app/upstream/translation.py). No sockets: a fake urllib3 answer."""
+
+from __future__ import annotations
+
+import pytest
+import urllib3
+
+from app.core.errors import ModelNotServed, UpstreamReset
+from app.upstream import catalog
+from app.upstream.attempts import Attempts
+from app.upstream.catalog import ConfigError, UpstreamSpec, load
+from app.upstream.translation import Translated, _respelt, translation_for
+
+ANTHROPIC = """
+[[upstreams]]
+name = "claude"
+base_url = "https://api.anthropic.com/v1"
+kind = "anthropic"
+key = "sk-ant"
+max_tokens = 8192
+"""
+
+
+def test_kind_sets_the_key_header_and_max_tokens() -> None:
+    (spec,) = load(ANTHROPIC, {})
+    assert (spec.kind, spec.auth, spec.max_tokens) == ("anthropic", "x-api-key", 8192)
+    gemini = ANTHROPIC.replace('"anthropic"', '"gemini"').replace("max_tokens = 8192\n", "")
+    (spec,) = load(gemini, {})
+    assert (spec.kind, spec.auth, spec.max_tokens) == ("gemini", "x-goog-api-key", 4096)
+    (spec,) = load(ANTHROPIC.replace('kind = "anthropic"\n', ""), {})
+    assert (spec.kind, spec.auth) == ("openai", "bearer")
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        ('kind = "cohere"', "upstreams.kind must be one of openai, anthropic, gemini"),
+        ("max_tokens = 0", "upstreams.max_tokens must be >= 1"),
+        ('max_tokens = "many"', "upstreams.max_tokens"),
+    ],
+)
+def test_a_wrong_kind_or_bound_is_refused_with_its_line(edit: str, says: str) -> None:
+    field = edit.split(" ")[0]
+    lines = [edit if line.startswith(field) else line for line in ANTHROPIC.splitlines()]
+    with pytest.raises(ConfigError, match=says):
+        load("\n".join(lines), {})
+
+
+def test_each_kind_serves_its_routes() -> None:
+    openai, claude, gemini = (
+        UpstreamSpec(kind, "https://x/v1", kind=kind) for kind in ("openai", "anthropic", "gemini")
+    )
+    for route, path in [("chat", "/chat/completions"), ("messages", "/messages")]:
+        assert all(s.speaks(route, path) for s in (openai, claude, gemini))
+    for route, path in [("embeddings", "/embeddings"), ("passthrough", "/models")]:
+        assert openai.speaks(route, path)
+        assert not claude.speaks(route, path) and not gemini.speaks(route, path)
+    assert claude.speaks("count_tokens", "/messages/count_tokens")
+    assert not openai.speaks("count_tokens", "/messages/count_tokens")
+    assert not gemini.speaks("count_tokens", "/messages/count_tokens")
+    assert claude.speaks("passthrough", "/messages/batches")
+
+
+def test_a_model_served_only_by_another_kind_is_a_clear_404_on_other_routes() -> None:
+    specs = [UpstreamSpec("claude", "https://x/v1", kind="anthropic", models=("claude-x",))]
+    attempts = Attempts.__new__(Attempts)
+    attempts.specs = specs
+    attempts.check_serves("claude-x", "chat", "/chat/completions")  # served
+    with pytest.raises(ModelNotServed, match=r"\(anthropic\) do not serve /v1/embeddings"):
+        attempts.check_serves("claude-x", "embeddings", "/embeddings")
+    with pytest.raises(ModelNotServed, match="No upstream serves the model 'gpt-x'"):
+        attempts.check_serves("gpt-x", "chat", "/chat/completions")
+
+
+def test_candidates_leave_out_the_kinds_that_do_not_speak_the_route() -> None:
+    specs = [UpstreamSpec(k, "https://x/v1", kind=k) for k in ("openai", "anthropic", "gemini")]
+    speaking = [s for s in specs if s.speaks("embeddings", "/embeddings")]
+    order = catalog.candidates(speaking, "m", allowed=lambda _: True, rand=lambda: 0.0)
+    assert [s.name for s in order] == ["openai"]
+
+
+def test_no_translation_between_the_same_dialects() -> None:
+    assert translation_for("openai", "chat") is None
+    assert translation_for("anthropic", "messages") is None
+    assert translation_for("anthropic", "count_tokens") is None
+    assert translation_for("openai", "embeddings") is None
+    assert translation_for("anthropic", "chat") is not None
+    assert translation_for("openai", "messages") is not None
+    assert translation_for("gemini", "messages") is not None
+
+
+def test_the_callers_credential_moves_to_the_upstreams_header() -> None:
+    given = {"Authorization": "Bearer sk-caller", "Content-Length": "12", "X-Trace": "t"}
+    assert _respelt(given, "x-api-key") == {"x-api-key": "sk-caller", "X-Trace": "t"}
+    assert _respelt(given, "x-goog-api-key") == {"x-goog-api-key": "sk-caller", "X-Trace": "t"}
+    anthropic_sdk = {"x-api-key": "sk-caller", "anthropic-version": "2023-06-01"}
+    assert _respelt(anthropic_sdk, "bearer") == {
+        "anthropic-version": "2023-06-01",
+        "Authorization": "Bearer sk-caller",
+    }
+    assert _respelt({"X-Trace": "t"}, "x-api-key") == {"X-Trace": "t"}  # none brought
+
+
+class FakeRaw:
+    """urllib3's answer as ``Translated`` reads it: pieces of body, then its end."""
+
+    def __init__(self, pieces: list[bytes], status: int = 200) -> None:
+        self.pieces = list(pieces)
+        self.status = status
+        self.headers = urllib3.HTTPHeaderDict({"content-type": "text/event-stream"})
+        self.closed = False
+        self.released = False
+
+    def read1(self, amt: int | None = None) -> bytes:
+        return self.pieces.pop(0) if self.pieces else b""
+
+    def read(self) -> bytes:
+        return b"".join(self.pieces)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def release_conn(self) -> None:
+        self.released = True
+
+
+class Upper:
+    """A translator that holds bytes until a blank line ends an event, then gives it upper
+    cased; at the end, a last word."""
+
+    def __init__(self) -> None:
+        self.held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        self.held += data
+        done, sep, self.held = self.held.rpartition(b"\n\n")
+        return (done + sep).upper()
+
+    def close(self) -> bytes:
+        return b"END\n\n"
+
+
+def test_a_translated_stream_reads_on_until_an_event_is_whole_and_ends_with_close() -> None:
+    raw = FakeRaw([b"a", b"b\n", b"\nc", b"\n\n"])
+    translated = Translated(raw, 200, raw.headers, stream=Upper(), limit=100)  # type: ignore[arg-type]
+    assert translated.read1() == b"AB\n\n"  # three reads of the upstream, one of ours
+    assert translated.read1() == b"C\n\n"
+    assert translated.read1() == b"END\n\n"
+    assert translated.read1() == b""  # the end, once
+    translated.release_conn()
+    assert raw.released
+
+
+def test_a_whole_answer_is_translated_once_at_its_end_and_bounded() -> None:
+    raw = FakeRaw([b'{"a":', b"1}"])
+    whole = Translated(raw, 200, raw.headers, whole=lambda b: b"<" + b + b">", limit=100)  # type: ignore[arg-type]
+    assert (whole.read1(), whole.read1()) == (b'<{"a":1}>', b"")
+    raw = FakeRaw([b"x" * 60, b"y" * 60])
+    big = Translated(raw, 200, raw.headers, whole=lambda b: b, limit=100)  # type: ignore[arg-type]
+    with pytest.raises(UpstreamReset, match="exceeds 100 bytes"):
+        big.read1()
