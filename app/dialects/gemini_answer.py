@@ -98,14 +98,20 @@ def arguments(call: dict[str, Any]) -> str:
 
 
 def call_id(call: dict[str, Any], fallback_id: str, index: int) -> str:
-    given = call.get("id")
-    return given if isinstance(given, str) and given else f"call_{fallback_id}_{index}"
+    return _string(call.get("id")) or f"call_{fallback_id}_{index}"
+
+
+def _string(value: Any) -> str:
+    """A member that should be a string, "" when it is anything else."""
+    return value if isinstance(value, str) else ""
 
 
 class StreamToChat:
     """A Translator (app/dialects/__init__.py): Gemini's ``alt=sse`` body in, the canonical
     Chat Completions stream out (chat.py). The answer's id is its ``responseId`` (else
-    ``fallback_id``), its model the ``modelVersion``."""
+    ``fallback_id``), its model the ``modelVersion``. Gemini's stream has no end event: the
+    end of its body is the end, so ``close()`` gives the usage and ``[DONE]`` when the chunk
+    with ``finishReason`` came without usage (see the module's docstring)."""
 
     def __init__(self, include_usage: bool, created: int, fallback_id: str) -> None:
         self.include_usage, self.created, self.fallback_id = include_usage, created, fallback_id
@@ -117,45 +123,46 @@ class StreamToChat:
         self._ended = False  # [DONE] or an error went out: nothing more
 
     def feed(self, data: bytes) -> bytes:
-        out = b""
+        out = []
         for event in self._decoder.feed(data):
             if not self._ended:
                 out += self._event(event)
-        return out
+        return b"".join(out)
 
     def close(self) -> bytes:
         self._decoder.close()  # an unfinished event is not dispatched (SSE): the cut shows
         return self._end() if self._finished and not self._ended else b""
 
-    def _event(self, event: sse.Event) -> bytes:
+    def _event(self, event: sse.Event) -> list[bytes]:
+        """The chunks one event of Gemini's stream gives."""
         try:
             response = event.json()
         except ValueError:
-            return b""  # a comment, or data that is no response: nothing to say
+            return []  # a comment, or data that is no response: nothing to say
         if not isinstance(response, dict):
-            return b""
+            return []
         error = response.get("error")
         if error is not None:
             self._ended = True
-            return chat.error_event(*_error_of(error))
-        out = b""
+            return [chat.error_event(*_error_of(error))]
+        out = []
         if self._writer is None:
-            ident, model = response.get("responseId"), response.get("modelVersion")
-            self._writer = chat.ChunkWriter(ident or self.fallback_id, self.created, model or "")
-            out += self._writer.role()
+            ident = _string(response.get("responseId")) or self.fallback_id
+            model = _string(response.get("modelVersion"))
+            self._writer = chat.ChunkWriter(ident, self.created, model)
+            out.append(self._writer.role())
         has_usage = isinstance(response.get("usageMetadata"), dict)
         if has_usage:
             self._usage = response["usageMetadata"]
         if self._finished:  # a chunk after the finish: only its usage counts
-            return out + self._end() if has_usage else out
-        for kind, value in pieces(response):
-            out += self._piece(self._writer, kind, value)
+            return [*out, self._end()] if has_usage else out
+        out += [self._piece(self._writer, kind, value) for kind, value in pieces(response)]
         reason = _reason(response)
         if reason is not None:
             self._finished = True
-            out += self._writer.finish(finish_reason(reason, self._called))
+            out.append(self._writer.finish(finish_reason(reason, self._called)))
             if has_usage or not self.include_usage:
-                out += self._end()
+                out.append(self._end())
         return out
 
     def _piece(self, writer: chat.ChunkWriter, kind: str, value: Any) -> bytes:
@@ -166,10 +173,8 @@ class StreamToChat:
         if kind == "signature":
             return writer.signature(value)
         self._called = True
-        name = value.get("name")
-        index, start = writer.tool_start(
-            call_id(value, self.fallback_id, writer.tools), name if isinstance(name, str) else ""
-        )
+        ident = call_id(value, self.fallback_id, writer.tools)
+        index, start = writer.tool_start(ident, _string(value.get("name")))
         return start + writer.tool_arguments(index, arguments(value))
 
     def _end(self) -> bytes:
@@ -196,7 +201,7 @@ def answer_to_chat(body: bytes, *, created: int, fallback_id: str) -> bytes:
         elif kind == "signature":
             blocks.append({"type": "thinking", "thinking": "", "signature": value})
         else:
-            function = {"name": value.get("name", ""), "arguments": arguments(value)}
+            function = {"name": _string(value.get("name")), "arguments": arguments(value)}
             ident = call_id(value, fallback_id, len(calls))
             calls.append({"id": ident, "type": "function", "function": function})
     message: dict[str, Any] = {
@@ -211,10 +216,10 @@ def answer_to_chat(body: bytes, *, created: int, fallback_id: str) -> bytes:
     if calls:
         message["tool_calls"] = calls
     completion: dict[str, Any] = {
-        "id": response.get("responseId") or fallback_id,
+        "id": _string(response.get("responseId")) or fallback_id,
         "object": "chat.completion",
         "created": created,
-        "model": response.get("modelVersion") or "",
+        "model": _string(response.get("modelVersion")),
         "choices": [
             {
                 "index": 0,

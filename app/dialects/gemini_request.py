@@ -1,9 +1,10 @@
 """A Chat Completions request as a Gemini ``generateContent`` body. No I/O here.
 
-The rule: every field either has a place in Gemini's body, carries no meaning for it, or is
-refused by name (``chat.Untranslatable``, a 400 another upstream of the plan may still take).
-Nothing a caller asked for is dropped in silence, with two exceptions said here: ``user``
-(Gemini's body has no such field; it is the caller's own label) and a message's ``name``.
+The rule: a field Gemini can be asked has its place in Gemini's body; a field that asks for
+what Gemini cannot do is refused by name (``chat.Untranslatable``, a 400 another upstream of
+the plan may still take); a field not named here is not sent, Gemini's body having no place
+for it: ``user`` (the caller's own label: Gemini has no such field), a message's ``name``, an
+image's ``detail``, a function's ``strict``.
 
 - system and developer messages, wherever they stand, become ``systemInstruction`` (in order);
   user is role ``user``, assistant is role ``model``; consecutive contents of one role are
@@ -136,10 +137,11 @@ def _text_parts(content: Any, where: str) -> list[dict[str, Any]]:
     for j, part in enumerate(content):
         # An assistant's refusal part is what it said, as text.
         kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind not in ("text", "refusal"):
+        text = part.get(kind) if kind in ("text", "refusal") else None
+        if not isinstance(text, str):
             raise Untranslatable("only text parts here", param=f"{where}.content[{j}]")
-        if part.get(kind):
-            parts.append({"text": part[kind]})
+        if text:
+            parts.append({"text": text})
     return parts
 
 
@@ -255,7 +257,7 @@ def _generation_config(body: Mapping[str, Any]) -> dict[str, Any]:
         config["maxOutputTokens"] = limit
     stop = body.get("stop")
     if stop is not None:
-        config["stopSequences"] = [stop] if isinstance(stop, str) else list(stop)
+        config["stopSequences"] = [stop] if isinstance(stop, str) else stop
     config.update(_response_format(body.get("response_format")))
     effort = body.get("reasoning_effort")
     if effort is not None:
@@ -277,7 +279,8 @@ def _response_format(form: Any) -> dict[str, Any]:
     if kind == "json_object":
         return {"responseMimeType": "application/json"}
     if kind == "json_schema":
-        schema = (form.get("json_schema") or {}).get("schema")
+        spec = form.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
         out: dict[str, Any] = {"responseMimeType": "application/json"}
         if schema is not None:
             out["responseJsonSchema"] = schema
