@@ -157,8 +157,7 @@ class StreamToChat:
         if kind == "thinking":
             return writer.reasoning(block["thinking"]) if block.get("thinking") else b""
         if kind == "redacted_thinking":
-            redacted = {"type": "redacted_thinking", "data": block.get("data", "")}
-            return writer.chunk({"thinking_blocks": [redacted]})
+            return writer.redacted(block.get("data", ""))
         if kind == "tool_use":
             k, first = writer.tool_start(str(block.get("id", "")), str(block.get("name", "")))
             self._tools[index] = k

@@ -7,8 +7,9 @@ for the same scripted answer):
 1. a role chunk, ``delta: {"role": "assistant", "content": ""}``, when the provider's answer
    starts (Anthropic's ``message_start``, Gemini's first chunk);
 2. one chunk per provider delta, as it arrives: ``{"content": t}``, ``{"reasoning_content": t}``
-   (thinking), ``{"thinking_blocks": [{"type": "thinking", "thinking": "", "signature": s}]}``
-   (a thinking block's signature, for the caller to send back), a tool call's first fragment
+   (thinking), ``{"thinking_blocks": [{"index": b, "type": "thinking", "thinking": "",
+   "signature": s}]}`` (a thinking block's signature, for the caller to send back; ``b``
+   counts the answer's signed or redacted blocks from 0), a tool call's first fragment
    ``{"tool_calls": [{"index": k, "id", "type": "function", "function": {"name",
    "arguments": ""}}]}``
    and each argument fragment ``{"tool_calls": [{"index": k, "function": {"arguments": f}}]}``;
@@ -61,6 +62,7 @@ class ChunkWriter:
     def __init__(self, id: str, created: int, model: str) -> None:
         self.id, self.created, self.model = id, created, model
         self.tools = 0  # tool calls begun so far: the next one's index
+        self.blocks = 0  # thinking blocks signed (or redacted) so far: the next one's index
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         return event(
@@ -85,7 +87,17 @@ class ChunkWriter:
         return self.chunk({"reasoning_content": text})
 
     def signature(self, signature: str) -> bytes:
-        block = {"type": "thinking", "thinking": "", "signature": signature}
+        """A thinking block's signature. Each block's entry has its own ``index``, as a tool
+        call's has: the OpenAI SDK's stream accumulator merges list entries by it (without
+        one it refuses a second block)."""
+        block = {"index": self.blocks, "type": "thinking", "thinking": "", "signature": signature}
+        self.blocks += 1
+        return self.chunk({"thinking_blocks": [block]})
+
+    def redacted(self, data: str) -> bytes:
+        """A redacted thinking block, whole (its encrypted ``data``), with its index."""
+        block = {"index": self.blocks, "type": "redacted_thinking", "data": data}
+        self.blocks += 1
         return self.chunk({"thinking_blocks": [block]})
 
     def tool_start(self, id: str, name: str) -> tuple[int, bytes]:

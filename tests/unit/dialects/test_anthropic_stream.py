@@ -181,7 +181,8 @@ def test_thinking_is_kept_with_its_signature() -> None:
     blocks = [b for d in got for b in d.get("thinking_blocks", [])]
     sent = [e["delta"] for e in _raw_events("thinking") if e["type"] == "content_block_delta"]
     assert reasoning == "".join(d["thinking"] for d in sent if d["type"] == "thinking_delta")
-    assert blocks[0] == {"type": "thinking", "thinking": "", "signature": sent[2]["signature"]}
+    signed = {"type": "thinking", "thinking": "", "signature": sent[2]["signature"]}
+    assert blocks[0] == {"index": 0, **signed}
     assert blocks[1]["type"] == "redacted_thinking" and blocks[1]["data"].startswith("EmwK")
 
 
