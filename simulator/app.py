@@ -100,7 +100,7 @@ class App:
             route.dialect, ex.request_id, self.stats.requests, self.stats.tokens
         )
         try:
-            _authorise(req, route.dialect, self.config.require_key)
+            dialects.authorise(req, route.dialect, self.config.require_key)
             if route.dialect == ANTHROPIC:
                 return self._anthropic(ex, body)
             if route.dialect == GEMINI:
@@ -268,26 +268,3 @@ def _parse_json(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError:
         return _NO_BODY
-
-
-def _authorise(req: Request, dialect: str, key: str | None) -> None:
-    """The key as each dialect carries it: OpenAI's bearer token, Anthropic's ``x-api-key``,
-    Gemini's ``x-goog-api-key`` or ``?key=`` (a missing one is a 403 there, a wrong one a
-    400, as Gemini answers them)."""
-    if key is None:
-        return
-    if dialect == ANTHROPIC:
-        if req.header("x-api-key") != key:
-            raise ApiError(401, "invalid x-api-key (simulator --require-key)")
-    elif dialect == GEMINI:
-        given = req.header("x-goog-api-key") or next(iter(parse_qs(req.query).get("key", [])), None)
-        if given is None:
-            raise ApiError(403, "Method doesn't allow unregistered callers (no API key).")
-        if given != key:
-            raise ApiError(400, "API key not valid. Please pass a valid API key.")
-    elif req.header("authorization") != f"Bearer {key}":
-        raise ApiError(
-            401,
-            "Incorrect API key provided (simulator --require-key).",
-            code="invalid_api_key",
-        )

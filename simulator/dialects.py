@@ -1,4 +1,5 @@
-"""Which dialect a request speaks, and how that dialect shapes its errors and headers. No I/O.
+"""Which dialect a request speaks, and how it carries its key and shapes errors and headers.
+No I/O here.
 
 The path decides: ``/v1/messages`` and below is Anthropic's Messages API, ``/v1beta/models/``
 is Gemini's, anything else OpenAI's (the /sim/* control routes and /healthz are none).
@@ -9,15 +10,21 @@ totals with what a gateway says it sent to each kind of upstream. An error raise
 ``{"error": {message, type, param, code}}``, Anthropic's ``{"type": "error", "error":
 {type, message}, "request_id"}`` or Gemini's ``{"error": {code, message, status}}``; a 529
 (Anthropic's "overloaded") is a 503 in the two dialects that have no 529.
+
+The key (``--require-key``): OpenAI's bearer token; Anthropic's ``x-api-key`` or a bearer
+token (recent Anthropic SDKs send the key that way); Gemini's ``x-goog-api-key`` header or
+``?key=`` query parameter, a missing one refused with 403 and a wrong one with 400, as
+Gemini answers them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote
 
 from . import anthropic, gemini
+from .http11 import Request
 from .responses import ApiError, api_headers
 
 OPENAI, ANTHROPIC, GEMINI = "openai", "anthropic", "gemini"
@@ -80,3 +87,29 @@ def headers(dialect: str, request_id: str, requests: int, tokens: int) -> list[t
     if dialect == GEMINI:
         return []
     return api_headers(requests, tokens)
+
+
+def _bearer(req: Request) -> str | None:
+    scheme, _, token = (req.header("authorization") or "").partition(" ")
+    return token if scheme == "Bearer" else None
+
+
+def authorise(req: Request, dialect: str, key: str | None) -> None:
+    """Raise the dialect's refusal unless ``req`` carries ``key`` (None: no key needed)."""
+    if key is None:
+        return
+    if dialect == ANTHROPIC:
+        if key not in (req.header("x-api-key"), _bearer(req)):
+            raise ApiError(401, "invalid x-api-key (simulator --require-key)")
+    elif dialect == GEMINI:
+        given = req.header("x-goog-api-key") or next(iter(parse_qs(req.query).get("key", [])), None)
+        if given is None:
+            raise ApiError(403, "Method doesn't allow unregistered callers (no API key).")
+        if given != key:
+            raise ApiError(400, "API key not valid. Please pass a valid API key.")
+    elif _bearer(req) != key:
+        raise ApiError(
+            401,
+            "Incorrect API key provided (simulator --require-key).",
+            code="invalid_api_key",
+        )
