@@ -1,5 +1,6 @@
-"""The simulator's Gemini dialect over real TCP, as raw HTTP (no Gemini SDK is installed):
-generateContent and streamGenerateContent?alt=sse, its key, its errors and its controls.
+"""The simulator's Gemini dialect over real TCP, as raw HTTP and through the Gemini SDK
+(google-genai, pointed at the simulator): generateContent and streamGenerateContent?alt=sse,
+its key, its errors and its controls.
 
 Gemini writes its SSE with CRLF line ends and no [DONE]; each chunk is a whole
 GenerateContentResponse; controls come from ``x-sim-*`` headers or a ``sim/...`` model in
@@ -14,6 +15,8 @@ import time
 from typing import Any
 
 import pytest
+from google import genai
+from google.genai import errors, types
 
 from llmgate_wire import sse
 from simulator import scripts, text
@@ -196,3 +199,36 @@ def test_requests_are_counted_by_route(sim: SimProcess) -> None:
         "gemini /v1beta/models/{model}:generateContent": 1,
         "gemini /v1beta/models/{model}:streamGenerateContent": 2,
     }
+
+
+def test_the_gemini_sdk_reads_every_script(sim: SimProcess) -> None:
+    options = types.HttpOptions(base_url=sim.url, api_version="v1beta")
+    with genai.Client(api_key="k", http_options=options) as client:
+        tools = client.models.generate_content(model="sim/script=tools", contents="hi")
+        assert [(c.id, c.name, c.args) for c in tools.function_calls or []] == [
+            ("call_sim_weather", "get_weather", scripts.WEATHER_ARGS),
+            ("call_sim_time", "get_time", scripts.TIME_ARGS),
+        ]
+        assert tools.usage_metadata is not None
+        assert tools.usage_metadata.total_token_count == 92
+        thoughts, answer, signatures, finish = "", "", [], None
+        for chunk in client.models.generate_content_stream(
+            model="sim/script=thinking", contents="hi"
+        ):
+            (candidate,) = chunk.candidates or []
+            finish = candidate.finish_reason or finish
+            for part in (candidate.content.parts if candidate.content else None) or []:
+                if part.thought:
+                    thoughts += part.text or ""
+                else:
+                    answer += part.text or ""
+                if part.thought_signature:
+                    signatures.append(part.thought_signature)
+        assert (thoughts, answer) == ("Let me think it through.", "The answer is 42.")
+        assert signatures == [b"sim-signature-1"]  # the API's signatures are base64 bytes
+        assert finish == types.FinishReason.STOP
+        with pytest.raises(errors.ServerError, match="Overloaded"):
+            list(client.models.generate_content_stream(model="sim/script=overload", contents="hi"))
+        with pytest.raises(errors.ClientError) as limited:
+            client.models.generate_content(model="sim/fault=429", contents="hi")
+        assert (limited.value.code, limited.value.status) == (429, "RESOURCE_EXHAUSTED")
