@@ -1,27 +1,30 @@
 """Routing: one parsed request in, one response written, keep-alive decided.
 
-Order of work for an OpenAI route: log the request, check the key, parse the JSON body,
-resolve the behaviour, build the reply (validation errors win over faults), decide whether
-the fault fires (``fail_times``/``fail_key``), then hand timing to ``playback``. The /sim/*
-control routes and /healthz bypass the key, the log and the counters, so polling them never
-disturbs what a test measures.
+Order of work for an API route: find its dialect (dialects.py: OpenAI, Anthropic Messages or
+Gemini), log and count the request, check the key as that dialect carries it, parse the JSON
+body, resolve the behaviour, build the reply (validation errors win over faults), decide
+whether the fault fires (``fail_times``/``fail_key``), then hand timing to ``playback``. Every
+error is written in the request's dialect. The /sim/* control routes and /healthz bypass the
+key, the log and the counters, so polling them never disturbs what a test measures.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import parse_qs
 
-from . import endpoints
+from . import anthropic, dialects, endpoints, provider_endpoints
 from .behaviour import ERROR_FAULTS, Behaviour, BehaviourError, resolve
+from .dialects import ANTHROPIC, GEMINI, Route
+from .faults import fault_error
 from .http11 import Request
 from .playback import play_full, play_stream
-from .responses import ApiError, api_headers, dumps, model_list
+from .responses import ApiError, dumps, model_list
 from .stats import Stats
 from .wire import Peer, base_headers, send_full
 
@@ -53,6 +56,10 @@ class Exchange:
     request_id: str = field(default_factory=lambda: new_id("req_"))
     started: float = field(default_factory=time.monotonic)
     api_headers: list[tuple[str, str]] = field(default_factory=list)  # version, rate limits
+    route: Route = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.route = dialects.classify(self.request.path)
 
     def headers(self, close: bool = False) -> list[tuple[str, str]]:
         close = close or not self.request.keep_alive
@@ -87,26 +94,49 @@ class App:
         for name, value in req.headers:
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         parsed = None if body is _NO_BODY else body
-        self.stats.record(req.method, path, req.query, headers, parsed, req.body)
-        ex.api_headers = api_headers(self.stats.requests, self.stats.tokens)
+        route = ex.route
+        self.stats.record(req.method, path, req.query, headers, parsed, req.body, route=route)
+        ex.api_headers = dialects.headers(
+            route.dialect, ex.request_id, self.stats.requests, self.stats.tokens
+        )
         try:
-            self._authorise(req)
+            dialects.authorise(req, route.dialect, self.config.require_key)
+            if route.dialect == ANTHROPIC:
+                return self._anthropic(ex, body)
+            if route.dialect == GEMINI:
+                return self._gemini(ex, body)
             return self._route(ex, body)
         except ApiError as err:
             return self.send_error(ex, err)
 
     def send_error(self, ex: Exchange, err: ApiError) -> bool:
-        send_full(ex.peer, err.status, dumps(err.to_body()), [*ex.headers(), *err.headers])
+        status, body = dialects.render_error(ex.route.dialect, err, ex.request_id)
+        send_full(ex.peer, status, dumps(body), [*ex.headers(), *err.headers])
         return ex.request.keep_alive
 
-    def _authorise(self, req: Request) -> None:
-        key = self.config.require_key
-        if key is not None and req.header("authorization") != f"Bearer {key}":
-            raise ApiError(
-                401,
-                "Incorrect API key provided (simulator --require-key).",
-                code="invalid_api_key",
-            )
+    def _anthropic(self, ex: Exchange, body: Any) -> bool:
+        req, name = ex.request, ex.route.name
+        if req.method != "POST" or name == dialects.OTHER:
+            raise ApiError(404, f"Not found: {req.method} {req.path}")
+        if req.header("anthropic-version") is None:
+            raise ApiError(400, "anthropic-version: header is required")
+        body = _require_body(body)
+        if name == dialects.COUNT_TOKENS:
+            return self._answer(ex, body, provider_endpoints.count_tokens(body))
+        behaviour = self._behaviour(ex, body.get("model"))
+        return self._play_reply(ex, provider_endpoints.messages(body, behaviour, new_id), behaviour)
+
+    def _gemini(self, ex: Exchange, body: Any) -> bool:
+        req, route = ex.request, ex.route
+        if req.method != "POST" or route.model is None:
+            raise ApiError(404, f"Method not found: {req.method} {req.path}")
+        stream = route.method == "streamGenerateContent"
+        if stream and parse_qs(req.query).get("alt") != ["sse"]:
+            raise ApiError(400, "the simulator streams Gemini answers as SSE only: add ?alt=sse")
+        body = _require_body(body)
+        behaviour = self._behaviour(ex, route.model)
+        reply = provider_endpoints.generate(body, route.model, stream, behaviour, new_id)
+        return self._play_reply(ex, reply, behaviour)
 
     def _route(self, ex: Exchange, body: Any) -> bool:
         method, path = ex.request.method, ex.request.path
@@ -121,8 +151,7 @@ class App:
             return self._generate(ex, _require_body(body))
         raise ApiError(404, f"Invalid URL ({method} {path})", code="unknown_url")
 
-    def _behaviour(self, ex: Exchange, body: dict[str, Any] | None) -> Behaviour:
-        model = body.get("model") if body is not None else None
+    def _behaviour(self, ex: Exchange, model: Any) -> Behaviour:
         if not isinstance(model, str):
             model = None  # a missing or malformed model is the endpoint's error to report
         try:
@@ -139,7 +168,7 @@ class App:
         think: bool = False,
     ) -> bool:
         """A JSON reply under the request's behaviour; ``think`` applies ttft_ms to it."""
-        behaviour = self._behaviour(ex, body)
+        behaviour = self._behaviour(ex, body.get("model") if body is not None else None)
         if not think:
             behaviour = replace(behaviour, ttft_ms=0.0)
         return self._play_full(ex, payload, behaviour)
@@ -147,7 +176,7 @@ class App:
     def _play_full(self, ex: Exchange, payload: dict[str, Any], behaviour: Behaviour) -> bool:
         fault = self._fault(behaviour)
         if fault == "error-after":
-            raise _fault_error("500", behaviour)  # a whole answer cannot fail part-way
+            raise fault_error("500", behaviour)  # a whole answer cannot fail part-way
         headers = ex.headers(close=fault == "close-delimited")
         kept = play_full(
             ex.peer,
@@ -162,10 +191,13 @@ class App:
         return kept and ex.request.keep_alive
 
     def _generate(self, ex: Exchange, body: dict[str, Any]) -> bool:
+        behaviour = self._behaviour(ex, body.get("model"))
+        reply = _GENERATORS[ex.request.path](body, behaviour, new_id, int(time.time()))
+        return self._play_reply(ex, reply, behaviour)
+
+    def _play_reply(self, ex: Exchange, reply: endpoints.Reply, behaviour: Behaviour) -> bool:
         req = ex.request
-        behaviour = self._behaviour(ex, body)
-        reply = _GENERATORS[req.path](body, behaviour, new_id, int(time.time()))
-        self.stats.tokens += reply.completion.prompt_tokens + len(reply.completion.tokens)
+        self.stats.tokens += reply.tokens
         if reply.framer is None:
             return self._play_full(ex, reply.body, behaviour)
         fault = self._fault(behaviour)
@@ -180,6 +212,7 @@ class App:
             chunked=chunked,
             stats=self.stats,
             started=ex.started,
+            ping=anthropic.PING if ex.route.dialect == ANTHROPIC else None,
         )
         return kept and req.keep_alive
 
@@ -194,7 +227,7 @@ class App:
             return None
         self.stats.faults_injected += 1
         if fault in ERROR_FAULTS:
-            raise _fault_error(fault, behaviour)
+            raise fault_error(fault, behaviour)
         return fault
 
     def _json(self, ex: Exchange, value: Any) -> bool:
@@ -235,30 +268,3 @@ def _parse_json(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError:
         return _NO_BODY
-
-
-def _fault_error(fault: str, b: Behaviour) -> ApiError:
-    retry = (
-        # delta-seconds is an integer (RFC 9110 10.2.3); the -ms header keeps the precision.
-        ("retry-after", str(math.ceil(b.retry_after))),
-        ("retry-after-ms", str(round(b.retry_after * 1000))),
-    )
-    if fault == "429":
-        return ApiError(
-            429,
-            "Rate limit reached (simulated). Please try again later.",
-            "requests",
-            code="rate_limit_exceeded",
-            headers=retry,
-        )
-    if fault == "503":
-        message = "The server is overloaded (simulated). Please try again later."
-        return ApiError(503, message, "server_error", headers=retry)
-    if fault == "401":
-        return ApiError(401, "Incorrect API key provided (simulated).", code="invalid_api_key")
-    if fault == "redirect":
-        moved = (("location", "http://elsewhere.invalid/v1/chat/completions"),)
-        return ApiError(307, "Moved (simulated).", code="moved", headers=moved)
-    return ApiError(
-        500, "The server had an error processing your request (simulated).", "server_error"
-    )

@@ -14,11 +14,14 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from .scripts import NAMES as SCRIPT_NAMES
+
 HEADER_PREFIX = "x-sim-"
 MODEL_PREFIX = "sim/"
 
-# "redirect": a 307 to another host, as a proxy or a moved endpoint would answer.
-ERROR_FAULTS = frozenset({"429", "500", "503", "401", "redirect"})
+# "redirect": a 307 to another host, as a proxy or a moved endpoint would answer. "529":
+# Anthropic's "overloaded" (the dialects that have no 529 answer their overloaded 503).
+ERROR_FAULTS = frozenset({"429", "500", "503", "529", "401", "redirect"})
 FAULTS = ERROR_FAULTS | {
     "reset",
     "reset-before",  # reset as soon as the request is read: no status line, stream or not
@@ -57,6 +60,8 @@ class Behaviour:
     error_after: int = 2
     cached_tokens: int | None = None  # usage's cached prompt tokens (shown only when set)
     tool_call: bool = False  # Responses: call the request's first function tool
+    script: str | None = None  # a scripted answer (scripts.py) instead of generated words
+    ping_ms: float | None = None  # Anthropic: a ping event every ping_ms while a stream waits
 
     @property
     def token_gap(self) -> float:
@@ -103,6 +108,16 @@ def _text(name: str, raw: str) -> str:
     return raw.strip()
 
 
+def _script(name: str, raw: str) -> str | None:
+    value = raw.strip().lower()
+    if value in ("", "none"):
+        return None
+    if value not in SCRIPT_NAMES:
+        known = ", ".join(SCRIPT_NAMES)
+        raise BehaviourError(f"unknown simulator script {raw!r}; known: {known}", name)
+    return value
+
+
 def _switch(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value not in ("0", "1", "true", "false"):
@@ -125,6 +140,8 @@ _PARSERS: dict[str, Callable[[str, str], object]] = {
     "error_after": _count,
     "cached_tokens": _count,
     "tool_call": _switch,
+    "script": _script,
+    "ping_ms": _rate,
 }
 CONTROLS = tuple(_PARSERS)
 

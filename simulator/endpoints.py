@@ -11,10 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import chat_scripts, scripts, text
 from . import responses as r
 from . import responses_api as api
-from . import text
+from .anthropic import MessageFramer
 from .behaviour import Behaviour
+from .gemini import GenerateFramer
 
 DEFAULT_TOKENS = 16
 MAX_TOKENS = 100_000
@@ -22,14 +24,21 @@ DEFAULT_DIMENSIONS = 16
 MAX_DIMENSIONS = 8192
 
 NewId = Callable[[str], str]
-Framer = r.ChunkFramer | api.ResponseFramer
+Framer = (
+    r.ChunkFramer
+    | api.ResponseFramer
+    | chat_scripts.ScriptChatFramer
+    | MessageFramer
+    | GenerateFramer
+)
 
 
 @dataclass(frozen=True)
 class Reply:
-    """A generation: the non-stream body, and the framer when a stream was asked for."""
+    """A generation: the tokens it counts (prompt and output, for the rate-limit headers),
+    the non-stream body, and the framer when a stream was asked for."""
 
-    completion: r.Completion
+    tokens: int
     body: dict[str, Any]
     framer: Framer | None = None
 
@@ -44,14 +53,14 @@ def require_object(body: Any) -> dict[str, Any]:
     return body
 
 
-def _model(body: dict[str, Any]) -> str:
+def model_of(body: dict[str, Any]) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("you must provide a model parameter", "model")
     return model
 
 
-def _flag(body: dict[str, Any], name: str) -> bool:
+def flag(body: dict[str, Any], name: str) -> bool:
     value = body.get(name, False)
     if value is None:
         return False
@@ -106,7 +115,7 @@ def _completion(
     return r.Completion(
         id=new_id(prefix),
         created=now,
-        model=_model(body),
+        model=model_of(body),
         tokens=tuple(text.words(prompt, count)),
         finish_reason=finish,
         prompt_tokens=text.word_count(prompt),
@@ -116,7 +125,7 @@ def _completion(
 
 
 def _framer(body: dict[str, Any], c: r.Completion, *, chat: bool) -> r.ChunkFramer | None:
-    if not _flag(body, "stream"):
+    if not flag(body, "stream"):
         return None
     return r.ChunkFramer(
         c,
@@ -128,29 +137,68 @@ def _framer(body: dict[str, Any], c: r.Completion, *, chat: bool) -> r.ChunkFram
 
 def chat(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) -> Reply:
     """POST /v1/chat/completions."""
-    _model(body)
+    model_of(body)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty array.", "messages")
     length = _length(body, behaviour, ("max_completion_tokens", "max_tokens"))
     prompt = text.chat_prompt(messages)
+    if behaviour.script is not None:
+        return _chat_script(body, script_of(behaviour), new_id, now)
     c = _completion(body, behaviour, prompt, length, "chatcmpl-", new_id, now)
-    return Reply(c, r.chat_completion(c), _framer(body, c, chat=True))
+    return Reply(_tokens(c), r.chat_completion(c), _framer(body, c, chat=True))
+
+
+def _tokens(c: r.Completion) -> int:
+    return c.prompt_tokens + len(c.tokens)
+
+
+def script_of(behaviour: Behaviour) -> scripts.Script:
+    """The answer the ``script`` control names, with the cached tokens a control asks for."""
+    assert behaviour.script is not None
+    return scripts.SCRIPTS[behaviour.script].with_cache_read(behaviour.cached_tokens)
+
+
+def overloaded() -> r.ApiError:
+    """A scripted failure asked for whole: the dialect's overloaded error (app.py renders
+    the 529 as each dialect does)."""
+    return r.ApiError(529, scripts.OVERLOADED, "overloaded_error")
+
+
+def _chat_script(body: dict[str, Any], script: scripts.Script, new_id: NewId, now: int) -> Reply:
+    """A scripted chat answer in the gateway's canonical chunk shape (chat_scripts.py)."""
+    id, model = new_id("chatcmpl-"), model_of(body)
+    tokens = script.usage.prompt + script.usage.output
+    if flag(body, "stream"):
+        framer = chat_scripts.ScriptChatFramer(
+            script, id, now, model, _stream_option(body, "include_usage")
+        )
+        return Reply(tokens, {}, framer)
+    if script.finish == scripts.ERROR:
+        raise overloaded()
+    return Reply(tokens, chat_scripts.completion(script, id, now, model))
+
+
+def no_script(behaviour: Behaviour, route: str) -> None:
+    if behaviour.script is not None:
+        raise _bad(f"simulator control script is not supported on {route}", "script")
 
 
 def completions(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) -> Reply:
     """POST /v1/completions, the legacy text completion."""
-    _model(body)
+    model_of(body)
     length = _length(body, behaviour, ("max_tokens",))
     prompt = text.completion_prompt(body.get("prompt", ""))
+    no_script(behaviour, "/v1/completions")
     c = _completion(body, behaviour, prompt, length, "cmpl-", new_id, now)
-    return Reply(c, r.text_completion(c), _framer(body, c, chat=False))
+    return Reply(_tokens(c), r.text_completion(c), _framer(body, c, chat=False))
 
 
 def responses(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) -> Reply:
     """POST /v1/responses, streamed as typed events or not. With ``tool_call`` on and a
     function among the request's tools, the model calls the first one instead of writing."""
-    _model(body)
+    model_of(body)
+    no_script(behaviour, "/v1/responses")
     # A Responses object that ran out of tokens would be "incomplete"; we always say
     # "completed", so the token cap is not a "length" finish here.
     count, _ = _length(body, behaviour, ("max_output_tokens",))
@@ -172,14 +220,14 @@ def responses(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: in
         echo=tuple((k, body[k]) for k in ("instructions", "metadata") if k in body),
     )
     framer = None
-    if _flag(body, "stream"):
+    if flag(body, "stream"):
         framer = api.ResponseFramer(shape, obfuscate=_stream_option(body, "include_obfuscation"))
-    return Reply(c, api.response_object(shape), framer)
+    return Reply(_tokens(c), api.response_object(shape), framer)
 
 
 def embeddings(body: dict[str, Any]) -> dict[str, Any]:
     """POST /v1/embeddings: one unit vector per input, floats or base64 float32."""
-    model = _model(body)
+    model = model_of(body)
     inputs = text.embedding_inputs(body.get("input"))
     if inputs is None:
         raise _bad("'input' must be a string or a non-empty array.", "input")

@@ -191,9 +191,16 @@ def _dechunk(buf: bytearray) -> tuple[bytes, int] | None:
 
 def response_head(status: int, headers: Iterable[tuple[str, str]]) -> bytes:
     """The status line and header block of a response, blank line included."""
-    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
+    lines = [f"HTTP/1.1 {status} {_phrase(status)}"]
     lines.extend(f"{name}: {value}" for name, value in headers)
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _phrase(status: int) -> str:
+    """The reason phrase; 529 is Anthropic's own ("overloaded"), unknown to the registry."""
+    if status == 529:
+        return "Site Overloaded"
+    return HTTPStatus(status).phrase
 
 
 def chunk(data: bytes) -> bytes:

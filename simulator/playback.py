@@ -6,15 +6,19 @@ does: ``response.created`` at once, the first output delta after the model's TTF
 content event every ``1/tps`` seconds on a fixed schedule (a late wake-up does not push
 every later token back), then the finish events. Faults act at "slots": slot i is the
 moment content event i would be sent, and slot n (n = token count) is the moment of the
-finish chunk. A stream is framed by a ``Framer``: chat and legacy chunks (responses.py) or
-the Responses API's typed events (responses_api.py), so every fault works the same on both.
-Both functions return whether the connection may serve another request.
+finish chunk. A stream is framed by a ``Framer``: chat and legacy chunks (responses.py), the
+Responses API's typed events (responses_api.py), a scripted answer in Chat Completions
+(chat_scripts.py), Anthropic's events (anthropic.py) or Gemini's chunks (gemini.py), so every
+fault works the same on each. A dialect with a keep-alive event (Anthropic's ``ping``) sends
+it every ``ping_ms`` while the stream waits after its opening went out (the TTFT, a stall, a
+slow token), when that control is set. Both functions return whether the connection may
+serve another request.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 import gevent
@@ -28,7 +32,7 @@ class Framer(Protocol):
     """The events of one stream: an opening, one event per piece, then an end."""
 
     @property
-    def pieces(self) -> tuple[str, ...]: ...
+    def pieces(self) -> Sequence[object]: ...  # one per slot
 
     @property
     def opening_first(self) -> bool: ...  # the opening goes out before the TTFT wait
@@ -62,8 +66,10 @@ def play_stream(
     chunked: bool,
     stats: Stats,
     started: float,
+    ping: bytes | None = None,
 ) -> bool:
-    """Stream one completion as SSE under ``behaviour`` and ``fault``."""
+    """Stream one completion as SSE under ``behaviour`` and ``fault``; ``ping`` is the
+    dialect's keep-alive event, if it has one."""
     body = StreamBody(peer, chunked=chunked and fault != "close-delimited", gzip=fault == "gzip")
     stats.streams_started += 1
     try:
@@ -76,12 +82,15 @@ def play_stream(
         if fault == "stall-before":
             peer.pause(behaviour.stall_ms / 1000)
         opening = framer.opening()
+        wait = _Wait(peer, body, None, behaviour.ping_ms)
         if opening is not None and framer.opening_first:
             body.write(opening)
-        peer.pause(behaviour.ttft_ms / 1000)
+            wait = _Wait(peer, body, ping, behaviour.ping_ms)
+        wait(behaviour.ttft_ms / 1000)
         if opening is not None and not framer.opening_first:
             body.write(opening)
-        ended = _content(peer, body, framer, behaviour, fault)
+            wait = _Wait(peer, body, ping, behaviour.ping_ms)
+        ended = _content(wait, body, framer, behaviour, fault)
         if ended is None:
             return False
         body.finish(ended)
@@ -92,8 +101,27 @@ def play_stream(
     return body.chunked
 
 
+class _Wait:
+    """Waits inside a stream: with a ping and ``ping_ms``, the ping goes out every
+    ``ping_ms`` while a wait lasts longer than that."""
+
+    def __init__(self, peer: Peer, body: StreamBody, ping: bytes | None, every_ms: float | None):
+        self.peer, self.body, self.ping = peer, body, ping or b""
+        self.every = every_ms / 1000 if ping and every_ms else None
+
+    def __call__(self, seconds: float) -> None:
+        if self.every is None:
+            self.peer.pause(seconds)
+            return
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > self.every:
+            self.peer.pause(self.every)
+            self.body.write(self.ping)
+        self.peer.pause(left)
+
+
 def _content(
-    peer: Peer, body: StreamBody, framer: Framer, b: Behaviour, fault: str | None
+    wait: _Wait, body: StreamBody, framer: Framer, b: Behaviour, fault: str | None
 ) -> list[bytes] | None:
     """Send the content events; the events that end the stream (the finish, or an error
     event), or None when a reset fault ended the connection."""
@@ -102,12 +130,13 @@ def _content(
     stall_slot = min(b.stall_after, n) if fault == "stall-after" else -1
     error_slot = min(b.error_after, n) if fault == "error-after" else -1
     gap = b.token_gap
+    peer = wait.peer
     start = time.monotonic()
     for slot in range(n + 1):
         if slot:
             delay = start + slot * gap - time.monotonic()
             if delay > 0:
-                peer.pause(delay)
+                wait(delay)
             elif slot % _YIELD_EVERY == 0:
                 gevent.sleep(0)
         if slot == reset_slot:
@@ -116,7 +145,7 @@ def _content(
         if slot == error_slot:
             return framer.failure(slot)
         if slot == stall_slot:
-            peer.pause(b.stall_ms / 1000)
+            wait(b.stall_ms / 1000)
             start = time.monotonic() - slot * gap  # the schedule resumes after the stall
         if slot < n:
             body.write(framer.piece(slot))

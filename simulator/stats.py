@@ -10,6 +10,8 @@ import base64
 from collections import Counter, deque
 from typing import Any
 
+from .dialects import Route, classify
+
 LOG_SIZE = 100
 
 
@@ -29,6 +31,8 @@ class Stats:
         self.requests = 0
         self.tokens = 0  # prompt and completion tokens generated (for the rate-limit headers)
         self.requests_by_path: Counter[str] = Counter()
+        self.requests_by_dialect: Counter[str] = Counter()  # openai, anthropic, gemini
+        self.requests_by_route: Counter[str] = Counter()  # "<dialect> <path template>"
         self.streams_started = 0
         self.streams_completed = 0
         self.streams_abandoned = 0
@@ -45,11 +49,17 @@ class Stats:
         headers: dict[str, str],
         body: Any,
         raw: bytes = b"",
+        *,
+        route: Route | None = None,
     ) -> None:
-        """Count a request and keep it for ``/sim/requests``: the body parsed as JSON (or
-        None), and the exact bytes received, base64 (a gateway must forward them unchanged)."""
+        """Count a request, under its path, its dialect and its route, and keep it for
+        ``/sim/requests``: the body parsed as JSON (or None), and the exact bytes received,
+        base64 (a gateway must forward them unchanged)."""
+        route = route or classify(path)
         self.requests += 1
         self.requests_by_path[path] += 1
+        self.requests_by_dialect[route.dialect] += 1
+        self.requests_by_route[f"{route.dialect} {route.name}"] += 1
         self.log.append(
             {
                 "method": method,
@@ -76,6 +86,8 @@ class Stats:
             "requests": self.requests,
             "tokens": self.tokens,
             "requests_by_path": dict(self.requests_by_path),
+            "requests_by_dialect": dict(self.requests_by_dialect),
+            "requests_by_route": dict(self.requests_by_route),
             "streams_started": self.streams_started,
             "streams_completed": self.streams_completed,
             "streams_abandoned": self.streams_abandoned,

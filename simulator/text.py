@@ -118,3 +118,40 @@ def embedding(text: str, dimensions: int) -> list[float]:
 def embedding_base64(vector: list[float]) -> str:
     """The vector as the API's base64 encoding: little-endian float32, no separators."""
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+def _blocks_text(content: Any) -> str:
+    """Text of an Anthropic content: a string, or blocks whose text (or a tool result's
+    nested content) counts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = []
+    for block in content:
+        if isinstance(block, dict):
+            value = block.get("text") if "text" in block else _blocks_text(block.get("content"))
+            if isinstance(value, str) and value:
+                parts.append(value)
+    return "\n".join(parts)
+
+
+def messages_prompt(system: Any, messages: list[Any]) -> str:
+    """The prompt of an Anthropic Messages request: the system text, then every message's."""
+    texts = [_blocks_text(system)]
+    texts.extend(_blocks_text(m.get("content")) for m in messages if isinstance(m, dict))
+    return "\n".join(t for t in texts if t)
+
+
+def _parts_text(content: Any) -> str:
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if not isinstance(parts, list):
+        return ""
+    texts = [p.get("text") for p in parts if isinstance(p, dict)]
+    return "\n".join(t for t in texts if isinstance(t, str) and t)
+
+
+def gemini_prompt(system: Any, contents: list[Any]) -> str:
+    """The prompt of a Gemini request: ``systemInstruction``'s text parts, then each content's."""
+    texts = [_parts_text(system), *(_parts_text(c) for c in contents)]
+    return "\n".join(t for t in texts if t)

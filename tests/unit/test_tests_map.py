@@ -20,6 +20,7 @@ OTHER_PARTS = {
     "bench": "bench",
     "runner": "runner",
     "scripts": "scripts",
+    "simulator": "simulator",  # its pure renderers; the server's tests are integration ones
     "docs": "docs",  # the docs held to the code
 }
 # The tests of the whole tree: the layering of app/ and this map.
