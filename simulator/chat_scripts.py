@@ -6,8 +6,8 @@ can compare what the gateway makes of an Anthropic or Gemini answer with the sam
 from an OpenAI upstream, chunk for chunk:
 
 1. the role chunk, ``delta: {"role": "assistant", "content": ""}``;
-2. one chunk per piece: ``{"reasoning_content": t}``, ``{"thinking_blocks": [{"type":
-   "thinking", "thinking": "", "signature": s}]}``, ``{"content": t}``, a tool call's first
+2. one chunk per piece: ``{"reasoning_content": t}``, ``{"thinking_blocks": [{"index": b,
+   "type": "thinking", "thinking": "", "signature": s}]}``, ``{"content": t}``, a tool call's first
    fragment ``{"tool_calls": [{"index": k, "id", "type": "function", "function": {"name",
    "arguments": ""}}]}`` (written with its first argument fragment, at the same moment) and
    each argument fragment ``{"tool_calls": [{"index": k, "function": {"arguments": f}}]}``;
@@ -124,7 +124,9 @@ class ScriptChatFramer:
         if step.kind == "thinking":
             return self._chunk({"reasoning_content": step.value})
         if step.kind == "signature":
-            signed = {"type": "thinking", "thinking": "", "signature": step.value}
+            # Each signed block has its own index, as the OpenAI SDK's accumulator wants.
+            index = sum(1 for p in self.pieces[:slot] if p.kind == "signature")
+            signed = {"index": index, "type": "thinking", "thinking": "", "signature": step.value}
             return self._chunk({"thinking_blocks": [signed]})
         if step.kind == "text":
             return self._chunk({"content": step.value})
