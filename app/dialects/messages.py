@@ -14,6 +14,18 @@ message's id passed in.
 
 from __future__ import annotations
 
+from app.dialects.messages_answer import (
+    chat_answer_to_message,
+    error_body,
+    error_event,
+    error_from_chat,
+)
 from app.dialects.messages_request import chat_body
 
-__all__ = ["chat_body"]
+__all__ = [
+    "chat_answer_to_message",
+    "chat_body",
+    "error_body",
+    "error_event",
+    "error_from_chat",
+]
