@@ -21,8 +21,10 @@ from app.dialects.messages_answer import (
     error_from_chat,
 )
 from app.dialects.messages_request import chat_body
+from app.dialects.messages_stream import ChatToStream
 
 __all__ = [
+    "ChatToStream",
     "chat_answer_to_message",
     "chat_body",
     "error_body",
