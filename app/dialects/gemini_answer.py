@@ -187,19 +187,22 @@ class StreamToChat:
 
 def answer_to_chat(body: bytes, *, created: int, fallback_id: str) -> bytes:
     """A whole GenerateContentResponse as a chat.completion (raises ValueError when ``body``
-    is not JSON). ``thinking_blocks`` holds each signature as the stream's chunks carry it."""
+    is not JSON). ``thinking_blocks`` holds each signature with the thought text before it
+    (since the previous signature): a thinking block whole, as a message carries one."""
     response = json.loads(body)
     texts: list[str] = []
     thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
     blocks: list[dict[str, Any]] = []
+    signed = 0  # thoughts[:signed] belong to the blocks already made
     for kind, value in pieces(response):
         if kind == "text":
             texts.append(value)
         elif kind == "reasoning":
             thoughts.append(value)
         elif kind == "signature":
-            blocks.append({"type": "thinking", "thinking": "", "signature": value})
+            thinking, signed = "".join(thoughts[signed:]), len(thoughts)
+            blocks.append({"type": "thinking", "thinking": thinking, "signature": value})
         else:
             function = {"name": _string(value.get("name")), "arguments": arguments(value)}
             ident = call_id(value, fallback_id, len(calls))

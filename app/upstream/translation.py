@@ -30,6 +30,7 @@ from app.dialects.chat import dumps
 from app.upstream import pools
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.pools import READ_SIZE, Raw
+from llmgate_wire import sse
 
 ANTHROPIC_VERSION = "2023-06-01"
 # The caller's credential, re-spelt in the header the upstream's kind reads its key from
@@ -98,9 +99,12 @@ class Translation:
         return Outgoing(path, query, out, dumps(sent), stream, model, include_usage)
 
     # -- the answer -------------------------------------------------------------------------
-    def answer(self, raw: Raw, sent: Outgoing, *, limit: int, prompt_bytes: int) -> Translated:
-        """``raw`` in the caller's dialect; ``prompt_bytes`` makes the Anthropic door's first
-        event's estimate of the prompt's tokens (corrected by its last)."""
+    def answer(
+        self, raw: Raw, sent: Outgoing, *, limit: int, max_event: int, prompt_bytes: int
+    ) -> Translated:
+        """``raw`` in the caller's dialect: a whole body at most ``limit`` bytes, a provider's
+        event at most ``max_event``; ``prompt_bytes`` makes the Anthropic door's first event's
+        estimate of the prompt's tokens (corrected by its last)."""
         status = 503 if self.kind == "anthropic" and raw.status == 529 else raw.status
         ctype = raw.headers.get("content-type", "")
         created, rid = int(time.time()), uuid.uuid4().hex
@@ -109,17 +113,19 @@ class Translation:
             error = functools.partial(self._error, raw.status)
             return Translated(raw, status, headers, whole=error, limit=limit)
         if ctype.startswith("text/event-stream"):
-            stream = self._stream(sent, created, rid, prompt_bytes)
+            stream = self._stream(sent, created, rid, prompt_bytes, max_event)
             return Translated(raw, status, _headers(raw, status, ctype), stream=stream, limit=limit)
         headers = _headers(raw, status, "application/json")
         return Translated(raw, status, headers, whole=self._whole(created, rid), limit=limit)
 
-    def _stream(self, sent: Outgoing, created: int, rid: str, prompt_bytes: int) -> Translator:
+    def _stream(
+        self, sent: Outgoing, created: int, rid: str, prompt_bytes: int, max_event: int
+    ) -> Translator:
         """The stream's translator, from the upstream's events to the caller's."""
         usage = sent.include_usage
         chat: Translator | None = None
         if self.kind == "anthropic":
-            chat = anthropic.StreamToChat(include_usage=usage, created=created)
+            chat = anthropic.StreamToChat(usage, created, max_event_bytes=max_event)
         elif self.kind == "gemini":
             chat = gemini.StreamToChat(include_usage=usage, created=created, fallback_id=rid)
         if self.door == "openai":
@@ -211,7 +217,14 @@ class Translated:
             self._read = pools.body_reader(self._raw)
         if self._stream is not None:
             while chunk := self._read(READ_SIZE):
-                out = self._stream.feed(chunk)
+                try:
+                    out = self._stream.feed(chunk)
+                except sse.EventTooLarge as exc:
+                    # A read that cannot be relayed, as reading.py treats its own decoder's.
+                    raise UpstreamReset(
+                        f"The upstream sent an event larger than {exc.limit} bytes "
+                        "(LLMGATE_MAX_EVENT_BYTES)."
+                    ) from None
                 if out:
                     return out
             self._done = True

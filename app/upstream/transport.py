@@ -205,7 +205,9 @@ class Transport:
         if translation is None or sent is None:
             return raw
         prompt = len(req.body or b"")
-        return translation.answer(raw, sent, limit=s.max_body_bytes, prompt_bytes=prompt)
+        return translation.answer(
+            raw, sent, limit=s.max_body_bytes, max_event=s.max_event_bytes, prompt_bytes=prompt
+        )
 
     @contextlib.contextmanager
     def _phase(self, phase: str, limit: float, deadline: Deadline) -> Iterator[float]:

@@ -73,7 +73,9 @@ def test_a_whole_answer_with_thinking_and_calls() -> None:
                     "content": "Looking both up.",
                     "refusal": None,
                     "reasoning_content": "Two lookups.",
-                    "thinking_blocks": [{"type": "thinking", "thinking": "", "signature": "U2ln"}],
+                    "thinking_blocks": [
+                        {"type": "thinking", "thinking": "Two lookups.", "signature": "U2ln"}
+                    ],
                     "tool_calls": [
                         {
                             "id": "fc-1",
@@ -210,8 +212,6 @@ def _calls(message: Any) -> list[tuple[str, str, str]]:
     ],
 )
 def test_the_whole_answer_is_the_stream_accumulated(response: dict[str, Any]) -> None:
-    # One signature at most here: the SDK's accumulator takes a second thinking_blocks
-    # delta for an indexed list and raises (a note for chat.py's shape, not Gemini's).
     whole = ChatCompletion.model_validate(_completion(response))
     streamed, usage = _streamed(response)
     assert whole.id == streamed.id and whole.model == streamed.model

@@ -144,7 +144,7 @@ class Upper:
 
 def test_a_translated_stream_reads_on_until_an_event_is_whole_and_ends_with_close() -> None:
     raw = FakeRaw([b"a", b"b\n", b"\nc", b"\n\n"])
-    translated = Translated(raw, 200, raw.headers, stream=Upper(), limit=100)  # type: ignore[arg-type]
+    translated = Translated(raw, 200, raw.headers, stream=Upper(), limit=100)
     assert translated.read1() == b"AB\n\n"  # three reads of the upstream, one of ours
     assert translated.read1() == b"C\n\n"
     assert translated.read1() == b"END\n\n"
@@ -155,9 +155,9 @@ def test_a_translated_stream_reads_on_until_an_event_is_whole_and_ends_with_clos
 
 def test_a_whole_answer_is_translated_once_at_its_end_and_bounded() -> None:
     raw = FakeRaw([b'{"a":', b"1}"])
-    whole = Translated(raw, 200, raw.headers, whole=lambda b: b"<" + b + b">", limit=100)  # type: ignore[arg-type]
+    whole = Translated(raw, 200, raw.headers, whole=lambda b: b"<" + b + b">", limit=100)
     assert (whole.read1(), whole.read1()) == (b'<{"a":1}>', b"")
     raw = FakeRaw([b"x" * 60, b"y" * 60])
-    big = Translated(raw, 200, raw.headers, whole=lambda b: b, limit=100)  # type: ignore[arg-type]
+    big = Translated(raw, 200, raw.headers, whole=lambda b: b, limit=100)
     with pytest.raises(UpstreamReset, match="exceeds 100 bytes"):
         big.read1()
