@@ -1,0 +1,199 @@
+"""The Anthropic Messages door, ``POST /v1/messages``, with the Anthropic SDK as users run it.
+
+To an Anthropic-kind upstream the door is a relay: the caller reads the bytes the simulator
+wrote (compared with the same request sent to the simulator itself; only the message id,
+made per answer, differs). To an OpenAI-kind or Gemini-kind upstream it is a translation, and
+the SDK's stream helper must still give the text, the tool calls with their parsed input, the
+thinking with its signature, the stop reason and the usage. Errors are Anthropic's shape here,
+the gateway's own included.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+import urllib3
+
+from simulator import scripts
+from tests.support.sim import sim_stats, start_simulator
+from tests.support.stack import config_stack
+
+MESSAGES: Any = [{"role": "user", "content": "hi"}]
+http = urllib3.PoolManager(retries=False)
+_MESSAGE_ID = re.compile(rb'"id":"msg_[A-Za-z0-9_]+"')
+
+
+@pytest.fixture(scope="module")
+def door_sim(tmp_path_factory) -> Iterator[str]:
+    proc, url = start_simulator(tmp_path_factory.mktemp("door-sim"), "--ttft-ms", "0")
+    yield url
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def door_gw(make_stack, tmp_path_factory, door_sim):
+    toml = f"""
+[[upstreams]]
+name = "oai"
+base_url = "{door_sim}/v1"
+models = ["m-openai"]
+
+[[upstreams]]
+name = "claude"
+kind = "anthropic"
+base_url = "{door_sim}/v1"
+models = ["m-anthropic"]
+
+[[upstreams]]
+name = "gem"
+kind = "gemini"
+base_url = "{door_sim}/v1beta"
+models = ["m-gemini"]
+"""
+    return config_stack(make_stack, tmp_path_factory, toml)
+
+
+@pytest.fixture
+def client(door_gw) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=door_gw.url, api_key="k", max_retries=0) as sdk:
+        yield sdk
+
+
+def _raw(url: str, body: dict[str, Any], **headers: str) -> tuple[int, bytes]:
+    resp = http.request(
+        "POST",
+        url + "/v1/messages",
+        body=json.dumps(body),
+        headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01",
+                 **headers},
+    )  # fmt: skip
+    return resp.status, resp.data
+
+
+@pytest.mark.parametrize("script", ["text", "tools", "thinking"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_to_an_anthropic_upstream_the_caller_reads_the_simulators_bytes(
+    door_gw, door_sim, script, stream
+) -> None:
+    body = {"model": "m-anthropic", "max_tokens": 100, "messages": MESSAGES, "stream": stream}
+    direct = _raw(door_sim, body, **{"x-sim-script": script})
+    through = _raw(door_gw.url, body, **{"x-sim-script": script})
+    assert through[0] == direct[0] == 200
+    assert _MESSAGE_ID.sub(b"ID", through[1]) == _MESSAGE_ID.sub(b"ID", direct[1])
+    assert len(_MESSAGE_ID.findall(through[1])) == 1
+
+
+@pytest.mark.parametrize("kind", ["openai", "gemini"])
+def test_the_sdks_stream_helper_reads_a_translated_tool_answer(client, kind) -> None:
+    with client.messages.stream(
+        model=f"m-{kind}", max_tokens=100, messages=MESSAGES,
+        extra_headers={"x-sim-script": "tools"},
+    ) as stream:  # fmt: skip
+        texts = list(stream.text_stream)
+        message = stream.get_final_message()
+    assert "".join(texts) == "Let me check." and len(texts) == 4  # delta by delta
+    text, *tools = message.content
+    assert text.type == "text" and text.text == "Let me check."
+    assert [(t.type, t.id, t.name, t.input) for t in tools] == [  # type: ignore[union-attr]
+        ("tool_use", "call_sim_weather", "get_weather", scripts.WEATHER_ARGS),
+        ("tool_use", "call_sim_time", "get_time", scripts.TIME_ARGS),
+    ]
+    assert message.stop_reason == "tool_use"
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (40, 52)
+
+
+@pytest.mark.parametrize("kind", ["openai", "gemini", "anthropic"])
+def test_thinking_comes_back_as_a_thinking_block_with_its_signature(client, kind) -> None:
+    for stream in (True, False):
+        if stream:
+            with client.messages.stream(
+                model=f"m-{kind}", max_tokens=100, messages=MESSAGES,
+                extra_headers={"x-sim-script": "thinking"},
+            ) as events:  # fmt: skip
+                message = events.get_final_message()
+        else:
+            message = client.messages.create(
+                model=f"m-{kind}", max_tokens=100, messages=MESSAGES,
+                extra_headers={"x-sim-script": "thinking"},
+            )  # fmt: skip
+        thinking, text = message.content
+        assert thinking.type == "thinking", (kind, stream)
+        assert thinking.thinking == "Let me think it through."
+        assert thinking.signature == "c2ltLXNpZ25hdHVyZS0x"
+        assert text.type == "text" and text.text == "The answer is 42."
+        assert message.stop_reason == "end_turn"
+
+
+@pytest.mark.parametrize(
+    ("script", "stop"), [("text", "end_turn"), ("length", "max_tokens"), ("filter", "refusal")]
+)
+def test_stop_reasons_and_usage_over_an_openai_upstream(client, script, stop) -> None:
+    whole = client.messages.create(
+        model="m-openai", max_tokens=100, messages=MESSAGES,
+        extra_headers={"x-sim-script": script},
+    )  # fmt: skip
+    with client.messages.stream(
+        model="m-openai", max_tokens=100, messages=MESSAGES,
+        extra_headers={"x-sim-script": script},
+    ) as events:  # fmt: skip
+        streamed = events.get_final_message()
+    for message in (whole, streamed):
+        assert message.stop_reason == stop
+        assert message.content[0].type == "text"
+    assert streamed.content[0].text == whole.content[0].text  # type: ignore[union-attr]
+    assert streamed.usage.output_tokens == whole.usage.output_tokens > 0
+
+
+def test_a_mid_stream_overload_is_the_sdks_overloaded_error(client) -> None:
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        with client.messages.stream(
+            model="m-openai", max_tokens=100, messages=MESSAGES,
+            extra_headers={"x-sim-script": "overload"},
+        ) as events:  # fmt: skip
+            for _ in events:
+                pass
+    assert caught.value.body == {"type": "error", "error": {"type": "overloaded_error",
+                                                            "message": "Overloaded"}}  # fmt: skip
+
+
+def test_errors_on_this_door_are_anthropics_shape(door_gw) -> None:
+    cases = [
+        ({"model": "m-openai", "max_tokens": 5}, {}, 400, "invalid_request_error"),
+        ({"model": "nobody", "max_tokens": 5, "messages": MESSAGES}, {}, 404, "not_found_error"),
+        ({"model": "m-openai", "max_tokens": 5, "messages": MESSAGES}, {"x-sim-fault": "429"},
+         429, "rate_limit_error"),
+        ({"model": "m-gemini", "max_tokens": 5, "messages": MESSAGES}, {"x-sim-fault": "503"},
+         503, "overloaded_error"),
+        ({"model": "m-anthropic", "max_tokens": 5, "messages": MESSAGES}, {"x-sim-fault": "529"},
+         529, "overloaded_error"),
+    ]  # fmt: skip
+    for body, headers, status, kind in cases:
+        got_status, data = _raw(door_gw.url, body, **headers)
+        doc = json.loads(data)
+        assert got_status == status, (body, headers, doc)
+        assert doc["type"] == "error" and doc["error"]["type"] == kind, doc
+        assert doc["error"]["message"]
+
+
+def test_count_tokens_goes_to_an_anthropic_upstream_only(door_gw, door_sim) -> None:
+    before = sim_stats(door_sim)["requests_by_route"]
+    route = "anthropic /v1/messages/count_tokens"
+    resp = http.request(
+        "POST", door_gw.url + "/v1/messages/count_tokens",
+        body=json.dumps({"model": "m-anthropic", "messages": MESSAGES}),
+        headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"},
+    )  # fmt: skip
+    assert resp.status == 200 and json.loads(resp.data)["input_tokens"] > 0
+    resp = http.request(
+        "POST", door_gw.url + "/v1/messages/count_tokens",
+        body=json.dumps({"model": "m-openai", "messages": MESSAGES}),
+        headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"},
+    )  # fmt: skip
+    doc = json.loads(resp.data)
+    assert resp.status == 404 and doc["error"]["type"] == "not_found_error"
+    assert sim_stats(door_sim)["requests_by_route"][route] == before.get(route, 0) + 1
