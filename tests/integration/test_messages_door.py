@@ -99,7 +99,7 @@ def test_the_sdks_stream_helper_reads_a_translated_tool_answer(client, kind) -> 
     assert "".join(texts) == "Let me check." and len(texts) == 4  # delta by delta
     text, *tools = message.content
     assert text.type == "text" and text.text == "Let me check."
-    assert [(t.type, t.id, t.name, t.input) for t in tools] == [  # type: ignore[union-attr]
+    assert [(t.type, t.id, t.name, t.input) for t in tools] == [
         ("tool_use", "call_sim_weather", "get_weather", scripts.WEATHER_ARGS),
         ("tool_use", "call_sim_time", "get_time", scripts.TIME_ARGS),
     ]
@@ -145,18 +145,17 @@ def test_stop_reasons_and_usage_over_an_openai_upstream(client, script, stop) ->
     for message in (whole, streamed):
         assert message.stop_reason == stop
         assert message.content[0].type == "text"
-    assert streamed.content[0].text == whole.content[0].text  # type: ignore[union-attr]
+    assert streamed.content[0].text == whole.content[0].text
     assert streamed.usage.output_tokens == whole.usage.output_tokens > 0
 
 
 def test_a_mid_stream_overload_is_the_sdks_overloaded_error(client) -> None:
-    with pytest.raises(anthropic.APIStatusError) as caught:
-        with client.messages.stream(
-            model="m-openai", max_tokens=100, messages=MESSAGES,
-            extra_headers={"x-sim-script": "overload"},
-        ) as events:  # fmt: skip
-            for _ in events:
-                pass
+    with pytest.raises(anthropic.APIStatusError) as caught, client.messages.stream(
+        model="m-openai", max_tokens=100, messages=MESSAGES,
+        extra_headers={"x-sim-script": "overload"},
+    ) as events:  # fmt: skip
+        for _ in events:
+            pass
     assert caught.value.body == {"type": "error", "error": {"type": "overloaded_error",
                                                             "message": "Overloaded"}}  # fmt: skip
 
