@@ -1,0 +1,181 @@
+"""What carries over to other kinds of upstream: failover from one provider to another (never
+after the first byte), a key's token accounting from the translated usage, and the cache
+storing a translated answer and replaying it in the caller's dialect. Totals are compared with
+the simulator's own counts and the scripts' usage (simulator/scripts.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+
+from tests.support.keys_file import keys_toml
+from tests.support.sim import sim_stats, start_simulator
+from tests.support.stack import UPSTREAM, config_stack
+
+MESSAGES: Any = [{"role": "user", "content": "hi"}]
+KINDS = ("openai", "anthropic", "gemini")
+http = urllib3.PoolManager(retries=False)
+
+
+@pytest.fixture(scope="module")
+def carry_sim(tmp_path_factory) -> Iterator[str]:
+    proc, url = start_simulator(tmp_path_factory.mktemp("carry-sim"), "--ttft-ms", "0")
+    yield url
+    proc.stop()
+
+
+def _dialects(url: str) -> dict[str, int]:
+    counts = sim_stats(url)["requests_by_dialect"]
+    return {kind: counts.get(kind, 0) for kind in KINDS}
+
+
+def _since(url: str, before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before[k] for k, v in _dialects(url).items()}
+
+
+# -- failover across kinds ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def failover_gw(make_stack, tmp_path_factory, carry_sim):
+    """Claude first: "m" reaches it as a model that answers 529, "m-cut" as one whose stream
+    breaks with an overload after its first words; an OpenAI upstream second for both."""
+    toml = f"""
+[[upstreams]]
+name = "claude"
+kind = "anthropic"
+base_url = "{carry_sim}/v1"
+models = ["m", "m-cut"]
+priority = 0
+aliases = {{ "m" = "sim/fault=529", "m-cut" = "sim/script=overload" }}
+
+[[upstreams]]
+name = "oai"
+base_url = "{carry_sim}/v1"
+models = ["m", "m-cut"]
+priority = 1
+"""
+    return config_stack(make_stack, tmp_path_factory, toml, LLMGATE_BREAKER_FAILURES="100")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_anthropic_529_fails_over_to_openai_with_one_attempt_each(
+    failover_gw, carry_sim, stream
+) -> None:
+    before = _dialects(carry_sim)
+    resp = failover_gw.post("/v1/chat/completions", {"model": "m", "messages": MESSAGES,
+                                                      "stream": stream})  # fmt: skip
+    assert resp.status == 200 and resp.headers[UPSTREAM] == "oai"
+    assert b"[DONE]" in resp.data if stream else json.loads(resp.data)["choices"]
+    assert _since(carry_sim, before) == {"openai": 1, "anthropic": 1, "gemini": 0}
+
+
+def test_no_failover_after_the_first_byte(failover_gw, carry_sim) -> None:
+    before = _dialects(carry_sim)
+    resp = failover_gw.post(
+        "/v1/chat/completions", {"model": "m-cut", "messages": MESSAGES, "stream": True}
+    )
+    assert resp.status == 200 and resp.headers[UPSTREAM] == "claude"
+    events = [e for e in resp.data.split(b"\n\n") if e.startswith(b"data: ")]
+    assert b'"content":"Working"' in events[1]
+    assert json.loads(events[-1][6:])["error"]["message"] == "Overloaded"
+    assert b"[DONE]" not in resp.data
+    assert _since(carry_sim, before) == {"openai": 0, "anthropic": 1, "gemini": 0}
+
+
+# -- keys count the translated usage; the cache keeps the translated answer ---------------------
+SECRET = "llmg-carry-secret"
+
+
+@pytest.fixture(scope="module")
+def keyed_gw(make_stack, tmp_path_factory, carry_sim):
+    folder: Path = tmp_path_factory.mktemp("carry-keys")
+    (folder / "keys.toml").write_text(keys_toml([("team", "")], lambda _: SECRET))
+    (folder / "llmgate.toml").write_text(
+        f"""
+[[upstreams]]
+name = "oai"
+base_url = "{carry_sim}/v1"
+models = ["m-openai"]
+
+[[upstreams]]
+name = "claude"
+kind = "anthropic"
+base_url = "{carry_sim}/v1"
+models = ["m-anthropic"]
+
+[[upstreams]]
+name = "gem"
+kind = "gemini"
+base_url = "{carry_sim}/v1beta"
+models = ["m-gemini"]
+"""
+    )
+    env = {
+        "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
+        "LLMGATE_CONFIG": str(folder / "llmgate.toml"),
+        "LLMGATE_CACHE_MODE": "all",
+    }
+    return make_stack(env=env, workers=1, upstream_url="http://127.0.0.1:9/v1")
+
+
+def _tokens(gw) -> tuple[float, float]:
+    return tuple(  # type: ignore[return-value]
+        gw.metric("llmgate_key_tokens_total", default=0.0, key="team", kind=kind)
+        for kind in ("prompt", "completion")
+    )
+
+
+def _call(gw, path: str, body: dict[str, Any], script: str) -> urllib3.BaseHTTPResponse:
+    headers = {"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json",
+               "x-sim-script": script, "anthropic-version": "2023-06-01",
+               "Cache-Control": "no-cache"}  # fmt: skip
+    return http.request("POST", gw.url + path, body=json.dumps(body), headers=headers)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("door", ["/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_keys_tokens_are_the_providers_counts_through_every_kind_and_door(
+    keyed_gw, kind, door, stream
+) -> None:
+    """The text script's usage: 10 uncached prompt tokens, 6 read from the provider's prompt
+    cache, 6 written: 16 prompt tokens in all (Gemini counts its whole prompt as one)."""
+    before = _tokens(keyed_gw)
+    body = {"model": f"m-{kind}", "messages": MESSAGES, "max_tokens": 50, "stream": stream,
+            "temperature": 0.5}  # fmt: skip
+    resp = _call(keyed_gw, door, body, "text")
+    assert resp.status == 200, resp.data
+    prompt, completion = (a - b for a, b in zip(_tokens(keyed_gw), before, strict=True))
+    assert (prompt, completion) == (16, 6), (kind, door, stream)
+
+
+def test_the_cache_keeps_a_translated_answer_and_replays_it_per_door(keyed_gw, carry_sim) -> None:
+    body = {"model": "m-anthropic", "messages": MESSAGES, "max_tokens": 50, "temperature": 0}
+    headers = {"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json",
+               "x-sim-script": "tools", "anthropic-version": "2023-06-01"}  # fmt: skip
+    before = _dialects(carry_sim)
+    replies = []
+    for door, stream in [
+        ("/v1/chat/completions", False),  # a miss: the Anthropic upstream answers
+        ("/v1/chat/completions", False),  # a hit
+        ("/v1/chat/completions", True),  # the stored completion as chunks
+        ("/v1/messages", False),  # another door: another key, a miss
+        ("/v1/messages", False),  # a hit in Anthropic's shape
+    ]:
+        resp = http.request("POST", keyed_gw.url + door, headers=headers,
+                            body=json.dumps({**body, "stream": stream}))  # fmt: skip
+        assert resp.status == 200
+        replies.append((resp.headers["X-LLMGate-Cache"].split(";")[0], resp.data))
+    assert [status for status, _ in replies] == ["MISS", "HIT", "HIT", "MISS", "HIT"]
+    assert _since(carry_sim, before)["anthropic"] == 2
+    chat = json.loads(replies[1][1])
+    calls = chat["choices"][0]["message"]["tool_calls"]
+    assert [c["id"] for c in calls] == ["call_sim_weather", "call_sim_time"]
+    assert b"data: [DONE]" in replies[2][1] and b'"tool_calls"' in replies[2][1]
+    message = json.loads(replies[4][1])
+    assert message["type"] == "message" and message["stop_reason"] == "tool_use"
+    assert replies[4][1] == replies[3][1]
