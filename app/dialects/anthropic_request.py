@@ -18,9 +18,10 @@ plan may fail over to an upstream of another kind; a value of the wrong shape is
   at 1; its own 400 says so), max_completion_tokens or max_tokens (else the upstream's
   default: Anthropic requires one), user, stream, reasoning_effort.
 - passed through, Anthropic's own (sent as extra body): top_k, thinking.
+- structured outputs: response_format ``json_schema`` -> ``output_config.format`` with its
+  schema, ``json_object`` -> the schema of any object (``output_format``).
 - refused: n > 1, logprobs, top_logprobs, logit_bias, presence and frequency penalties,
-  response_format other than text (not translated to Anthropic's structured outputs; another
-  kind of upstream may serve it), audio, modalities other than text, web_search_options, the
+  audio, modalities other than text, web_search_options, the
   legacy functions / function_call and ``function`` messages, input_audio and file parts.
 - dropped, carrying no meaning for Anthropic: seed, store, metadata (OpenAI's stored-
   completion tags, not Anthropic's ``metadata``), prediction, stream_options (the usage
@@ -74,6 +75,9 @@ def request_body(body: Mapping[str, Any], *, default_max_tokens: int) -> dict[st
         out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
     if isinstance(body.get("user"), str) and body["user"]:
         out["metadata"] = {"user_id": body["user"]}
+    fmt = output_format(body)
+    if fmt is not None:
+        out["output_config"] = {"format": fmt}
     if body.get("tools"):
         out["tools"] = _tools(body["tools"])
         choice = _tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
@@ -90,15 +94,31 @@ def _refuse(body: Mapping[str, Any]) -> None:
     for name, why in _REFUSED:
         if body.get(name):
             raise Untranslatable(f"Anthropic's Messages API {why}: '{name}'.", param=name)
-    fmt = body.get("response_format")
-    if isinstance(fmt, Mapping) and fmt.get("type") not in (None, "text"):
-        raise Untranslatable(
-            f"response_format {fmt.get('type')!r} is not translated for Anthropic upstreams.",
-            param="response_format",
-        )
     modalities = body.get("modalities")
     if modalities not in (None, [], ["text"]):
         raise Untranslatable("Anthropic's Messages API answers in text only.", param="modalities")
+
+
+def output_format(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``response_format`` as Anthropic's structured output (``output_config.format``): a
+    ``json_schema`` with its schema; ``json_object`` as the schema of any object; None for
+    text or none."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return {"type": "json_schema", "schema": {"type": "object"}}
+    spec = fmt.get("json_schema") if kind == "json_schema" else None
+    schema = spec.get("schema") if isinstance(spec, Mapping) else None
+    if not isinstance(schema, Mapping):
+        raise Untranslatable(
+            f"response_format {kind!r} has no JSON schema for Anthropic's structured outputs.",
+            param="response_format",
+        )
+    return {"type": "json_schema", "schema": dict(schema)}
 
 
 def _max_tokens(body: Mapping[str, Any], default: int) -> int:

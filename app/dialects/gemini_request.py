@@ -10,7 +10,9 @@ image's ``detail``, a function's ``strict``.
   user is role ``user``, assistant is role ``model``; consecutive contents of one role are
   merged (parallel function responses must share one content).
 - an assistant's tool calls are ``functionCall`` parts (arguments parsed: Gemini takes an
-  object); a tool message is a ``functionResponse`` part named after the call it answers.
+  object); a tool message is a ``functionResponse`` part named after the call it answers; the
+  first signature of an assistant's ``thinking_blocks`` goes back as the ``thoughtSignature``
+  of its first function call (Gemini 3 refuses a turn of tool calls without it).
 - refused: ``n`` > 1, ``logprobs``/``top_logprobs``, a ``logit_bias``, audio out, audio and
   file content parts, role ``function``, and ``parallel_tool_calls: false`` (Gemini cannot be
   told to call one tool at a time).
@@ -202,7 +204,24 @@ def _assistant_parts(
             part["id"] = call["id"]
             names[call["id"]] = function["name"]
         parts.append({"functionCall": part})
+    _signed(parts, message.get("thinking_blocks"))
     return parts
+
+
+def _signed(parts: list[dict[str, Any]], blocks: Any) -> None:
+    """The assistant's thought signature (the gateway returns Gemini's in ``thinking_blocks``)
+    back on its first function call, where Gemini wants it to continue a turn of tool calls;
+    on its first part when it made none. Other signatures are not placed: which part each
+    came from is not kept in the Chat Completions shape."""
+    signatures = [
+        block["signature"]
+        for block in blocks or []
+        if isinstance(block, Mapping) and isinstance(block.get("signature"), str)
+    ]
+    if not signatures or not parts:
+        return
+    first = next((p for p in parts if "functionCall" in p), parts[0])
+    first["thoughtSignature"] = signatures[0]
 
 
 def _function_response(

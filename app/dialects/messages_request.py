@@ -25,11 +25,12 @@ Several text blocks are joined by a blank line where Chat Completions takes one 
 Dropped, as Chat Completions has no field for them: ``top_k``; ``thinking`` and
 ``output_config.effort`` (the upstream reasons as it does); ``service_tier`` (other tiers);
 ``cache_control`` anywhere (an OpenAI upstream caches prefixes by itself); a text block's
-``citations``. Any other member is ignored.
+``citations``. Any other member is ignored. ``output_config.format`` (a JSON schema) is
+``response_format`` ``json_schema``.
 
 Refused with ``chat.Untranslatable`` (another upstream of the plan may take the call): a
-server tool (a tool whose ``type`` is not ``custom``), ``mcp_servers``, ``container``,
-``output_config.format``, and any content block the translation does not take (``document``,
+server tool (a tool whose ``type`` is not ``custom``), ``mcp_servers``, ``container``, and
+any content block the translation does not take (``document``,
 ``search_result``, an image from the Files API, an image in a tool result, server tool
 blocks). A request that is not the shape Anthropic's API takes is a ``BadRequest``.
 """
@@ -55,12 +56,20 @@ def chat_body(body: Mapping[str, Any]) -> dict[str, Any]:
     for name in _REFUSED:
         if body.get(name):
             raise Untranslatable(f"{name} cannot be sent to this upstream", param=name)
-    output_config = body.get("output_config")
-    if isinstance(output_config, Mapping) and output_config.get("format"):
-        raise Untranslatable(
-            "output_config.format cannot be sent to this upstream", param="output_config.format"
-        )
     out: dict[str, Any] = {}
+    output_config = body.get("output_config")
+    fmt = output_config.get("format") if isinstance(output_config, Mapping) else None
+    if fmt:
+        schema = fmt.get("schema") if isinstance(fmt, Mapping) else None
+        if not isinstance(schema, Mapping) or fmt.get("type") != "json_schema":
+            raise BadRequest(
+                "output_config.format must be a json_schema with its schema.",
+                param="output_config.format",
+            )
+        # Chat Completions' structured output, named as a schema must be there; not
+        # "strict", whose rules (every property required) a given schema may not follow.
+        spec = {"name": "output", "schema": dict(schema)}
+        out["response_format"] = {"type": "json_schema", "json_schema": spec}
     if "model" in body:
         out["model"] = body["model"]
     out["messages"] = _system(body.get("system")) + _messages(body.get("messages"))

@@ -259,7 +259,6 @@ def test_fields(fields: dict[str, Any], expected: dict[str, Any]) -> None:
         ({"logit_bias": {"50256": -100}}, "logit_bias"),
         ({"presence_penalty": 0.5}, "presence_penalty"),
         ({"frequency_penalty": -1}, "frequency_penalty"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"response_format": {"type": "json_schema", "json_schema": {}}}, "response_format"),
         ({"audio": {"voice": "alloy", "format": "mp3"}}, "audio"),
         ({"modalities": ["text", "audio"]}, "modalities"),
@@ -318,3 +317,21 @@ def test_malformed_messages_are_bad_requests_naming_the_field(
 def test_the_answer_is_json() -> None:
     """What goes upstream is serialized as it is: nothing in it that JSON cannot hold."""
     json.dumps(translate(tools=[TOOL], tool_choice="required", stop="x", user="u"))
+
+
+def test_response_format_is_anthropics_structured_output() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    asked = {"type": "json_schema", "json_schema": {"name": "place", "schema": schema}}
+    out = request_body(
+        {"model": "m", "messages": HI, "response_format": asked}, default_max_tokens=100
+    )
+    assert out["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    out = request_body(
+        {"model": "m", "messages": HI, "response_format": {"type": "json_object"}},
+        default_max_tokens=1,
+    )
+    assert out["output_config"] == {"format": {"type": "json_schema", "schema": {"type": "object"}}}
+    out = request_body(
+        {"model": "m", "messages": HI, "response_format": {"type": "text"}}, default_max_tokens=1
+    )
+    assert "output_config" not in out

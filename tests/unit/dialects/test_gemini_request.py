@@ -362,3 +362,16 @@ def test_refusals_name_the_field(fields: dict[str, Any], param: str) -> None:
         request_body(_body(**fields))
     assert refused.value.param == param
     assert (refused.value.status, refused.value.code) == (400, "unsupported_by_upstream")
+
+
+def test_a_thought_signature_goes_back_on_the_first_function_call() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    assistant = {
+        "role": "assistant",
+        "content": "Looking.",
+        "tool_calls": [call, {**call, "id": "c2"}],
+        "thinking_blocks": [{"type": "thinking", "thinking": "", "signature": "U2ln"}],
+    }
+    out = request_body({"model": "m", "messages": [{"role": "user", "content": "hi"}, assistant]})
+    parts = out["contents"][1]["parts"]
+    assert [p.get("thoughtSignature") for p in parts] == [None, "U2ln", None]

@@ -263,10 +263,6 @@ def _document() -> dict[str, Any]:
         ({"mcp_servers": [{"type": "url", "url": "https://mcp.test"}]}, "mcp_servers"),
         ({"container": "container_1"}, "container"),
         (
-            {"output_config": {"format": {"type": "json_schema", "schema": {}}}},
-            "output_config.format",
-        ),
-        (
             {"messages": [{"role": "user", "content": [_document()]}]},
             "messages[0].content[0].type",
         ),
@@ -348,3 +344,18 @@ def test_a_request_not_in_anthropic_s_shape_is_a_bad_request(
         chat_body(body(**members))
     assert not isinstance(raised.value, Untranslatable)
     assert (raised.value.status, raised.value.param) == (400, param)
+
+
+def test_output_config_format_is_a_json_schema_response_format() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    asked = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+    out = chat_body(
+        {**asked, "output_config": {"format": {"type": "json_schema", "schema": schema}}}
+    )
+    assert out["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema},
+    }
+    with pytest.raises(BadRequest) as caught:
+        chat_body({**asked, "output_config": {"format": {"type": "json_schema"}}})
+    assert caught.value.param == "output_config.format"
