@@ -5,7 +5,8 @@ The rule: every read ends within the idle timeout and the deadline, whichever co
 what the upstream breaks after its headers fails its attempt (``Ledger.broken``), here and
 nowhere else: a read that fails or times out (and its connection is dropped: a half-read
 connection is never reused), a body over its size limit, an event over
-LLMGATE_MAX_EVENT_BYTES, a stream that ends before its route's end. ``start`` reads an answer
+LLMGATE_MAX_EVENT_BYTES, a stream that ends before its route's end or with the upstream's own
+error event. ``start`` reads an answer
 up to its first event, or whole when it is not an event stream: what a hedge race compares
 (app/upstream/race.py); ``events`` reads the rest, a batch of whole events per read, as soon
 as ``read1`` and the pure decoder have one.
@@ -148,6 +149,10 @@ class Reader:
         if end is not None and not _ends(end, last):
             cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
             self.ledger.broken(resp, cut)
+        elif last is not None and is_error_event(last):
+            # The upstream's own error after its 200 (Anthropic's overloaded_error, a
+            # server_error): relayed to the caller as it is, and a failure of the upstream.
+            self.ledger.broken(resp, UpstreamError("The upstream ended its stream with an error."))
         resp.release()
 
     def chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:

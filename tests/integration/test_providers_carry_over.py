@@ -74,6 +74,9 @@ def test_an_anthropic_529_fails_over_to_openai_with_one_attempt_each(
 
 
 def test_no_failover_after_the_first_byte(failover_gw, carry_sim) -> None:
+    failed = failover_gw.metric(
+        "llmgate_upstream_attempts_total", default=0.0, upstream="claude", result="failed"
+    )
     before = _dialects(carry_sim)
     resp = failover_gw.post(
         "/v1/chat/completions", {"model": "m-cut", "messages": MESSAGES, "stream": True}
@@ -84,6 +87,13 @@ def test_no_failover_after_the_first_byte(failover_gw, carry_sim) -> None:
     assert json.loads(events[-1][6:])["error"]["message"] == "Overloaded"
     assert b"[DONE]" not in resp.data
     assert _since(carry_sim, before) == {"openai": 0, "anthropic": 1, "gemini": 0}
+    # The overload after the 200 is the upstream's failure: its breaker hears of it.
+    assert (
+        failover_gw.metric(
+            "llmgate_upstream_attempts_total", default=0.0, upstream="claude", result="failed"
+        )
+        == failed + 1
+    )
 
 
 # -- keys count the translated usage; the cache keeps the translated answer ---------------------
