@@ -152,7 +152,11 @@ class Reader:
         elif last is not None and is_error_event(last):
             # The upstream's own error after its 200 (Anthropic's overloaded_error, a
             # server_error): relayed to the caller as it is, and a failure of the upstream.
-            self.ledger.broken(resp, UpstreamError("The upstream ended its stream with an error."))
+            # Its code is the attempt span's error.type, as it is the caller's stream's.
+            ended = UpstreamError(
+                "The upstream ended its stream with an error.", code="upstream_error"
+            )
+            self.ledger.broken(resp, ended)
         resp.release()
 
     def chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:

@@ -189,3 +189,38 @@ def test_the_cache_keeps_a_translated_answer_and_replays_it_per_door(keyed_gw, c
     message = json.loads(replies[4][1])
     assert message["type"] == "message" and message["stop_reason"] == "tool_use"
     assert replies[4][1] == replies[3][1]
+
+
+# -- hedging across kinds ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def hedged_gw(make_stack, tmp_path_factory, carry_sim):
+    """A stream to "h" goes to Claude first, whose headers come after 3 s; after 0.3 s without
+    a first event the gateway sends a backup to the OpenAI upstream."""
+    toml = f"""
+[[upstreams]]
+name = "claude"
+kind = "anthropic"
+base_url = "{carry_sim}/v1"
+models = ["h"]
+priority = 0
+hedge_after = 300
+aliases = {{ "h" = "sim/fault=slow-headers,header_delay_ms=3000,script=text" }}
+
+[[upstreams]]
+name = "oai"
+base_url = "{carry_sim}/v1"
+models = ["h"]
+priority = 1
+aliases = {{ "h" = "sim/script=text" }}
+"""
+    return config_stack(make_stack, tmp_path_factory, toml)
+
+
+def test_a_hedge_goes_from_one_provider_to_another(hedged_gw, carry_sim) -> None:
+    before = _dialects(carry_sim)
+    resp = hedged_gw.post("/v1/chat/completions", {"model": "h", "messages": MESSAGES,
+                                                    "stream": True})  # fmt: skip
+    assert resp.status == 200 and resp.headers[UPSTREAM] == "oai"
+    assert b'"content":"Hello"' in resp.data and resp.data.endswith(b"data: [DONE]\n\n")
+    assert hedged_gw.metric("llmgate_hedges_total", upstream="claude", winner="backup") == 1
+    assert _since(carry_sim, before) == {"openai": 1, "anthropic": 1, "gemini": 0}

@@ -11,6 +11,7 @@ from app.core.errors import ModelNotServed, UpstreamReset
 from app.upstream import catalog
 from app.upstream.attempts import Attempts
 from app.upstream.catalog import ConfigError, UpstreamSpec, load
+from app.upstream.spans import upstream_attributes
 from app.upstream.translation import Translated, _respelt, translation_for
 
 ANTHROPIC = """
@@ -161,3 +162,15 @@ def test_a_whole_answer_is_translated_once_at_its_end_and_bounded() -> None:
     big = Translated(raw, 200, raw.headers, whole=lambda b: b, limit=100)
     with pytest.raises(UpstreamReset, match="exceeds 100 bytes"):
         big.read1()
+
+
+def test_a_span_names_the_provider_by_the_upstreams_kind() -> None:
+    def provider(**fields: str) -> object:
+        return upstream_attributes(UpstreamSpec("u", "https://x/v1", **fields))[
+            "gen_ai.provider.name"
+        ]
+
+    assert provider(kind="anthropic", auth="x-api-key") == "anthropic"
+    assert provider(kind="gemini") == "gcp.gemini"
+    assert provider() == "openai"
+    assert provider(auth="api-key") == "azure.ai.openai"
