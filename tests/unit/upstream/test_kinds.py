@@ -165,10 +165,9 @@ def test_a_whole_answer_is_translated_once_at_its_end_and_bounded() -> None:
 
 
 def test_a_span_names_the_provider_by_the_upstreams_kind() -> None:
-    def provider(**fields: str) -> object:
-        return upstream_attributes(UpstreamSpec("u", "https://x/v1", **fields))[
-            "gen_ai.provider.name"
-        ]
+    def provider(kind: str = "openai", auth: str = "bearer") -> object:
+        spec = UpstreamSpec("u", "https://x/v1", kind=kind, auth=auth)
+        return upstream_attributes(spec)["gen_ai.provider.name"]
 
     assert provider(kind="anthropic", auth="x-api-key") == "anthropic"
     assert provider(kind="gemini") == "gcp.gemini"
