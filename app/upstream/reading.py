@@ -153,10 +153,10 @@ class Reader:
             # The upstream's own error after its 200 (Anthropic's overloaded_error, a
             # server_error): relayed to the caller as it is, and a failure of the upstream.
             # Its code is the attempt span's error.type, as it is the caller's stream's.
-            ended = UpstreamError(
+            failed = UpstreamError(
                 "The upstream ended its stream with an error.", code="upstream_error"
             )
-            self.ledger.broken(resp, ended)
+            self.ledger.broken(resp, failed)
         resp.release()
 
     def chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:
