@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,29 @@ def test_a_hedge_goes_from_one_provider_to_another(hedged_gw, carry_sim) -> None
     assert b'"content":"Hello"' in resp.data and resp.data.endswith(b"data: [DONE]\n\n")
     assert hedged_gw.metric("llmgate_hedges_total", upstream="claude", winner="backup") == 1
     assert _since(carry_sim, before) == {"openai": 1, "anthropic": 1, "gemini": 0}
+
+
+def test_identical_calls_coalesce_per_door(keyed_gw, carry_sim) -> None:
+    """Four identical cacheable streams through the chat door and two through the messages
+    door, all at once, to an Anthropic upstream answering slowly: one upstream call per
+    door (the simulator's count), and every caller gets the whole answer in its dialect."""
+    asked = [{"role": "user", "content": "coalesce per door"}]
+    body = {"model": "m-anthropic", "messages": asked, "max_tokens": 50, "temperature": 0,
+            "stream": True}  # fmt: skip
+    headers = {"Authorization": f"Bearer {SECRET}", "Content-Type": "application/json",
+               "x-sim-script": "text", "x-sim-tps": "10",
+               "anthropic-version": "2023-06-01"}  # fmt: skip
+    doors = ["/v1/chat/completions"] * 4 + ["/v1/messages"] * 2
+    before = _dialects(carry_sim)
+    with ThreadPoolExecutor(len(doors)) as pool:
+        replies = list(pool.map(
+            lambda door: http.request("POST", keyed_gw.url + door, headers=headers,
+                                      body=json.dumps(body)),
+            doors,
+        ))  # fmt: skip
+    assert all(r.status == 200 for r in replies)
+    for door, reply in zip(doors, replies, strict=True):
+        end = b"data: [DONE]\n\n" if "chat" in door else b"event: message_stop"
+        assert end in reply.data, door
+        assert b"scripted" in reply.data
+    assert _since(carry_sim, before)["anthropic"] == 2
