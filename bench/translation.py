@@ -124,7 +124,7 @@ def measure(gw: Gateway, case: Case, calls: int, p: Plan) -> Cost:
     return Cost(case, len(result.total), len(result.errors), workers, nginx, share, upstream)
 
 
-def launch(run_dir: Path) -> tuple[Stack, str]:
+def launch(run_dir: Path, workers: int = 2) -> tuple[Stack, str]:
     """The simulator, then the stack whose upstreams file routes to it (stopped with it)."""
     sim, sim_url = start_simulator(run_dir)
     config = run_dir / "upstreams.toml"
@@ -132,7 +132,7 @@ def launch(run_dir: Path) -> tuple[Stack, str]:
     options = StackOptions(
         run_dir=run_dir / "stack",
         memcached=False,
-        workers=2,
+        workers=workers,
         # No default upstream: a model the file does not route fails, never reaches by chance.
         upstream_url="http://127.0.0.1:9/v1",
         env={"LLMGATE_CONFIG": str(config), "LLMGATE_CACHE_MODE": "off"},
