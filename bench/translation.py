@@ -5,13 +5,14 @@ another dialect than the caller, beside the pass-through's (issue 23).
 One stack in `make run`'s shape (nginx, gunicorn with 2 gevent workers, cache off, no
 Memcached) whose upstreams file sends m-openai, m-anthropic and m-gemini to one simulator,
 an upstream of each kind (docs/upstreams.md). Every case (bench/translation_table.py: a
-door, a kind, stream or whole, a size) runs from the same load generator
-(bench/loadgen.py, ``callers`` keep-alive callers), after one warm-up of every case; the
-cases run in two halves, in order then in reverse, so a drift in the machine's load falls on
-all alike. Per case: the growth of utime + stime of gunicorn's workers and of nginx's tree
-(bench/proctree.py) less what they use idle, per answered call; the simulator's calls by
-dialect (an independent count of where the calls went: a case whose calls reached another
-dialect fails the run); the share of the cores other processes used (bench/machine.py).
+door, a kind, stream or whole, a size) runs from the same load generator (bench/loadgen.py,
+``callers`` keep-alive callers), after one warm-up of every case; each case's calls run in
+parts (four: the cases in order, in reverse, in order, in reverse), so a drift in the
+machine's load falls on all alike. Per case: the growth of utime + stime of gunicorn's
+workers and of nginx's tree (bench/proctree.py) less what they use idle, per answered call;
+the simulator's calls by dialect (an independent count of where the calls went: a case
+whose calls reached another dialect fails the run); the share of the cores other processes
+used (bench/machine.py).
 
 Streams are paced (``x-sim-tps``) so each provider event reaches a worker in a read of its
 own, as a model's do; their CPU per call is fitted over the sizes as fixed + per event.
@@ -21,6 +22,7 @@ bench/translation_split.py then times the pure translators alone over the same s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
@@ -43,6 +45,7 @@ from bench.translation_table import (
     lines,
     measured_rows,
     merge,
+    share,
 )
 from runner.stack import Stack, StackOptions
 from tests.support.sim import sim_stats, start_simulator
@@ -77,14 +80,15 @@ class Plan:
     sim: dict[str, str]  # the simulator's pacing, on every call
     split_number: int  # bench/translation_split.py: streams per timed run
     split_repeat: int  # and runs, the best kept
+    parts: int  # each case's calls in this many runs, in order then reversed, and so on
 
 
 def plan(smoke: bool) -> Plan:
     pace = {"x-sim-ttft-ms": "20", "x-sim-tps": "400"}
     if smoke:
-        return Plan((2, 10), 10, 4, {2: 8, 10: 8}, 8, pace, 2, 2)
+        return Plan((2, 10), 10, 4, {2: 8, 10: 8}, 8, pace, 2, 2, 2)
     # 400 tokens/s: 2.5 ms between events, 16 streams at once is 6,400 events/s in all
-    return Plan((10, 50, 200), 50, 16, {10: 480, 50: 320, 200: 160}, 480, pace, 20, 5)
+    return Plan((10, 50, 200), 50, 16, {10: 480, 50: 320, 200: 160}, 480, pace, 20, 5, 4)
 
 
 def request(case: Case, pace: dict[str, str]) -> bytes:
@@ -164,17 +168,16 @@ def run(cfg: Config) -> list[Section]:
         cfg.progress(f"translation: warming {len(todo)} cases up")
         for case in todo:
             loadgen.run(gw.host, gw.port, request(case, p.sim), p.callers, p.callers * 2)
-        halves: dict[Case, list[Cost]] = {case: [] for case in todo}
-        for half, order in enumerate((todo, todo[::-1])):
-            for case in order:
+        parts: dict[Case, list[Cost]] = {case: [] for case in todo}
+        for part in range(p.parts):
+            for case in todo if part % 2 == 0 else todo[::-1]:
                 count = p.calls[case.tokens] if case.stream else p.whole_calls
-                cfg.progress(f"translation: {case.label}, half {half + 1}")
-                halves[case].append(
-                    measure(gw, case, count // 2 if half else count - count // 2, p)
-                )
+                cfg.progress(f"translation: {case.label}, part {part + 1} of {p.parts}")
+                calls = share(count, p.parts, part)
+                parts[case].append(measure(gw, case, calls, p))
         if proctree.children(stack.proc("gunicorn").popen.pid) != gw.workers:
             raise RuntimeError("a gunicorn worker was replaced during the run: its CPU is lost")
-        costs = [merge(*halves[case]) for case in todo]
+        costs = [functools.reduce(merge, parts[case]) for case in todo]
         cfg.progress("translation: timing the translators alone")
         split = translation_split.measure(gw.sim_url, p.sizes, p.split_number, p.split_repeat)
         return sections(cfg, costs, split, p, gw)
@@ -220,7 +223,8 @@ def sections(
             "and workers, the same way.",
             f"Streams are paced at {p.sim['x-sim-tps']} tokens/s after "
             f"{p.sim['x-sim-ttft-ms']} ms, one SSE event per token; {p.callers} keep-alive "
-            "callers; every case once as a warm-up, then two halves (in order, then reversed).",
+            f"callers; every case once as a warm-up, then its calls in {p.parts} parts, the cases "
+            "in order, then reversed, and so on: a drift in the machine's load falls on all.",
             "upstream calls: the simulator's own count by dialect during the case.",
         ],
     )

@@ -79,8 +79,14 @@ class Cost:
         return 1000 * self.nginx_s / self.calls if self.calls else math.nan
 
 
+def share(count: int, parts: int, part: int) -> int:
+    """Part ``part``'s calls of ``count`` shared out over ``parts``: as even as can be, the
+    first parts taking the remainder, all of them adding up to ``count``."""
+    return count // parts + (1 if part < count % parts else 0)
+
+
 def merge(a: Cost, b: Cost) -> Cost:
-    """One case's two halves as one run: CPU and calls added, noise weighted by calls."""
+    """One case's two parts as one run: CPU and calls added, noise weighted by calls."""
     calls = a.calls + b.calls
     weight = (a.others * a.calls + b.others * b.calls) / calls if calls else 0.0
     upstream = {k: a.upstream.get(k, 0) + b.upstream.get(k, 0) for k in a.upstream | b.upstream}

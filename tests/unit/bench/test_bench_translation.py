@@ -24,6 +24,7 @@ from bench.translation_table import (
     lines,
     measured_rows,
     merge,
+    share,
 )
 
 
@@ -207,3 +208,10 @@ def test_the_split_rows_give_the_translators_share_of_the_gateways_extra() -> No
     )
     assert rows[1][share] == pytest.approx(50.0) and rows[1][fixed] == pytest.approx(50.0)
     assert rows[2][share] is None  # no extra measured: no share of it
+
+
+def test_a_cases_calls_are_shared_out_over_its_parts_to_the_last_call() -> None:
+    assert [share(480, 4, i) for i in range(4)] == [120, 120, 120, 120]
+    assert [share(10, 4, i) for i in range(4)] == [3, 3, 2, 2]
+    assert [share(3, 4, i) for i in range(4)] == [1, 1, 1, 0]
+    assert sum(share(161, 2, i) for i in range(2)) == 161
