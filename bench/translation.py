@@ -1,6 +1,6 @@
 """Translated calls: the gateway workers' CPU per call and per event when the upstream speaks
 another dialect than the caller, beside the pass-through's (issue 23).
-`python -m bench --only translation` (about two minutes; ``--smoke`` a few seconds).
+`python -m bench --only translation` (about 1.5 minutes; ``--smoke`` a few seconds).
 
 One stack in `make run`'s shape (nginx, gunicorn with 2 gevent workers, cache off, no
 Memcached) whose upstreams file sends m-openai, m-anthropic and m-gemini to one simulator,
@@ -14,8 +14,9 @@ the simulator's calls by dialect (an independent count of where the calls went: 
 whose calls reached another dialect fails the run); the share of the cores other processes
 used (bench/machine.py).
 
-Streams are paced (``x-sim-tps``) so each provider event reaches a worker in a read of its
-own, as a model's do; their CPU per call is fitted over the sizes as fixed + per event.
+Streams are paced (``x-sim-tps``) so that provider events reach a worker apart, as a
+model's do, not many to a read; their CPU per call is fitted over the sizes as fixed + per
+event.
 bench/translation_split.py then times the pure translators alone over the same streams.
 """
 
