@@ -195,8 +195,17 @@ def sections(
     p: Plan,
     gw: Gateway,
 ) -> list[Section]:
+    """The three sections, each also printed as it will read in the report."""
     found = lines(costs)
-    extra = extra_us(found)
+    out = [measured_section(costs, p, gw), fit_section(found, p)]
+    out.append(split_section(split, extra_us(found), p))
+    for section in out:
+        for line in table(section.columns, section.rows, section.fmt):
+            cfg.progress(line)
+    return out
+
+
+def measured_section(costs: list[Cost], p: Plan, gw: Gateway) -> Section:
     settings = {
         "gunicorn_workers": 2,
         "LLMGATE_CACHE_MODE": "off",
@@ -207,7 +216,7 @@ def sections(
         "simulator": p.sim,
         "idle_cpu_share": gw.idle,
     }
-    measured = Section(
+    return Section(
         key="translation",
         title="Translated calls: the gateway's CPU per call, beside the pass-through's",
         columns=MEASURED_COLUMNS,
@@ -229,12 +238,20 @@ def sections(
             "upstream calls: the simulator's own count by dialect during the case.",
         ],
     )
-    per_event = Section(
+
+
+def fit_section(found: dict[tuple[str, str], Line], p: Plan) -> Section:
+    return Section(
         key="translation_fit",
         title="Translated streams: fixed CPU per call and CPU per event",
         columns=FIT_COLUMNS,
         rows=fit_rows(found),
-        data={"sizes": list(p.sizes)},
+        data={
+            "sizes": list(p.sizes),
+            "lines": [
+                {"door": d, "kind": k, **dataclasses.asdict(v)} for (d, k), v in found.items()
+            ],
+        },
         notes=[
             "Least squares of the workers' CPU per stream against its tokens over the sizes "
             f"{', '.join(map(str, p.sizes))}: ms/call = fixed + µs/event x tokens / 1000. "
@@ -243,12 +260,25 @@ def sections(
             "largest residual: how far the worst size lies from the line, ms per call.",
         ],
     )
-    alone = Section(
+
+
+def split_section(
+    split: dict[tuple[str, str], dict[str, Line]], extra: dict[tuple[str, str], float], p: Plan
+) -> Section:
+    return Section(
         key="translation_split",
         title="Translated streams: the translators alone, per event",
         columns=translation_split.COLUMNS,
         rows=translation_split.rows(split, extra),
-        data={"number": p.split_number, "repeat": p.split_repeat},
+        data={
+            "number": p.split_number,
+            "repeat": p.split_repeat,
+            "lines": [
+                {"door": d, "kind": k, "step": step, **dataclasses.asdict(line)}
+                for (d, k), steps in split.items()
+                for step, line in steps.items()
+            ],
+        },
         notes=[
             "Each stream the gateway's upstream sends for the call, recorded from the "
             "simulator and fed one event at a time in this process (bench/translation_split.py): "
@@ -264,10 +294,6 @@ def sections(
         ],
         fmt=".1f",
     )
-    for section in (measured, per_event, alone):
-        for line in table(section.columns, section.rows, section.fmt):
-            cfg.progress(line)
-    return [measured, per_event, alone]
 
 
 def cost_data(c: Cost) -> dict:
