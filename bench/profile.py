@@ -8,6 +8,12 @@ It prints the worker's CPU per request, read from /proc, and the functions with 
 samples, by their own time and with their callees. The raw samples stay in the run directory:
 flame graphs are for reading, not for the repository (docs/performance.md keeps the
 conclusions).
+
+``--upstream anthropic|gemini|openai`` (and ``--door chat|messages``) asks the same calls
+of bench/translation.py's stack instead, whose upstreams file has one upstream of each kind
+(one worker here too): the profile of a translated call beside its pass-through's.
+``--gil`` samples only while the worker holds the GIL (py-spy's own option): the samples
+then follow its Python CPU rather than its waits.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import threading
 import time
 from pathlib import Path
 
-from bench import loadgen, proctree
+from bench import loadgen, proctree, translation
+from bench.translation_table import Case
 from runner.stack import Stack, StackOptions
 
 CALLS = {
@@ -59,17 +66,25 @@ def main() -> None:
     parser.add_argument("kind", nargs="?", default="stream", choices=sorted(CALLS))
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--callers", type=int, default=32)
+    parser.add_argument("--upstream", choices=("openai", "anthropic", "gemini"))
+    parser.add_argument("--door", choices=("chat", "messages"), default="chat")
+    parser.add_argument("--gil", action="store_true", help="py-spy --gil")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy")
     if py_spy is None:
         raise SystemExit("py-spy is not installed: pip install py-spy")
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-profile-"))
-    stack = Stack(StackOptions(run_dir=run_dir, workers=1, memcached=False,
-                               env={"LLMGATE_CACHE_MODE": "off"})).start()  # fmt: skip
-    try:
-        fields, headers = CALLS[args.kind]
+    fields, headers = CALLS[args.kind]
+    if args.upstream:
+        stack, _ = translation.launch(run_dir, workers=1)
+        case = Case(args.door, args.upstream, args.kind == "stream", fields["max_tokens"])
+        request = translation.request(case, headers)
+    else:
+        stack = Stack(StackOptions(run_dir=run_dir, workers=1, memcached=False,
+                                   env={"LLMGATE_CACHE_MODE": "off"})).start()  # fmt: skip
         body = {"model": "sim-model", "messages": [{"role": "user", "content": "p"}], **fields}
         request = loadgen.request_bytes("/v1/chat/completions", body, headers)
+    try:
         host, port = stack.url.removeprefix("http://").rsplit(":", 1)
         gunicorn = next(p for p in stack.procs if p.name.startswith("gunicorn"))
         worker = proctree.tree(gunicorn.popen.pid)[1]
@@ -82,7 +97,8 @@ def main() -> None:
         samples = run_dir / f"{args.kind}.txt"
         before = proctree.cpu_s([worker])
         subprocess.run([py_spy, "record", "-p", str(worker), "-d", str(int(args.seconds)),
-                        "-r", "200", "-f", "raw", "-o", str(samples), "--nonblocking"],
+                        "-r", "200", "-f", "raw", "-o", str(samples), "--nonblocking",
+                        *(["--gil"] if args.gil else [])],
                        check=True, capture_output=True)  # fmt: skip
         cpu = proctree.cpu_s([worker]) - before
         load.join()

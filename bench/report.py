@@ -45,8 +45,18 @@ from typing import Any
 # memory per open stream, cache hits;
 # capacity/http2: open streams through `make run`'s shape and HTTP/2 at nginx;
 # seed: the seed table over TLS and a WAN round trip;
-# trace_latency: the tail of a call with traces on, the collector working, silent or absent.
-MODULES = ("overhead", "memory", "cache", "capacity", "http2", "seed", "trace_latency")
+# trace_latency: the tail of a call with traces on, the collector working, silent or absent;
+# translation: CPU per call and per event of calls translated to another dialect (issue 23).
+MODULES = (
+    "overhead",
+    "memory",
+    "cache",
+    "capacity",
+    "http2",
+    "seed",
+    "trace_latency",
+    "translation",
+)
 
 Cell = str | int | float | None
 
