@@ -9,7 +9,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -36,10 +35,11 @@ def runs_dir(request) -> Iterator[Path]:
 def stacks() -> Iterator[dict]:
     started: dict[str, StackHandle] = {}
     yield started
-    # All at once: each gunicorn takes a second or so to let its workers go, and a whole
-    # run starts dozens of stacks (one after the other, that was a minute at the run's end).
-    with ThreadPoolExecutor(max(1, len(started))) as pool:
-        list(pool.map(lambda handle: handle.stack.stop(), started.values()))
+    # Killed, not drained: no test watches these stop (the tests of stopping start stacks
+    # of their own), and a graceful stop costs a gunicorn about 1.2 s and a Memcached up to
+    # one; a run starts dozens of stacks.
+    for handle in started.values():
+        handle.stack.stop(graceful=False)
 
 
 @pytest.fixture(scope="session")

@@ -361,7 +361,7 @@ def by_dns(make_stack, tmp_path_factory, sim):
     stack = make_stack(env=env, instances=2, workers=2, memcached=False,
                        upstream_url="http://127.0.0.1:9/v1")  # fmt: skip
     yield stack, (hosts[0], port)
-    memcached.stop()
+    memcached.kill()
 
 
 def test_a_keys_limit_holds_over_every_worker_when_memcached_is_found_by_dns(by_dns, sim) -> None:
