@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +29,19 @@ def runs_dir(request) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
     else:
         print(f"\nstack logs kept in {path}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report names the folder of its stacks' logs: with `pytest -n` the
+    session's own line (runs_dir, above) is printed by a worker, where nobody sees it."""
+    report = yield
+    path = getattr(item, "funcargs", {}).get("runs_dir")
+    if report.failed and path is not None:
+        report.sections.append(("stack logs", f"kept in {path}"))
+    return report
 
 
 @pytest.fixture(scope="session")
