@@ -25,7 +25,7 @@ test: setup-test
 # quick integration tests, real processes still. `make test` runs the slow ones too, in one
 # process. These run in TEST_PROCS pytest processes (pytest-xdist), a test file at a time
 # each, so a module's stacks stay in one process: 4 on 2 cores, because the tests mostly
-# wait (paced streams, timeouts, processes starting), 1 min 40 s instead of 5 min
+# wait (paced streams, timeouts, processes starting): about 1.5 min instead of 5
 # (docs/conventions.md).
 TEST_PROCS ?= 4
 test-fast: setup-test
