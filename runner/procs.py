@@ -7,6 +7,7 @@ fails ends with its cause, not with the last lines of an older run.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -33,10 +34,32 @@ class StartError(RuntimeError):
         self.log = log
 
 
+# The ports free_port() handed out, each held bound until this process ends.
+_reserved: list[socket.socket] = []
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port for a child to listen on, picked by the kernel and reserved for as long
+    as this process lives: the socket stays bound, not listening, with SO_REUSEADDR. A bind to
+    port 0 anywhere on the machine skips a bound port and a bind without SO_REUSEADDR is
+    refused, so no other program is given it, while the child it is meant for binds and
+    listens (nginx, gunicorn, Memcached and the simulator all set SO_REUSEADDR; a connection
+    to the port is refused until then). Closed at once, the port was free until the child
+    bound it, a second or two for a whole runner, and test processes running side by side
+    were handed the same one: a runner's nginx could not bind its port, and its start passed
+    on another stack's /healthz."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    if not _reserved:
+        atexit.register(_release_ports)
+    _reserved.append(sock)
+    return sock.getsockname()[1]
+
+
+def _release_ports() -> None:
+    while _reserved:
+        _reserved.pop().close()
 
 
 def find_binary(name: str) -> str | None:
@@ -153,6 +176,13 @@ class Proc:
         finally:
             self._log.close()
         return self.popen.returncode
+
+    def kill(self) -> int | None:
+        """SIGKILL the whole group and reap it: for a process whose way of stopping nobody
+        looks at (a test's own Memcached at its end). A SIGTERM costs up to a second here:
+        Memcached acts on it at its next clock tick, gunicorn's gevent workers at their next
+        one-second nap."""
+        return self.stop(sig=signal.SIGKILL)
 
 
 def cause(lines: list[str]) -> str:

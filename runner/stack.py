@@ -10,6 +10,7 @@ nodes (consistent hashing), as several machines or pods would.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -158,9 +159,22 @@ class Stack:
             raise
         return self
 
-    def stop(self) -> None:
+    def stop(self, graceful: bool = True) -> None:
+        """Graceful: each process, last started first, gets SIGTERM and is waited for, so
+        nginx stops taking calls before gunicorn drains its own and the upstream goes last
+        (about 1.2 s for a gunicorn). Otherwise every process group is killed at once: for a
+        stack whose stopping nobody observes, such as the tests' shared stacks at the end of
+        the run."""
+        if not graceful:
+            for proc in self.procs:
+                with contextlib.suppress(ProcessLookupError):  # gone already
+                    proc.send_signal(signal.SIGKILL)
         while self.procs:
-            self.procs.pop().stop()
+            proc = self.procs.pop()
+            if graceful:
+                proc.stop()
+            else:
+                proc.kill()
         if self.claims is not None:
             self.claims.release()
             self.claims = None

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,14 +31,28 @@ def runs_dir(request) -> Iterator[Path]:
         print(f"\nstack logs kept in {path}")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report names the folder of its stacks' logs: with `pytest -n` the
+    session's own line (runs_dir, above) is printed by a worker, where nobody sees it."""
+    report = yield
+    path = getattr(item, "funcargs", {}).get("runs_dir")
+    if report.failed and path is not None:
+        report.sections.append(("stack logs", f"kept in {path}"))
+    return report
+
+
 @pytest.fixture(scope="session")
 def stacks() -> Iterator[dict]:
     started: dict[str, StackHandle] = {}
     yield started
-    # All at once: each gunicorn takes a second or so to let its workers go, and a whole
-    # run starts dozens of stacks (one after the other, that was a minute at the run's end).
-    with ThreadPoolExecutor(max(1, len(started))) as pool:
-        list(pool.map(lambda handle: handle.stack.stop(), started.values()))
+    # Killed, not drained: no test watches these stop (the tests of stopping start stacks
+    # of their own), and a graceful stop costs a gunicorn about 1.2 s and a Memcached up to
+    # one; a run starts dozens of stacks.
+    for handle in started.values():
+        handle.stack.stop(graceful=False)
 
 
 @pytest.fixture(scope="session")

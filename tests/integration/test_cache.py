@@ -232,8 +232,8 @@ def test_one_of_two_memcached_nodes_stopping_fails_no_request(make_stack, runs_d
         assert ready.status == 200  # a cache node down degrades, it does not unready
         assert ready.json()["checks"]["memcached"]["ok"] is False
     finally:
-        node_a.stop()
-        node_b.stop()
+        node_a.kill()
+        node_b.kill()
 
 
 def test_early_refresh_renews_a_hot_entry_in_the_background(make_stack) -> None:

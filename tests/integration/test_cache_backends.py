@@ -47,7 +47,7 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def mc_port(logs: Path) -> Iterator[int]:
     proc, port = start_memcached(logs)
     yield port
-    proc.stop()
+    proc.kill()
 
 
 @pytest.fixture
@@ -300,7 +300,7 @@ def test_a_rejected_write_returns_false(logs: Path, key) -> None:
         assert backend.dead_nodes() == []  # a server error is not a dead node
     finally:
         backend.close()
-        proc.stop()
+        proc.kill()
 
 
 def test_pool_is_bounded_and_callers_wait_for_a_slot(mc_port: int, key) -> None:
@@ -447,7 +447,7 @@ def test_two_nodes_one_stopped_mid_run(logs: Path, mc_port: int, key) -> None:
         assert backend.dead_nodes() == [f"127.0.0.1:{port_b}"]
     finally:
         backend.close()
-        proc.stop()
+        proc.kill()
 
 
 def test_tiered_keeps_serving_l1_when_l2_is_down(proxy: FaultProxy, key) -> None:

@@ -80,7 +80,7 @@ def memcached_behind_proxy(tmp_path_factory) -> Iterator[tuple[FaultProxy, int]]
     proxy = FaultProxy("127.0.0.1", port).start()
     yield proxy, port
     proxy.stop()
-    proc.stop()
+    proc.kill()
 
 
 @pytest.mark.slow

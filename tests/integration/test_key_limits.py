@@ -28,6 +28,7 @@ from tests.support.keys_file import keys_toml, priced_config
 from tests.support.memcached import memcached_stats
 from tests.support.metrics import samples
 from tests.support.sim import sim_stats, start_simulator
+from tests.support.waiting import minute_with_room
 
 KEYS = {
     "two-streams": "max_streams = 2",
@@ -39,6 +40,9 @@ KEYS = {
 }
 # USD per million tokens: dear on purpose, so a few calls reach a budget of 2.5 USD.
 PRICE_IN, PRICE_OUT = 1000.0, 2000.0
+# A test that reads one minute's count starts with this much of the minute left: each of
+# them takes 2 s at most here (streams of 10 tokens at 5 a second).
+MINUTE_ROOM_S = 10
 http = urllib3.PoolManager(retries=False, maxsize=64, timeout=urllib3.Timeout(connect=5, read=60))
 
 
@@ -201,8 +205,7 @@ def test_20_concurrent_calls_never_spend_past_a_daily_token_budget(limited, sim)
 
 
 def test_concurrent_calls_never_spend_past_tokens_per_minute(limited, sim) -> None:
-    if time.time() % 60 > 40:  # one minute's window for the whole test
-        time.sleep(61 - time.time() % 60)
+    minute_with_room(MINUTE_ROOM_S)
     bodies = [chat_about(words(100, f"m{i}"), max_tokens=50) for i in range(8)]
     answers, simulated = spend_concurrently(limited, sim, "tpm1000", bodies)
     ok = [r for r in answers if r.status == 200]
@@ -297,14 +300,8 @@ def one_worker(make_stack, tmp_path_factory, sim):
     return make_stack(env=env, instances=1, workers=1, upstream_url="http://127.0.0.1:9/v1")
 
 
-def fresh_minute() -> None:
-    """Start in a minute with room to finish in it: the counts read are this minute's."""
-    if time.time() % 60 > 40:
-        time.sleep(61 - time.time() % 60)
-
-
 def test_streams_the_worker_refused_are_not_counted_against_the_key(one_worker) -> None:
-    fresh_minute()
+    minute_with_room(MINUTE_ROOM_S)
     before = usage_of(one_worker, "rpm")["requests_this_minute"]
     barrier = threading.Barrier(12)
 
@@ -323,7 +320,7 @@ def test_streams_the_worker_refused_are_not_counted_against_the_key(one_worker) 
 
 
 def test_calls_no_upstream_answered_give_their_request_back(one_worker) -> None:
-    fresh_minute()
+    minute_with_room(MINUTE_ROOM_S)
     for stream in (False, True, False):
         resp = post(one_worker.url, "dead-end", chat_about("anyone?", stream=stream))
         assert resp.status == 502, resp.data[:300]
@@ -361,7 +358,7 @@ def by_dns(make_stack, tmp_path_factory, sim):
     stack = make_stack(env=env, instances=2, workers=2, memcached=False,
                        upstream_url="http://127.0.0.1:9/v1")  # fmt: skip
     yield stack, (hosts[0], port)
-    memcached.stop()
+    memcached.kill()
 
 
 def test_a_keys_limit_holds_over_every_worker_when_memcached_is_found_by_dns(by_dns, sim) -> None:
@@ -369,7 +366,7 @@ def test_a_keys_limit_holds_over_every_worker_when_memcached_is_found_by_dns(by_
     counted by the upstream itself, and the count lives in the named Memcached. Counted per
     worker (the limits' client took only host:port entries), each worker let 3 through."""
     stack, (host, port) = by_dns
-    fresh_minute()
+    minute_with_room(MINUTE_ROOM_S)
     before = sim_stats(sim)["requests"]
     barrier = threading.Barrier(12)
 

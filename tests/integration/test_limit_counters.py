@@ -25,7 +25,7 @@ from tests.support.memcached import start_memcached
 def mc(tmp_path_factory) -> Iterator[int]:
     proc, port = start_memcached(Path(tmp_path_factory.mktemp("counters")))
     yield port
-    proc.stop()
+    proc.kill()
 
 
 def _counters(port: int, timeout: float, connect_timeout: float = 0.1) -> MemcachedCounters:

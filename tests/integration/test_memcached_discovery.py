@@ -48,7 +48,7 @@ def pods(tmp_path_factory) -> Iterator[int]:
         yield port
     finally:
         for proc in procs:
-            proc.stop()
+            proc.kill()
 
 
 class FakeDNS:

@@ -50,7 +50,8 @@ def stack(runs_dir: Path):
                            env={"LLMGATE_GRACEFUL_TIMEOUT_S": str(GRACE_S)})  # fmt: skip
     stack = Stack(options).start()
     yield stack
-    stack.stop()
+    # Each test sends the SIGTERM it studies itself; what is left is killed, not drained.
+    stack.stop(graceful=False)
 
 
 def test_sigterm_lets_short_streams_finish_and_ends_long_ones_with_an_error_event(stack) -> None:
@@ -114,7 +115,7 @@ def test_an_idle_keep_alive_caller_does_not_hold_a_stopping_worker(runs_dir: Pat
         assert time.monotonic() - began < grace / 3
         idle.close()
     finally:
-        stack.stop()
+        stack.stop(graceful=False)
 
 
 @pytest.mark.slow
@@ -214,7 +215,7 @@ def test_a_worker_draining_under_load_fails_no_call(runs_dir: Path) -> None:
                     statuses += pool.map(call, range(64))
                 time.sleep(1)
     finally:
-        stack.stop()
+        stack.stop(graceful=False)
     assert len(statuses) > 500
     assert Counter(statuses) == {200: len(statuses)}
 
@@ -243,7 +244,7 @@ def test_a_request_arriving_when_idle_connections_are_closed_is_still_answered(
             answer += chunk
         caller.close()
     finally:
-        stack.stop()
+        stack.stop(graceful=False)
     assert answer.startswith(b"HTTP/1.1 200 OK"), answer[:200]
     assert b"Connection: close" in answer
 
@@ -282,6 +283,6 @@ def test_a_connection_whose_answer_ended_during_the_drain_takes_one_more_request
         second = ask(caller)
         caller.close()
     finally:
-        stack.stop()
+        stack.stop(graceful=False)
     assert second.status == 200
     assert second.getheader("Connection", "").lower() == "close"

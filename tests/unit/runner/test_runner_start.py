@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 from pathlib import Path
 
@@ -126,6 +127,23 @@ def test_a_port_another_runner_claimed_is_refused_until_it_lets_go() -> None:
     first.release()
     second.port(Listener("127.0.0.1", port, "LLMGATE_PORT"))
     second.release()
+
+
+def test_a_free_port_stays_reserved_for_the_child_it_is_meant_for() -> None:
+    """free_port() keeps its port bound: a bind without SO_REUSEADDR is refused (so is the
+    kernel's pick for a bind to port 0), and a listener with SO_REUSEADDR, as nginx,
+    gunicorn, Memcached and the simulator are, takes it and is reached."""
+    port = free_port()
+    with socket.socket() as stranger, pytest.raises(OSError) as refused:
+        stranger.bind(("127.0.0.1", port))
+    assert refused.value.errno == errno.EADDRINUSE
+    with socket.socket() as child:
+        child.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        child.bind(("127.0.0.1", port))
+        child.listen()
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            accepted, _ = child.accept()
+            accepted.close()
 
 
 def test_a_run_directory_in_use_is_refused_with_its_holder(tmp_path: Path) -> None:
