@@ -164,7 +164,8 @@ class Stack:
         nginx stops taking calls before gunicorn drains its own and the upstream goes last
         (about 1.2 s for a gunicorn). Otherwise every process group is killed at once: for a
         stack whose stopping nobody observes, such as the tests' shared stacks at the end of
-        the run."""
+        the run. Each process is reaped before this returns; a gunicorn's workers, killed
+        with it, may hold its port a moment longer."""
         if not graceful:
             for proc in self.procs:
                 with contextlib.suppress(ProcessLookupError):  # gone already

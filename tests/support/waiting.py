@@ -27,8 +27,8 @@ def minute_with_room(room_s: float) -> None:
     """Return in a wall-clock minute with at least ``room_s`` seconds of it left, waiting for
     the next one if need be. Per-minute limits count in the minute's own counter and start
     again at its edge, so a test that reads a minute's count begins and ends in one minute:
-    ``room_s`` is a generous bound on the test's own length (the wait is ``room_s`` / 60 of
-    the time, and then at most ``room_s``)."""
+    ``room_s`` is a generous bound on the test's own length (a test waits in ``room_s`` / 60
+    of its runs, for ``room_s`` + 1 s at most)."""
     left = 60 - time.time() % 60
     if left < room_s:
         time.sleep(left + 1)
