@@ -49,26 +49,8 @@ from bench.translation_table import (
     share,
 )
 from runner.stack import Stack, StackOptions
+from tests.support.kinds import kinds_toml
 from tests.support.sim import sim_stats, start_simulator
-
-UPSTREAMS = """
-[[upstreams]]
-name = "oai"
-base_url = "{sim}/v1"
-models = ["m-openai"]
-
-[[upstreams]]
-name = "claude"
-kind = "anthropic"
-base_url = "{sim}/v1"
-models = ["m-anthropic"]
-
-[[upstreams]]
-name = "gem"
-kind = "gemini"
-base_url = "{sim}/v1beta"
-models = ["m-gemini"]
-"""
 
 
 @dataclass(frozen=True)
@@ -133,7 +115,7 @@ def launch(run_dir: Path, workers: int = 2) -> tuple[Stack, str]:
     """The simulator, then the stack whose upstreams file routes to it (stopped with it)."""
     sim, sim_url = start_simulator(run_dir)
     config = run_dir / "upstreams.toml"
-    config.write_text(UPSTREAMS.format(sim=sim_url))
+    config.write_text(kinds_toml(sim_url))
     options = StackOptions(
         run_dir=run_dir / "stack",
         memcached=False,

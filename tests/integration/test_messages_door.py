@@ -20,6 +20,7 @@ import pytest
 import urllib3
 
 from simulator import scripts
+from tests.support.kinds import kinds_toml
 from tests.support.sim import sim_stats, start_simulator
 from tests.support.stack import config_stack
 
@@ -37,25 +38,7 @@ def door_sim(tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def door_gw(make_stack, tmp_path_factory, door_sim):
-    toml = f"""
-[[upstreams]]
-name = "oai"
-base_url = "{door_sim}/v1"
-models = ["m-openai"]
-
-[[upstreams]]
-name = "claude"
-kind = "anthropic"
-base_url = "{door_sim}/v1"
-models = ["m-anthropic"]
-
-[[upstreams]]
-name = "gem"
-kind = "gemini"
-base_url = "{door_sim}/v1beta"
-models = ["m-gemini"]
-"""
-    return config_stack(make_stack, tmp_path_factory, toml)
+    return config_stack(make_stack, tmp_path_factory, kinds_toml(door_sim))
 
 
 @pytest.fixture

@@ -23,35 +23,13 @@ import urllib3
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from simulator import scripts
+from tests.support.kinds import KINDS, NAMES, kinds_toml
 from tests.support.sim import sim_stats, start_simulator
 from tests.support.stack import UPSTREAM, config_stack
 
-KINDS = ("openai", "anthropic", "gemini")
 FINISHED = ("text", "tools", "thinking", "length", "filter")
 MESSAGES: Any = [{"role": "user", "content": "hi"}]
 http = urllib3.PoolManager(retries=False)
-
-
-def _toml(sim: str) -> str:
-    """Three upstreams, one per kind, each serving the model named after its kind."""
-    return f"""
-[[upstreams]]
-name = "oai"
-base_url = "{sim}/v1"
-models = ["m-openai"]
-
-[[upstreams]]
-name = "claude"
-kind = "anthropic"
-base_url = "{sim}/v1"
-models = ["m-anthropic"]
-
-[[upstreams]]
-name = "gem"
-kind = "gemini"
-base_url = "{sim}/v1beta"
-models = ["m-gemini"]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +41,7 @@ def upstream_sim(tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def kinds_gw(make_stack, tmp_path_factory, upstream_sim):
-    return config_stack(make_stack, tmp_path_factory, _toml(upstream_sim))
+    return config_stack(make_stack, tmp_path_factory, kinds_toml(upstream_sim))
 
 
 @pytest.fixture
@@ -274,7 +252,6 @@ def test_the_answering_upstream_and_its_dialect_are_counted_once(kinds_gw, upstr
             headers={"Content-Type": "application/json", "x-sim-script": "text"},
         )  # fmt: skip
         assert resp.status == 200
-        assert resp.headers[UPSTREAM] == {"openai": "oai", "anthropic": "claude",
-                                          "gemini": "gem"}[kind]  # fmt: skip
+        assert resp.headers[UPSTREAM] == NAMES[kind]
     after = sim_stats(upstream_sim)["requests_by_dialect"]
     assert {k: after.get(k, 0) - before.get(k, 0) for k in KINDS} == dict.fromkeys(KINDS, 1)

@@ -15,11 +15,11 @@ import pytest
 import urllib3
 
 from tests.support.keys_file import keys_toml
+from tests.support.kinds import KINDS, kinds_toml
 from tests.support.sim import sim_stats, start_simulator
 from tests.support.stack import UPSTREAM, config_stack
 
 MESSAGES: Any = [{"role": "user", "content": "hi"}]
-KINDS = ("openai", "anthropic", "gemini")
 http = urllib3.PoolManager(retries=False)
 
 
@@ -105,26 +105,7 @@ SECRET = "llmg-carry-secret"
 def keyed_gw(make_stack, tmp_path_factory, carry_sim):
     folder: Path = tmp_path_factory.mktemp("carry-keys")
     (folder / "keys.toml").write_text(keys_toml([("team", "")], lambda _: SECRET))
-    (folder / "llmgate.toml").write_text(
-        f"""
-[[upstreams]]
-name = "oai"
-base_url = "{carry_sim}/v1"
-models = ["m-openai"]
-
-[[upstreams]]
-name = "claude"
-kind = "anthropic"
-base_url = "{carry_sim}/v1"
-models = ["m-anthropic"]
-
-[[upstreams]]
-name = "gem"
-kind = "gemini"
-base_url = "{carry_sim}/v1beta"
-models = ["m-gemini"]
-"""
-    )
+    (folder / "llmgate.toml").write_text(kinds_toml(carry_sim))
     env = {
         "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
         "LLMGATE_CONFIG": str(folder / "llmgate.toml"),
