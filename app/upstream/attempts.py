@@ -23,7 +23,13 @@ from collections.abc import Callable
 import gevent
 
 from app.core.config import Settings
-from app.core.errors import GatewayError, ModelNotServed, UpstreamTimeout, UpstreamTLSError
+from app.core.errors import (
+    BadRequest,
+    GatewayError,
+    ModelNotServed,
+    UpstreamTimeout,
+    UpstreamTLSError,
+)
 from app.dialects.chat import Untranslatable
 from app.observe import tracing
 from app.observe.tracing import Span
@@ -217,8 +223,9 @@ class Attempts:
         probe = self.ledger.start(spec.name)
         try:
             raw = self.transport.send(spec, req, deadline)
-        except Untranslatable:
-            # Refused before anything was sent: no verdict on the upstream.
+        except BadRequest:
+            # Refused before anything was sent (a request this upstream's dialect cannot
+            # carry, or one no dialect can): no verdict on the upstream.
             self.ledger.record(spec.name, CANCELLED, probe)
             raise
         except GatewayError:

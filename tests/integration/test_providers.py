@@ -255,3 +255,24 @@ def test_the_answering_upstream_and_its_dialect_are_counted_once(kinds_gw, upstr
         assert resp.headers[UPSTREAM] == NAMES[kind]
     after = sim_stats(upstream_sim)["requests_by_dialect"]
     assert {k: after.get(k, 0) - before.get(k, 0) for k in KINDS} == dict.fromkeys(KINDS, 1)
+
+
+def test_a_malformed_message_is_the_callers_400_and_no_failure_of_the_upstream(kinds_gw) -> None:
+    """A message that is not an object is refused by the translation before anything is
+    sent: a 400 naming it, and the upstream's attempts count nothing failed."""
+    for kind, name in [("anthropic", "claude"), ("gemini", "gem")]:
+        failed = kinds_gw.metric(
+            "llmgate_upstream_attempts_total", default=0.0, upstream=name, result="failed"
+        )
+        resp = kinds_gw.post(
+            "/v1/chat/completions", {"model": f"m-{kind}", "messages": ["hi"]},
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        error = json.loads(resp.data)["error"]
+        assert resp.status == 400 and error["param"] == "messages[0]", (kind, error)
+        assert (
+            kinds_gw.metric(
+                "llmgate_upstream_attempts_total", default=0.0, upstream=name, result="failed"
+            )
+            == failed
+        )
