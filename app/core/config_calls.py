@@ -120,7 +120,7 @@ class CallSettings:
         "LLMGATE_RETRIES",
         2,
         "Extra upstream attempts for failures that cannot have billed: connect errors, 429, "
-        "502/503/504 before any byte reached the caller, within the deadline.",
+        "502/503/504/529 before any byte reached the caller, within the deadline.",
     )
     retry_backoff_s: float = setting(
         "LLMGATE_RETRY_BACKOFF_S", 0.5, "Base of the full-jitter exponential backoff."

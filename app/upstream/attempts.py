@@ -1,7 +1,7 @@
 """Opening a call: its attempts in order, until one upstream's headers are in.
 
 The rule: retry and fail over only what cannot have billed. A failure that cannot have
-(no connection, a 429/502/503/504 answer, for a stream a timeout before its headers) moves
+(no connection, a 429/502/503/504/529 answer, for a stream a timeout before its headers) moves
 to the next upstream at once when one is left untried; otherwise the same upstream is tried
 again after its backoff or retry-after. Every attempt counts against LLMGATE_RETRIES (less
 the caller's own retries) and the deadline, and every attempt beyond the first needs room in

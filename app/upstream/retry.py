@@ -1,7 +1,9 @@
 """Retry and deadline policy as small immutable values. No I/O, no clock reads of its own.
 
 A retry is allowed only when the upstream cannot have started billable work or said to come
-back: a connection that never opened, or a 429 / 502 / 503 / 504 answer. It happens only
+back: a connection that never opened, or a 429 / 502 / 503 / 504 answer, or Anthropic's 529
+(overloaded: on the /v1/messages door an Anthropic upstream's answer is relayed as it is,
+not turned into a 503). It happens only
 before any byte reached the caller and only when the wait fits in what is left of the
 request's deadline. The clock and the random source are passed in, so tests pin both.
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from llmgate_wire.retry_after import parse_retry_after
 
-RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504, 529})
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,19 @@ def test_an_anthropic_529_fails_over_to_openai_with_one_attempt_each(
     assert _since(carry_sim, before) == {"openai": 1, "anthropic": 1, "gemini": 0}
 
 
+def test_on_the_messages_door_an_anthropic_529_fails_over_too(failover_gw, carry_sim) -> None:
+    """There the Anthropic upstream's answer is relayed as it is: its 529 stays a 529, and
+    is an overload the next upstream may take all the same."""
+    before = _dialects(carry_sim)
+    resp = failover_gw.post(
+        "/v1/messages", {"model": "m", "max_tokens": 20, "messages": MESSAGES},
+        headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"},
+    )  # fmt: skip
+    assert resp.status == 200 and resp.headers[UPSTREAM] == "oai"
+    assert json.loads(resp.data)["type"] == "message"
+    assert _since(carry_sim, before) == {"openai": 1, "anthropic": 1, "gemini": 0}
+
+
 def test_no_failover_after_the_first_byte(failover_gw, carry_sim) -> None:
     failed = failover_gw.metric(
         "llmgate_upstream_attempts_total", default=0.0, upstream="claude", result="failed"
