@@ -13,6 +13,7 @@ from app.upstream.attempts import Attempts
 from app.upstream.catalog import ConfigError, UpstreamSpec, load
 from app.upstream.spans import upstream_attributes
 from app.upstream.translation import Translated, _respelt, translation_for
+from tests.conftest import ROOT
 
 ANTHROPIC = """
 [[upstreams]]
@@ -173,3 +174,16 @@ def test_a_span_names_the_provider_by_the_upstreams_kind() -> None:
     assert provider(kind="gemini") == "gcp.gemini"
     assert provider() == "openai"
     assert provider(auth="api-key") == "azure.ai.openai"
+
+
+def test_the_shipped_examples_other_providers_load_once_uncommented() -> None:
+    """deploy/llmgate.example.toml's commented Anthropic and Gemini upstreams, uncommented as
+    its comment says, are a valid upstreams file (their keys' variables set)."""
+    text = (ROOT / "deploy" / "llmgate.example.toml").read_text()
+    start = text.index('# [[upstreams]]\n# name = "claude"')
+    block = text[start : text.index("\n\n", start)]
+    uncommented = "\n".join(line.removeprefix("#").removeprefix(" ") for line in block.splitlines())
+    env = {"ANTHROPIC_API_KEY": "sk-ant", "GEMINI_API_KEY": "g"}
+    claude, gemini = load(uncommented, env)
+    assert (claude.kind, claude.key, claude.max_tokens) == ("anthropic", "sk-ant", 8192)
+    assert (gemini.kind, gemini.auth) == ("gemini", "x-goog-api-key")
