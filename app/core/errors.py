@@ -291,13 +291,15 @@ class GatewayShutdown(ServiceUnavailable):
 
 # The routes of the Anthropic Messages door (app/edge/routes.py): their errors are Anthropic's.
 ANTHROPIC_ROUTES = frozenset({"messages", "count_tokens"})
-# Anthropic's error types by HTTP status (its API's documented errors).
-_ANTHROPIC_TYPES = {
+# Anthropic's error types by HTTP status (its API's documented errors; 503 is ours, an
+# overload as its 529 is).
+ANTHROPIC_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     402: "billing_error",
     403: "permission_error",
     404: "not_found_error",
+    409: "conflict_error",
     413: "request_too_large",
     429: "rate_limit_error",
     503: "overloaded_error",
@@ -306,12 +308,17 @@ _ANTHROPIC_TYPES = {
 }
 
 
+def anthropic_type(status: int) -> str:
+    """Anthropic's error type for an HTTP status: a 4xx not listed is invalid_request_error,
+    anything else not listed api_error."""
+    if status in ANTHROPIC_TYPES:
+        return ANTHROPIC_TYPES[status]
+    return "invalid_request_error" if 400 <= status < 500 else "api_error"
+
+
 def anthropic_body(status: int, message: str, type: str | None = None) -> dict[str, Any]:
-    """Anthropic's error envelope; ``type`` from the status when not given (4xx not listed:
-    invalid_request_error; 5xx not listed: api_error)."""
-    default = "api_error" if status >= 500 else "invalid_request_error"
-    kind = type or _ANTHROPIC_TYPES.get(status, default)
-    return {"type": "error", "error": {"type": kind, "message": message}}
+    """Anthropic's error envelope; ``type`` from the status when not given."""
+    return {"type": "error", "error": {"type": type or anthropic_type(status), "message": message}}
 
 
 def wrap_upstream_body(status: int, body: bytes, route: str = "") -> bytes:

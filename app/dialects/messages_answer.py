@@ -31,7 +31,7 @@ import json
 from http import HTTPStatus
 from typing import Any
 
-from app.core.errors import UpstreamProtocolError
+from app.core.errors import ANTHROPIC_TYPES, UpstreamProtocolError, anthropic_body
 from app.dialects import chat
 
 UNPARSED = "_unparsed_arguments"
@@ -43,20 +43,7 @@ _STOP_REASONS = {
     "function_call": "tool_use",  # the tool call's finish reason before tool_calls
     chat.CONTENT_FILTER: "refusal",
 }
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "conflict_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-ERROR_TYPES = frozenset(_ERROR_TYPES.values()) | {"api_error"}
+ERROR_TYPES = frozenset(ANTHROPIC_TYPES.values()) | {"api_error"}
 # OpenAI's and other servers' error types and codes that name one of Anthropic's.
 _OPENAI_ERROR_TYPES = {
     "server_error": "api_error",
@@ -179,17 +166,9 @@ def _thinking(message: dict[str, Any]) -> list[dict[str, Any]]:
     return blocks
 
 
-def error_type(status: int) -> str:
-    """Anthropic's error type for an HTTP status."""
-    if status in _ERROR_TYPES:
-        return _ERROR_TYPES[status]
-    return "invalid_request_error" if 400 <= status < 500 else "api_error"
-
-
 def error_body(status: int, message: str, type: str | None = None) -> bytes:
-    """Anthropic's error body: ``type`` or the one the status says."""
-    error = {"type": type or error_type(status), "message": message}
-    return chat.dumps({"type": "error", "error": error})
+    """Anthropic's error body: ``type`` or the one the status says (app/core/errors.py)."""
+    return chat.dumps(anthropic_body(status, message, type))
 
 
 def error_event(status: int, message: str, type: str | None = None) -> bytes:
