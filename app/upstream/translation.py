@@ -27,15 +27,13 @@ import urllib3
 from app.core.errors import UpstreamReset
 from app.dialects import anthropic, gemini, messages
 from app.dialects.chat import dumps
+from app.request.headers import AUTH_HEADERS, with_upstream_key
 from app.upstream import pools
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.pools import READ_SIZE, Raw
 from llmgate_wire import sse
 
 ANTHROPIC_VERSION = "2023-06-01"
-# The caller's credential, re-spelt in the header the upstream's kind reads its key from
-# (a caller's OpenAI SDK sends "Authorization: Bearer", Anthropic's "x-api-key").
-_CREDENTIALS = ("authorization", "api-key", "x-api-key", "x-goog-api-key")
 # Headers of the upstream's answer that describe bytes the caller does not get.
 _BODY_HEADERS = ("content-length", "content-encoding", "transfer-encoding", "content-type")
 
@@ -255,24 +253,11 @@ class Translated:
 def _respelt(headers: Mapping[str, str], auth: str) -> dict[str, str]:
     """The caller's headers with its credential (when it brought one) in the header
     ``auth`` names; the upstream's own key, when configured, replaces it later
-    (app/request/headers.py ``with_upstream_key``)."""
-    out: dict[str, str] = {}
-    credential = None
-    for name, value in headers.items():
-        lower = name.lower()
-        if lower in _CREDENTIALS:
-            credential = value.removeprefix("Bearer ").removeprefix("bearer ")
-        elif lower not in ("content-length", "content-type"):
-            out[name] = value
-    if credential:
-        out.update(_credential_header(auth, credential))
-    return out
-
-
-def _credential_header(auth: str, key: str) -> dict[str, str]:
-    if auth == "bearer":
-        return {"Authorization": f"Bearer {key}"}
-    return {auth: key}
+    (app/request/headers.py ``with_upstream_key``, which spells both)."""
+    out = {k: v for k, v in headers.items() if k.lower() not in ("content-length", "content-type")}
+    given = [v for k, v in out.items() if k.lower() in AUTH_HEADERS]
+    credential = given[-1].removeprefix("Bearer ").removeprefix("bearer ") if given else ""
+    return with_upstream_key(out, credential, auth=auth) if credential else out
 
 
 def _headers(raw: Raw, status: int, ctype: str) -> urllib3.HTTPHeaderDict:

@@ -13,6 +13,7 @@ from typing import Any
 
 from app.dialects import chat
 from app.dialects.messages_stream import ChatToStream
+from tests.unit.dialects.test_messages_stream import message_start
 
 DOOR_MODEL = "claude-door"
 ESTIMATE = 10
@@ -41,19 +42,7 @@ def datas(*pieces: bytes) -> list[dict[str, Any]]:
 
 
 def start(model: str = DOOR_MODEL) -> dict[str, Any]:
-    return {
-        "type": "message_start",
-        "message": {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": ESTIMATE, "output_tokens": 0},
-        },
-    }
+    return message_start(model)
 
 
 def block(index: int, content_block: dict[str, Any]) -> dict[str, Any]:

@@ -313,7 +313,7 @@ def _start(index: int, **block: Any) -> dict[str, Any]:
     return {"type": "content_block_start", "index": index, "content_block": block}
 
 
-def _message_start(model: str = MODEL) -> dict[str, Any]:
+def message_start(model: str = MODEL) -> dict[str, Any]:
     message: dict[str, Any] = {
         "id": "msg_1",
         "type": "message",
@@ -346,7 +346,7 @@ STOP = {"type": "message_stop"}
 
 def test_a_text_stream_is_anthropic_s_events() -> None:
     assert events(translate([STREAMS["text"][0]])) == [
-        _message_start(),
+        message_start(),
         _start(0, type="text", text=""),
         _delta(0, "text_delta", text="Hello"),
         _delta(0, "text_delta", text=", world"),
@@ -359,7 +359,7 @@ def test_a_text_stream_is_anthropic_s_events() -> None:
 def test_thinking_and_its_signature_are_a_thinking_block_before_the_text() -> None:
     thinking = {"type": "thinking", "thinking": "", "signature": ""}
     assert events(translate([STREAMS["thinking"][0]])) == [
-        _message_start(),
+        message_start(),
         _start(0, **thinking),
         _delta(0, "thinking_delta", thinking="Let me"),
         _delta(0, "thinking_delta", thinking=" think."),
@@ -375,7 +375,7 @@ def test_thinking_and_its_signature_are_a_thinking_block_before_the_text() -> No
 
 def test_several_fields_in_one_delta_each_go_to_their_block_in_order() -> None:
     assert events(translate([STREAMS["mixed"][0]])) == [
-        _message_start(),
+        message_start(),
         _start(0, type="thinking", thinking="", signature=""),
         _delta(0, "thinking_delta", thinking="Hmm."),
         {"type": "content_block_stop", "index": 0},
@@ -450,7 +450,7 @@ def test_done_without_usage_sends_the_estimate_then_message_stop() -> None:
 
 def test_a_stream_of_done_alone_is_a_whole_empty_message_of_the_given_model() -> None:
     assert events(translate([chat.DONE])) == [
-        _message_start(DOOR_MODEL),
+        message_start(DOOR_MODEL),
         _message_delta("end_turn", {"input_tokens": ESTIMATE, "output_tokens": 0}),
         STOP,
     ]
