@@ -34,6 +34,8 @@ from app.upstream.pools import READ_SIZE, Raw
 from llmgate_wire import sse
 
 ANTHROPIC_VERSION = "2023-06-01"
+# The dialect each translating route's callers speak (the other routes are never translated).
+_DOORS = {"chat": "openai", "messages": "anthropic"}
 # Headers of the upstream's answer that describe bytes the caller does not get.
 _BODY_HEADERS = ("content-length", "content-encoding", "transfer-encoding", "content-type")
 
@@ -61,7 +63,7 @@ def translation_for(kind: str, route: str) -> Translation | None:
     """The translation an attempt of ``route`` at an upstream of ``kind`` needs; None when
     the caller's dialect is the upstream's (count_tokens and the rest of /v1/messages go to
     Anthropic upstreams only, as they are)."""
-    door = {"chat": "openai", "messages": "anthropic"}.get(route)
+    door = _DOORS.get(route)
     if door is None or door == kind:
         return None
     return Translation(kind, door)
