@@ -7,7 +7,8 @@ ids, pings while it waits, the end (or one error event). It reads the chunks wri
 chunk every ``POLL_S`` for the rest. While it reads it keeps the stream's ``resumed_key``
 alive, so the writer does not stop a stream someone came back to. A log that stops growing
 before its end (its writer's worker died, Memcached lost an item) ends the resume with an
-error event once the stream's own deadline has passed: never silence, never a hang.
+error event once the stream's own deadline has passed, or at once when its writer stopped the
+stream and deleted the log: never silence, never a hang.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from app.streams.answer import Finished, Head
 from llmgate_wire import sse
 
 POLL_S = 0.1
+CHECK_S = 1.0  # how often a waiting resume looks whether its stream was stopped
 
 
 class StoredStream:
@@ -54,6 +56,7 @@ class StoredStream:
         self._patience = patience_s  # how long a log may stay still before it counts as lost
         self._grew_at = clock()
         self._marked_at: float | None = None
+        self._looked_at = clock()
         self._live = False  # the first read is done: later events are live, not replayed
 
     # -- as relay() reads a listener ------------------------------------------------------
@@ -72,7 +75,7 @@ class StoredStream:
             if self._end is not None:
                 return self._end
             now = self._clock()
-            if now - self._grew_at > self._patience:
+            if now - self._grew_at > self._patience or not self._still_there(now):
                 self._end = LogFault("The stream's log stopped before its end.")
                 continue
             if until is not None and now >= until:
@@ -113,6 +116,14 @@ class StoredStream:
                 break
             self._index, self._in_chunk = self._index + 1, 0
         self._live = True
+
+    def _still_there(self, now: float) -> bool:
+        """Whether the log's meta item is still there, looked at once a second while the log
+        does not grow: its writer deletes it when it stops the stream (app/resume/writer.py)."""
+        if now - self._looked_at < CHECK_S:
+            return True
+        self._looked_at = now
+        return self.store.get(self.key) is not None
 
     def _mark(self) -> None:
         """Tell the writer someone reads this stream (at most once a third of the window)."""

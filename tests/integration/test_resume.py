@@ -11,6 +11,7 @@ import json
 import socket
 import time
 import uuid
+from typing import Any
 
 import pytest
 import urllib3
@@ -18,13 +19,15 @@ import urllib3
 from app.resume.record import ENDED, decode_chunk
 from llmgate_wire import sse
 from tests.integration.test_cluster import instance_metric
+from tests.support.keys_file import keys_toml
 from tests.support.memcached import memcached_get, memcached_keys
 from tests.support.stack import StackHandle
 from tests.support.waiting import wait_for
 
 WINDOW_S = 6
 RESUME_ENV = {"LLMGATE_RESUME_WINDOW_S": str(WINDOW_S)}
-http = urllib3.PoolManager(maxsize=16, retries=False)
+# Bounded reads: a resume that never ends fails its test instead of hanging it.
+http = urllib3.PoolManager(maxsize=16, retries=False, timeout=urllib3.Timeout(connect=5, read=20))
 
 
 # The simulator's chat stream of 47 words is 50 events: the role chunk, a chunk per word, the
@@ -53,7 +56,7 @@ def open_stream(base: str, body: dict, headers: dict[str, str]) -> urllib3.BaseH
 
 def read_n(resp: urllib3.BaseHTTPResponse, n: int | None) -> list[sse.Event]:
     """Data events (pings skipped) until ``n`` of them, or the end."""
-    decoder, out = sse.Decoder(), []
+    decoder, out = sse.Decoder(), list[sse.Event]()
     while n is None or len(out) < n:
         chunk = resp.read1(65536)
         if not chunk:
@@ -64,11 +67,13 @@ def read_n(resp: urllib3.BaseHTTPResponse, n: int | None) -> list[sse.Event]:
 
 def drop(resp: urllib3.BaseHTTPResponse) -> None:
     """Close the caller's connection abruptly: the gateway sees the caller leave."""
-    sock = resp.connection.sock if resp.connection is not None else None  # type: ignore[attr-defined]
+    conn = getattr(resp, "connection", None)
+    sock = getattr(conn, "sock", None)
     if sock is not None:
         sock.shutdown(socket.SHUT_RDWR)
     resp.release_conn()
-    resp.connection.close() if resp.connection is not None else None  # type: ignore[attr-defined]
+    if conn is not None:
+        conn.close()
 
 
 def text_of(events: list[sse.Event]) -> str:
@@ -357,3 +362,66 @@ def test_a_worker_out_of_memcached_budget_says_so_at_the_start(make_stack) -> No
     assert third.headers["X-LLMGate-Resumable"].startswith("yes")
     assert gw.metric("llmgate_resumable_streams_total", result="budget") >= 1
     read_n(third, None)
+
+
+# -- gateway keys: owned by the key, billed once for the answer's own usage ------------------
+def test_a_keyed_stream_is_resumed_only_by_its_key_and_billed_once_for_its_usage(
+    make_stack, tmp_path
+) -> None:
+    secrets = {"owner": "llmg-resume-owner-secret", "other": "llmg-resume-other-secret"}
+    keys = tmp_path / "keys.toml"
+    keys.write_text(keys_toml([(name, "tokens_per_day = 1000000") for name in secrets],
+                              secrets.__getitem__))  # fmt: skip
+    gw = make_stack(env={**RESUME_ENV, "LLMGATE_KEYS_FILE": str(keys)}, workers=2)
+    gw.sim_reset()
+    prompt = f"keyed {uuid.uuid4().hex}"
+    owner = {"Authorization": f"Bearer {secrets['owner']}"}
+    other = {"Authorization": f"Bearer {secrets['other']}"}
+    # The caller did not ask for usage: the gateway asks the upstream for it, to count the
+    # key's tokens, and takes the usage chunk out again (resumed or not).
+    sid = started_and_dropped(gw, prompt, after=10, tps="40", headers=owner)
+    assert resume(gw.url, f"/v1/streams/{sid}", f"{sid}:10", other).status == 404
+    rest = read_n(resume(gw.url, f"/v1/streams/{sid}", f"{sid}:10", owner), None)
+    assert rest[-1].data == "[DONE]"
+    assert not [e for e in rest if e.data and '"usage":{' in e.data]
+    # What an uninterrupted call of the same prompt uses, by the upstream's own usage chunk.
+    counted = {**chat_body(prompt), "stream_options": {"include_usage": True}}
+    reference = open_stream(gw.url, counted, other)
+    usage = next(json.loads(e.data)["usage"] for e in read_n(reference, None)
+                 if e.data and '"usage":{' in e.data)  # fmt: skip
+
+    def tokens(name: str) -> int:
+        rows = json.loads(http.request("GET", gw.url + "/admin/usage").data)["keys"]
+        return next(row["tokens_today"] for row in rows if row["name"] == name)
+
+    assert wait_for(lambda: tokens("owner") == usage["total_tokens"], timeout=5), tokens("owner")
+    assert tokens("other") == usage["total_tokens"]
+    assert gw.sim_stats()["requests"] == 2
+
+
+# -- the SDKs, as users run them ------------------------------------------------------------
+def test_the_sdks_read_a_resumable_stream_as_any_other(make_stack) -> None:
+    import anthropic
+    import openai
+
+    gw = resume_stack(make_stack)
+    asked = {"X-LLMGate-Resumable": "true"}
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": f"sdk {uuid.uuid4().hex}"}]
+    chunks = client.chat.completions.create(
+        model="sim-small", messages=messages, stream=True, max_tokens=20, extra_headers=asked
+    )
+    assert chunks.response.headers["X-LLMGate-Resumable"].startswith("yes")
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    plain = client.chat.completions.create(model="sim-small", messages=messages, max_tokens=20)
+    assert text == plain.choices[0].message.content
+    responses = client.responses.create(model="sim-small", input=messages[0]["content"],
+                                        stream=True, extra_headers=asked)  # fmt: skip
+    kinds = [event.type for event in responses]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    sdk = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0)
+    with sdk.messages.stream(model="sim-small", max_tokens=20, messages=messages,
+                             extra_headers=asked) as stream:  # fmt: skip
+        final = stream.get_final_message()
+    sdk.close()
+    assert final.stop_reason in ("end_turn", "max_tokens") and final.content

@@ -1,0 +1,105 @@
+"""A resume reads a stream's log back (app/resume/reader.py): the events after the caller's
+last, the rest as the log grows, the end; a log that stops growing ends in an error. The store
+is the real in-process backend; only the clock and the sleeps are the test's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from app.cache.memory import MemoryBackend
+from app.resume import ids
+from app.resume.reader import StoredStream
+from app.resume.record import ENDED, OPEN, SEALED, LogFault, Meta, encode_chunk, end_record
+from app.streams.answer import Finished
+from llmgate_wire import sse
+
+KEY = ids.log_key("key:test", "A" * 24)
+
+
+def event(n: int) -> bytes:
+    return sse.encode_json({"n": n})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.001)
+
+
+def reader(store: MemoryBackend, clock: Clock, after: int) -> StoredStream:
+    store.set(KEY, Meta("chat", False).encode(), 3600)  # the writer wrote it first
+    return StoredStream(store, KEY, after=after, window_s=30, patience_s=60.0, clock=clock,
+                        sleep=clock.sleep)  # fmt: skip
+
+
+def numbers(items: Sequence[object]) -> list[int]:
+    return [int(item.json()["n"]) for item in items if isinstance(item, sse.Event)]
+
+
+def test_the_events_after_the_callers_last_then_the_live_rest_then_the_end() -> None:
+    clock, store = Clock(), MemoryBackend(1 << 20)
+    store.set(ids.chunk_key(KEY, 0), encode_chunk([event(1), event(2), event(3)], SEALED), 60)
+    store.set(ids.chunk_key(KEY, 1), encode_chunk([event(4), event(5)], OPEN), 60)
+    stream = reader(store, clock, after=2)
+    got = [stream.next_item(1.0) for _ in range(3)]
+    assert numbers(got) == [3, 4, 5] and stream.position == 5
+    assert stream.next_item(1.0) is None  # nothing new within the timeout: the relay pings
+    more = [event(4), event(5), event(6), event(7)]
+    store.set(ids.chunk_key(KEY, 1), encode_chunk(more, ENDED, end_record(Finished(b""))), 60)
+    assert numbers([stream.next_item(1.0)]) == [6]
+    assert numbers(stream.ready_events()) == [7] and stream.position == 7
+    assert stream.next_item(1.0) == Finished(b"")
+    assert stream.replayed == 3  # 3, 4 and 5 were in the log when it began; 6 and 7 came live
+
+
+def test_a_resume_after_the_last_event_gets_only_the_end() -> None:
+    clock, store = Clock(), MemoryBackend(1 << 20)
+    store.set(ids.chunk_key(KEY, 0), encode_chunk([event(1)], ENDED, end_record(None)), 60)
+    stream = reader(store, clock, after=1)
+    end = stream.next_item(1.0)
+    assert not isinstance(end, sse.Event) and getattr(end, "code", "") == "resume_log_overflow"
+
+
+def test_a_log_that_stops_growing_ends_in_an_error_not_a_hang() -> None:
+    clock = Clock()
+    store = MemoryBackend(1 << 20, clock=clock)
+    store.set(ids.chunk_key(KEY, 0), encode_chunk([event(1)], OPEN), 3600)
+    stream = reader(store, clock, after=0)
+    assert numbers([stream.next_item(1.0)]) == [1]
+    item = None
+    while item is None:
+        item = stream.next_item(5.0)  # the relay's pings between waits
+    assert isinstance(item, LogFault) and clock.now > 60.0
+
+
+def test_a_stream_its_writer_stopped_ends_the_resume_within_a_second_or_two() -> None:
+    clock = Clock()
+    store = MemoryBackend(1 << 20, clock=clock)
+    store.set(ids.chunk_key(KEY, 0), encode_chunk([event(1)], OPEN), 3600)
+    stream = reader(store, clock, after=1)
+    assert stream.next_item(5.0) is None  # the stream runs on, nothing new yet
+    store.delete(KEY)  # the writer stopped the stream: the log is deleted
+    item = None
+    while item is None:
+        item = stream.next_item(1.0)
+    assert isinstance(item, LogFault) and clock.now < 10.0
+
+
+def test_a_damaged_chunk_ends_the_resume_with_an_error() -> None:
+    clock, store = Clock(), MemoryBackend(1 << 20)
+    store.set(ids.chunk_key(KEY, 0), b"o99\nshort", 60)
+    assert isinstance(reader(store, clock, after=0).next_item(1.0), LogFault)
+
+
+def test_a_reader_tells_the_writer_it_is_there() -> None:
+    clock = Clock()
+    store = MemoryBackend(1 << 20, clock=clock)
+    store.set(ids.chunk_key(KEY, 0), encode_chunk([event(1)], OPEN), 3600)
+    stream = reader(store, clock, after=0)
+    stream.next_item(1.0)
+    assert store.get(ids.resumed_key(KEY)) == b"1"
