@@ -14,7 +14,7 @@ from pathlib import Path
 
 from flask import Flask
 
-from app.cache import build_answer_cache
+from app.cache import build_answer_cache, build_resume_store
 from app.core.admission import Gate, Limits
 from app.core.config import Settings, SettingsError
 from app.edge.routes import STARTED, api, register_error_handlers, register_operator_guard
@@ -52,6 +52,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
         build_access(settings, metrics, prices),
         build_tracer(settings, metrics),
         prices,
+        build_resume_store(settings),
     )
     # This worker's admission limits (app/core/admission.py), taken by each API call's ticket.
     app.extensions["llmgate.admission"] = Gate(

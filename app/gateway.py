@@ -33,6 +33,9 @@ from app.observe.tracing import Tracer, Value
 from app.request import jsonedit, schema
 from app.request.call import CLIENT_CLOSED, Call, Reply
 from app.request.headers import upstream_request_headers, without_credentials
+from app.resume.ids import asked as asks_to_resume
+from app.resume.service import Resumes, owner_of
+from app.resume.writer import Store
 from app.streams.drain import Lifecycle
 from app.streams.flight import LEASE, Flight, Producer
 from app.streams.log_memory import LogBudget
@@ -84,6 +87,7 @@ class Gateway:
         access: Access | None = None,
         tracer: Tracer | None = None,
         prices: PriceTable | None = None,
+        resume_store: Store | None = None,
     ) -> None:
         self.settings = settings
         self.upstream = upstream
@@ -97,6 +101,9 @@ class Gateway:
         # What this worker's kept event logs may hold together (app/streams/log_memory.py).
         observe = None if metrics is None else metrics.observe_log_memory
         self.log_budget = LogBudget(settings.log_memory_bytes, observe)
+        # Resumable streams: off without a store (LLMGATE_RESUME_WINDOW_S 0).
+        self.resumes = Resumes(settings, resume_store, self.log_budget, self.lifecycle,
+                               self.replies, metrics)  # fmt: skip
         self.coalescer = (
             None
             if answers is None
@@ -117,7 +124,13 @@ class Gateway:
     def handle(self, call: Call, caller: Caller | None = None) -> Reply:
         """The call's reply. ``caller``: what ``identify`` said of this call before its body
         was read; None to ask now."""
-        plan = self.plan(call, caller if caller is not None else self.identify(call))
+        caller = caller if caller is not None else self.identify(call)
+        if self.resumes.is_resume(call):  # a reconnect to a resumable stream (docs/streams.md)
+            return self.resumes.reply(call, owner_of(call, caller.key))
+        plan = self.plan(call, caller)
+        if plan.stream and asks_to_resume(call.headers):
+            return _with_status(self.resumes.stream(call, owner_of(call, caller.key), plan.compute,
+                                plan.deadline, lambda: self.own_flight(plan)), BYPASS)  # fmt: skip
         if plan.cache is None:
             return _with_status(self.own_flight(plan), BYPASS)
         return self.from_cache(plan) or self.from_flight(plan) or self.from_upstream(plan)
@@ -145,7 +158,7 @@ class Gateway:
             headers=headers if grant is None else without_credentials(headers),
             body=forward if forward or call.method not in ("GET", "HEAD") else None,
             stream=stream,
-            model=_model(body),
+            model=schema.model_of(body),
             upstreams=None if grant is None else grant.key.upstreams,
             route=call.route,
             span=call.trace.span,
@@ -159,20 +172,19 @@ class Gateway:
         if body is not None and self.answers is not None:
             cached = cache_plan(self.settings, route=call.route, headers=call.headers,
                                 query=call.query, body=body,
-                                upstream=self.upstream.route_id(_model(body)),
+                                upstream=self.upstream.route_id(schema.model_of(body)),
                                 tenant=None if grant is None else grant.key.tenant)  # fmt: skip
         return Plan(call, body, stream, deadline, compute, cached)
 
     def _read_body(self, call: Call) -> tuple[dict[str, Any], bytes, bool]:
         """The validated body, the bytes to forward, whether it streams."""
-        body = schema.parse_body(
-            call.body,
-            max_depth=self.settings.max_json_depth,
-            max_array_items=self.settings.max_json_array_items,
-            max_containers=self.settings.max_json_containers,
-        )
+        limits = self.settings
+        body = schema.parse_body(call.body, max_depth=limits.max_json_depth,
+                                 max_array_items=limits.max_json_array_items,
+                                 max_containers=limits.max_json_containers)  # fmt: skip
         schema.validate(call.route, body)
-        self.upstream.check_serves(_model(body), call.route, call.path.removeprefix("/v1"))
+        model, path = schema.model_of(body), call.path.removeprefix("/v1")
+        self.upstream.check_serves(model, call.route, path)
         stream = schema.wants_stream(body)
         call.trace.asked(call.route, call.method, call.path, body, stream)
         if "cache" not in body:
@@ -186,15 +198,14 @@ class Gateway:
         """Take the call's share of its key's limits (app/tenancy/access.py); the body to
         forward."""
         assert self.access is not None
-        model = _model(body)
+        model = schema.model_of(body)
         if model is not None and not self.upstream.serves_for(model, key.upstreams):
             raise ModelNotAllowed(
                 f"No upstream the key {key.name!r} may use serves the model {model!r}.",
                 param="model",
             )
-        grant = self.access.admit(
-            key, model, body, stream=stream, route=call.route, size=len(forward)
-        )
+        grant = self.access.admit(key, model, body, stream=stream, route=call.route,
+                                  size=len(forward))  # fmt: skip
         forward, hide_usage = granted_body(grant, forward, body, call.route, stream)
         call.trace.granted(KeySettlement(self.access, grant), hide_usage=hide_usage)
         return forward, grant
@@ -272,23 +283,12 @@ class Gateway:
 
     def _replay(self, plan: Plan, entry: Entry, status: str, *, age: bool = True) -> Reply | None:
         assert plan.body is not None
-        return reply_from_entry(
-            entry,
-            route=plan.call.route,
-            stream=plan.stream,
-            include_usage=schema.wants_usage(plan.body),
-            status=status,
-            age=int(entry.age(time.time())) if age else None,
-        )
+        return reply_from_entry(entry, route=plan.call.route, stream=plan.stream,
+                                include_usage=schema.wants_usage(plan.body), status=status,
+                                age=int(entry.age(time.time())) if age else None)  # fmt: skip
 
     def _whereabouts(self, name: str) -> dict[str, Value]:
         return spans.whereabouts(self.upstream.specs, name)
-
-
-def _model(body: dict[str, Any] | None) -> str | None:
-    """The requested model, whole (the trace keeps a shortened copy for logs)."""
-    model = None if body is None else body.get("model")
-    return model if isinstance(model, str) else None
 
 
 def _with_status(reply: Reply, status: str) -> Reply:

@@ -272,3 +272,21 @@ def comment(text: str = "ping") -> bytes:
 
 
 DONE_EVENT = encode(DONE)
+
+
+_ID_LINE = b"id: "
+
+
+def with_id(raw: bytes, event_id: str) -> bytes:
+    """An event's bytes with an ``id:`` line in front (a resumable stream's, docs/streams.md).
+    A leading line end (the second half of a CRLF split across reads) is dropped: in front of
+    it the id line would end an event of its own."""
+    return b"%s%s\n%s" % (_ID_LINE, event_id.encode(), raw.lstrip(b"\r\n"))
+
+
+def split_id(raw: bytes) -> tuple[bytes, bytes]:
+    """(the leading ``id:`` line, the event without it): ``(b"", raw)`` when it has none."""
+    if not raw.startswith(_ID_LINE):
+        return b"", raw
+    cut = raw.find(b"\n") + 1
+    return raw[:cut], raw[cut:]

@@ -24,6 +24,7 @@ from app.core.config import Settings
 
 if TYPE_CHECKING:  # the package itself imports nothing heavy: its pure modules stay pure
     from app.cache.memcached import MemcachedBackend
+    from app.cache.memory import MemoryBackend
     from app.cache.store import AnswerCache
     from app.observe.metrics import Metrics
 
@@ -39,6 +40,18 @@ def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> An
     l2 = memcached_client(settings, "l2", max_value_bytes=settings.cache_max_entry_bytes)
     tiers = TieredCache(l1, l2, l1_ttl=settings.cache_l1_ttl_s)
     return AnswerCache(tiers, settings, shared=l2 is not None, metrics=metrics)
+
+
+def build_resume_store(settings: Settings) -> MemcachedBackend | MemoryBackend | None:
+    """Where resumable streams' logs are kept (docs/streams.md): Memcached, so any worker of
+    any instance can serve a resume; without it each worker's memory (a resume must then
+    reach the same worker). None when resuming is off."""
+    if settings.resume_window_s <= 0:
+        return None
+    from app.cache.memory import MemoryBackend
+
+    client = memcached_client(settings, "resume")
+    return client if client is not None else MemoryBackend(256 * 1024 * 1024, name="resume")
 
 
 def memcached_client(

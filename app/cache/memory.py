@@ -63,6 +63,17 @@ class MemoryBackend:
         with self._lock:
             self._remove(key)
 
+    def touch(self, key: str, ttl: int) -> bool:
+        """Give ``key`` a new lifetime; False when it is not (or no longer) there."""
+        validate_key(key)
+        with self._lock:
+            entry = self._entries.get(key)
+            now = self._clock()
+            if entry is None or entry[1] <= now:
+                return False
+            self._entries[key] = (entry[0], now + clamp_ttl(ttl))
+            return True
+
     def close(self) -> None:
         with self._lock:
             self._entries.clear()

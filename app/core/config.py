@@ -110,6 +110,13 @@ class Settings(InstanceSettings, CallSettings):
             raise SettingsError("LLMGATE_STATUS_SAMPLE_S must be >= 0 (0: no history kept)")
         if self.log_memory_bytes < 0:
             raise SettingsError("LLMGATE_LOG_MEMORY_BYTES must be >= 0 (0: no logs kept)")
+        if self.resume_window_s < 0 or not 0 < self.resume_stream_bytes <= (
+            self.resume_memcached_bytes
+        ):
+            raise SettingsError(
+                "LLMGATE_RESUME_WINDOW_S must be >= 0 and 0 < LLMGATE_RESUME_STREAM_BYTES <= "
+                "LLMGATE_RESUME_MEMCACHED_BYTES"
+            )
 
     def _check_call_bounds(self) -> None:
         """The breakers, a stream's buffer and events, a body's JSON, admission, retries."""

@@ -76,6 +76,26 @@ class InstanceSettings:
         "the cache entry and coalesced followers, counted as Python objects: ~3x their bytes). "
         "Past it new streams keep no log: served, but neither stored nor joined. 0: none kept.",
     )
+    resume_window_s: int = setting(
+        "LLMGATE_RESUME_WINDOW_S",
+        0,
+        "Resumable streams (docs/streams.md): a stream that asks (X-LLMGate-Resumable: true) "
+        "is logged to Memcached and can be resumed with Last-Event-ID until this many seconds "
+        "after its end; a stream whose caller left is stopped once nobody resumed it for this "
+        "long. 0: off.",
+    )
+    resume_stream_bytes: int = setting(
+        "LLMGATE_RESUME_STREAM_BYTES",
+        4 * 1024 * 1024,
+        "What one resumable stream's log may hold in Memcached (reserved from the worker's "
+        "LLMGATE_RESUME_MEMCACHED_BYTES at its start); a longer stream stops being logged.",
+    )
+    resume_memcached_bytes: int = setting(
+        "LLMGATE_RESUME_MEMCACHED_BYTES",
+        512 * 1024 * 1024,
+        "The Memcached memory a worker's resumable logs may reserve together until they "
+        "expire; past it new streams are served but not resumable (said in their headers).",
+    )
     cache_namespaces: str = setting(
         "LLMGATE_CACHE_NAMESPACES",
         "",

@@ -31,6 +31,7 @@ from app.request import events as streams
 from app.request import jsonedit
 from app.request.call import Call, Reply, Trace
 from app.request.usage import Usage, may_carry_usage, usage_in_body, usage_in_event
+from app.resume.ids import STREAM_HEADER
 from app.tenancy.prices import PriceTable, usd
 from llmgate_wire import sse
 
@@ -162,9 +163,12 @@ def _watched(
     messages = call.route == "messages"
     if metrics is not None:
         metrics.active_streams.inc()
+    # A resumable stream's events start with their id line (docs/streams.md): read past it.
+    resumable = any(k == STREAM_HEADER for k, _ in reply.headers)
     try:
         for batch in batches:
-            for chunk in batch:
+            for sent in batch:
+                chunk = sse.split_id(sent)[1] if resumable else sent
                 if chunk == _PING:
                     if metrics is not None:
                         metrics.heartbeats.inc()
@@ -174,7 +178,7 @@ def _watched(
                     facts.message_event(chunk)
                 elif chunk.startswith(b"data: ") and not chunk.startswith(b"data: [DONE]"):
                     facts.chunk(chunk)
-                facts.sent += len(chunk)
+                facts.sent += len(sent)
             if batch:
                 # Never an empty write: an empty chunk would end the HTTP response.
                 yield batch[0] if len(batch) == 1 else b"".join(batch)

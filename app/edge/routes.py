@@ -75,6 +75,13 @@ def api_call() -> Response:
     return _forward(route)
 
 
+@api.route("/v1/streams/<stream_id>", methods=["GET"])
+def resume_stream(stream_id: str) -> Response:
+    """A resumable stream read again from after the caller's last event (docs/streams.md);
+    the gateway's own, never forwarded."""
+    return _forward("resume")
+
+
 @api.route("/v1/models", methods=_METHODS["/v1/models"])
 @api.route("/v1/<path:rest>", methods=_FORWARD_METHODS)
 def passthrough(rest: str = "") -> Response:

@@ -235,6 +235,41 @@ class Metrics:
             "(OTEL_BSP_MAX_QUEUE_SIZE): a collector slower than the traffic, or none.",
             registry=reg,
         )
+        self.resumable_streams = Counter(
+            "llmgate_resumable_streams_total",
+            "Streams that asked to be resumable (docs/streams.md), by what they got: yes, or "
+            "the reason they were not (disabled, log_memory, budget).",
+            ["result"],
+            registry=reg,
+        )
+        self.resume_logs = Counter(
+            "llmgate_resume_logs_total",
+            "Resumable streams' logs at their end, by how it ended: complete (the answer's "
+            "end logged), abandoned (the caller was gone a whole window and nobody resumed: "
+            "the upstream call was stopped), overflow (past LLMGATE_RESUME_STREAM_BYTES), "
+            "failed (Memcached refused a write, or the writer was dropped).",
+            ["how"],
+            registry=reg,
+        )
+        self.resumes = Counter(
+            "llmgate_resumes_total",
+            "Reconnects with Last-Event-ID or to /v1/streams/{id}, by outcome: resumed, or "
+            "not_found (unknown, expired, made-up or another caller's id: one answer for all).",
+            ["outcome"],
+            registry=reg,
+        )
+        self.resume_events_replayed = Counter(
+            "llmgate_resume_events_replayed_total",
+            "Events resumes sent from a log as it stood when they reconnected (the live rest "
+            "is not counted).",
+            registry=reg,
+        )
+        for result in ("yes", "disabled", "log_memory", "budget"):
+            self.resumable_streams.labels(result)
+        for how in ("complete", "abandoned", "overflow", "failed"):
+            self.resume_logs.labels(how)
+        for outcome in ("resumed", "not_found"):
+            self.resumes.labels(outcome)
         self.heartbeats = Counter(
             "llmgate_heartbeats_total", "`: ping` comments sent on idle streams.", registry=reg
         )

@@ -18,6 +18,7 @@ from typing import Any
 
 from app.request import bounds, jsonedit
 from app.request.usage import Usage, usage_chunk
+from llmgate_wire import sse
 
 
 def with_output_cap(raw: bytes, body: Mapping[str, Any], route: str, cap: int) -> bytes:
@@ -55,9 +56,11 @@ def without_usage_chunk(
     for batch in batches:
         kept = []
         for chunk in batch:
-            usage = usage_chunk(chunk)
+            # A resumable stream's event starts with its id line (docs/streams.md).
+            id_line, event = sse.split_id(chunk)
+            usage = usage_chunk(event)
             if usage is None:
-                kept.append(_without_null_usage(chunk) if _NULL_USAGE in chunk else chunk)
+                kept.append(id_line + _without_null_usage(event) if _NULL_USAGE in event else chunk)
             else:
                 on_usage(usage)
         if kept:

@@ -175,6 +175,12 @@ def validate(route: str, body: dict[str, Any]) -> None:
         )
 
 
+def model_of(body: dict[str, Any] | None) -> str | None:
+    """The requested model, whole (a call's trace keeps a shortened copy for logs)."""
+    model = None if body is None else body.get("model")
+    return model if isinstance(model, str) else None
+
+
 def wants_stream(body: dict[str, Any]) -> bool:
     return body.get("stream") is True
 

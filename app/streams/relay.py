@@ -20,6 +20,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import gevent
 
@@ -32,7 +33,7 @@ from app.core.errors import (
 )
 from app.observe import tracing
 from app.request.events import StreamEnd, is_error_event, typed
-from app.streams.flight import ClientGone, Finished, Flight, Head, Listener, Producer
+from app.streams.flight import ClientGone, Finished, Flight, Head, Producer
 from app.upstream.exchange import Reading, Upstream, UpstreamRequest
 from app.upstream.retry import Deadline
 from llmgate_wire import sse
@@ -72,8 +73,21 @@ def upstream_producer(
     return produce
 
 
+class Listening(Protocol):
+    """What ``relay`` reads: a flight's listener (app/streams/listener.py), or a resume's
+    stored stream read back (app/resume/reader.py). ``position``: the number of events read."""
+
+    position: int
+
+    def wait_head(self, timeout: float | None) -> Head | None: ...
+
+    def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None: ...
+
+    def ready_events(self) -> list[sse.Event]: ...
+
+
 def relay(
-    listener: Listener,
+    listener: Listening,
     *,
     heartbeat: float,
     end: StreamEnd | None,
@@ -81,6 +95,7 @@ def relay(
     on_error: Callable[[str], None] = lambda _: None,
     ping_first: bool = False,
     route: str = "",
+    stream_id: str | None = None,
 ) -> Iterator[list[bytes]]:
     """A listener's body: events as they arrive, pings between them, one error event at worst.
 
@@ -127,16 +142,17 @@ def relay(
         else:
             yield [head.body]
         return
-    yield from _events(listener, timeout, end, on_ping, on_error, route)
+    yield from _events(listener, timeout, end, on_ping, on_error, route, stream_id)
 
 
 def _events(
-    listener: Listener,
+    listener: Listening,
     timeout: float | None,
     end: StreamEnd | None,
     on_ping: Callable[[], None],
     on_error: Callable[[str], None],
     route: str,
+    stream_id: str | None,
 ) -> Iterator[list[bytes]]:
     """A started stream's part of ``relay``: its events as they arrive, pings between them,
     then its end, with an error event when it ends without its route's end."""
@@ -159,7 +175,11 @@ def _events(
                     saw_end = True
                     if not saw_error and typed(event) == "response.failed":
                         on_error("upstream_error")  # a Responses stream that ended failed
-            yield [event.raw for event in batch]
+            if stream_id is None:
+                yield [event.raw for event in batch]
+            else:  # numbered from the log's count: the events read are the last ones
+                first = listener.position - len(batch) + 1
+                yield [sse.with_id(e.raw, f"{stream_id}:{first + k}") for k, e in enumerate(batch)]
         elif isinstance(item, Finished):
             if end is not None and not (saw_end or saw_error):
                 cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")

@@ -35,8 +35,11 @@ class Replies:
         self.heartbeat_s = settings.heartbeat_s
         self.whereabouts = whereabouts
 
-    def answer(self, call: Call, listener: Listener, stream: bool) -> Reply:
-        """The caller's reply from a flight: a complete response, or a live stream."""
+    def answer(
+        self, call: Call, listener: Listener, stream: bool, *, stream_id: str | None = None
+    ) -> Reply:
+        """The caller's reply from a flight: a complete response, or a live stream
+        (``stream_id``: a resumable one's, its events numbered, docs/streams.md)."""
         watcher = _watch(call, listener)
         try:
             head = self._await_first_byte(listener, stream)
@@ -58,7 +61,8 @@ class Replies:
             # The upstream is slow to answer a stream: commit the 200 now, a ping with it,
             # and keep the line alive with pings; whatever the upstream says later travels
             # as SSE.
-            body = self._stream(call.route, call.trace, listener, watcher, ping_first=True)
+            body = self._stream(call.route, call.trace, listener, watcher, ping_first=True,
+                                stream_id=stream_id)  # fmt: skip
             return Reply(200, list(SSE_HEADERS), body)
         if head.body is None:
             headers = [
@@ -70,7 +74,7 @@ class Replies:
             return Reply(
                 head.status,
                 list(SSE_HEADERS) + headers,
-                self._stream(call.route, call.trace, listener, watcher),
+                self._stream(call.route, call.trace, listener, watcher, stream_id=stream_id),
             )
         watcher.stop()
         listener.leave()
@@ -102,6 +106,7 @@ class Replies:
         watcher: DisconnectWatcher,
         *,
         ping_first: bool = False,
+        stream_id: str | None = None,
     ) -> Iterator[list[bytes]]:
         """The stream's body: the route and trace of its call, not the call (_watch)."""
         try:
@@ -114,6 +119,7 @@ class Replies:
                 on_error=trace.stream_broke,
                 ping_first=ping_first,
                 route=route,
+                stream_id=stream_id,
             )
             if trace.hide_usage:
                 chunks = without_usage_chunk(chunks, trace.usage_taken)

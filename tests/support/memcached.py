@@ -47,3 +47,39 @@ def memcached_stats(port: int, host: str = "127.0.0.1") -> dict[str, int]:
         if len(parts) == 3 and parts[0] == "STAT" and parts[2].isdigit():
             out[parts[1]] = int(parts[2])
     return out
+
+
+def _command(port: int, command: bytes, end: bytes, host: str = "127.0.0.1") -> bytes:
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(command)
+        buf = b""
+        while not buf.endswith(end):
+            chunk = sock.recv(65536)
+            assert chunk, "memcached closed the connection"
+            buf += chunk
+    return buf
+
+
+def memcached_keys(port: int, prefix: str, host: str = "127.0.0.1") -> list[str]:
+    """The keys the node holds that start with ``prefix`` (``lru_crawler metadump all``;
+    it may still list an item whose time is up: ``memcached_get`` tells)."""
+    from urllib.parse import unquote
+
+    dump = _command(port, b"lru_crawler metadump all\r\n", b"END\r\n", host)
+    keys = []
+    for line in dump.decode().splitlines():
+        if line.startswith("key="):
+            key = unquote(line.split()[0][4:])
+            if key.startswith(prefix):
+                keys.append(key)
+    return keys
+
+
+def memcached_get(port: int, key: str, host: str = "127.0.0.1") -> bytes | None:
+    """The value of ``key`` as the node serves it now (None: no such live item)."""
+    reply = _command(port, b"get %s\r\n" % key.encode(), b"END\r\n", host)
+    if reply == b"END\r\n":
+        return None
+    header, _, rest = reply.partition(b"\r\n")
+    size = int(header.split()[3])
+    return rest[:size]

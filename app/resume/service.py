@@ -1,0 +1,271 @@
+"""Resumable streams for the orchestrator (app/gateway.py): who may have one, its start, and
+a resume. The protocol is docs/streams.md.
+
+A stream that asks is admitted when the deployment allows it (LLMGATE_RESUME_WINDOW_S) and
+its worker has room: a share of the kept-log memory for the events waiting to be written
+(``PENDING_BYTES``) and a reservation of the Memcached budget for the log
+(app/resume/budget.py). Admitted, it gets an id, a writer (app/resume/writer.py) and a
+settlement that waits for the answer's end (``SettledAtTheEnd``). A resume finds the log by
+the id and the caller's owner (app/resume/ids.py) and reads it back (app/resume/reader.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from app.cache.keys import tenant_of
+from app.cache.policy import STATUS_HEADER
+from app.core.config import Settings
+from app.core.errors import NotFound
+from app.observe.metrics import Metrics
+from app.request.call import SSE_HEADERS, Call, Reply, Settlement
+from app.request.events import END_OF_STREAM
+from app.request.metering import without_usage_chunk
+from app.request.usage import Usage
+from app.resume import ids
+from app.resume.budget import Reservation, ResumeBudget
+from app.resume.reader import StoredStream
+from app.resume.record import SEAL_BYTES, Meta
+from app.resume.writer import LogWriter, Store
+from app.streams.drain import Lifecycle
+from app.streams.flight import Flight, Producer
+from app.streams.log_memory import LogBudget, LogShare
+from app.streams.relay import relay
+from app.streams.reply import Replies
+from app.tenancy.keyring import GatewayKey
+from app.upstream.retry import Deadline
+
+# The routes whose streams can be resumed, and the door of GET /v1/streams/{id}.
+STREAM_ROUTES = frozenset({"chat", "completions", "responses", "messages"})
+RESUME_ROUTE = "resume"
+RESUMED = "RESUMED"  # the X-LLMGate-Cache status of a resume: nothing billed
+
+
+class StreamNotFound(NotFound):
+    code = "stream_not_found"
+
+
+def not_found() -> StreamNotFound:
+    """One answer for an unknown, expired, made-up and foreign id: no oracle."""
+    return StreamNotFound("No resumable stream has this id (it may have expired).")
+
+
+def owner_of(call: Call, key: GatewayKey | None) -> str:
+    """Who owns the streams a call makes and may resume them: its gateway key, or with keys
+    off the credential it sends (hashed, as the cache's tenant is)."""
+    return "key:" + key.name if key is not None else tenant_of(call.headers)
+
+
+# The kept-log memory a resumable stream holds for its events on their way to Memcached: the
+# chunk being written (up to SEAL_BYTES of bytes) as Python objects, about three times that.
+PENDING_BYTES = 4 * SEAL_BYTES
+
+
+@dataclass
+class Admitted:
+    share: LogShare
+    reservation: Reservation
+
+
+@dataclass(frozen=True)
+class Resumable:
+    """A stream made resumable: its id and its writer."""
+
+    stream_id: str
+    writer: LogWriter
+
+
+class Resumes:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store | None,
+        log_budget: LogBudget,
+        lifecycle: Lifecycle,
+        replies: Replies,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.window_s = settings.resume_window_s
+        self.cap = settings.resume_stream_bytes
+        self.deadline_s = settings.deadline_s
+        self.heartbeat_s = settings.heartbeat_s
+        self.store = store
+        self.log_budget = log_budget
+        self.lifecycle, self.replies = lifecycle, replies
+        self.budget = ResumeBudget(settings.resume_memcached_bytes, clock)
+        self.metrics = metrics
+        self._clock = clock
+
+    @property
+    def enabled(self) -> bool:
+        return self.window_s > 0 and self.store is not None
+
+    # -- a resumable stream -----------------------------------------------------------------
+    def stream(
+        self,
+        call: Call,
+        owner: str,
+        compute: Producer,
+        deadline: Deadline,
+        otherwise: Callable[[], Reply],
+    ) -> Reply:
+        """A stream that asked to be resumable: its own upstream call, logged for a
+        reconnect; or, when there is no room for its log, ``otherwise()`` (served as any
+        stream), its headers saying why it is not resumable."""
+        admitted = self.admit()
+        if isinstance(admitted, str):
+            reply = otherwise()
+            if not isinstance(reply.body, bytes):
+                reply.headers += ids.refused_headers(admitted)
+            return reply
+        flight = self.lifecycle.flight(compute, keep_log=False, request_id=call.trace.request_id)
+        span = call.trace.span
+        meta = Meta(call.route, call.trace.hide_usage,
+                    None if span is None else span.inject({}).get("traceparent"))  # fmt: skip
+        resumable = self.begin(flight, admitted, owner=owner, meta=meta,
+                               lifetime_s=deadline.remaining())  # fmt: skip
+        if call.trace.grant is not None:
+            call.trace.grant = SettledAtTheEnd(call.trace.grant, resumable.writer)
+        reply = self.replies.answer(call, flight.join(), True, stream_id=resumable.stream_id)
+        if not isinstance(reply.body, bytes):
+            reply.headers += ids.granted_headers(resumable.stream_id, self.window_s)
+        return reply
+
+    # -- a resume ---------------------------------------------------------------------------
+    def is_resume(self, call: Call) -> bool:
+        """GET /v1/streams/{id}; or, while resuming is on, a POST to a stream route with
+        Last-Event-ID (off, the header means nothing to us and the call goes on as ever)."""
+        if call.route == RESUME_ROUTE:
+            return True
+        return (self.enabled and call.method == "POST" and call.route in STREAM_ROUTES
+                and ids.last_event_id(call.headers) is not None)  # fmt: skip
+
+    def reply(self, call: Call, owner: str) -> Reply:
+        """The resume's stream: the events after the caller's last, the live rest, the end;
+        StreamNotFound (404) for any id that is not this caller's live or kept stream."""
+        wanted = self._wanted(call)
+        found = None if wanted is None else self.find(owner, *wanted)
+        if self.metrics is not None:
+            self.metrics.resumes.labels("not_found" if found is None else "resumed").inc()
+        if wanted is None or found is None:
+            raise not_found()
+        meta, reader = found
+        call.admission.admit(True)
+        call.trace.stream = True
+        if meta.traceparent and call.trace.span is not None:
+            call.trace.span.set({"llmgate.resumed.traceparent": meta.traceparent})
+        stream_id = wanted[0]
+        body = relay(reader, heartbeat=self.heartbeat_s, end=END_OF_STREAM.get(meta.route),
+                     route=meta.route, stream_id=stream_id)  # fmt: skip
+        if meta.hide_usage:
+            body = without_usage_chunk(body, lambda _: None)
+        headers = [*SSE_HEADERS, *ids.granted_headers(stream_id, self.window_s)]
+        return Reply(200, [*headers, (STATUS_HEADER, RESUMED)], self._counted_at_end(body, reader))
+
+    def _wanted(self, call: Call) -> tuple[str, int] | None:
+        """(stream id, events the caller has) from the call, None when malformed."""
+        last = ids.last_event_id(call.headers)
+        parsed = None if last is None else ids.parse_event_id(last)
+        if call.route != RESUME_ROUTE:
+            return parsed
+        stream_id = call.path.rsplit("/", 1)[-1]
+        if not ids.is_stream_id(stream_id):
+            return None
+        if last is not None:  # the id the caller last saw must be of this stream
+            return parsed if parsed is not None and parsed[0] == stream_id else None
+        after = ids.parse_after(_query_value(call.query, "after"))
+        return None if after is None else (stream_id, after)
+
+    def _counted_at_end(
+        self, body: Iterator[list[bytes]], reader: StoredStream
+    ) -> Iterator[list[bytes]]:
+        try:
+            yield from body
+        finally:
+            self.replayed(reader)
+
+    def admit(self) -> Admitted | str:
+        """Room for one more resumable stream, or the reason there is none."""
+        if not self.enabled:
+            return self._counted(ids.DISABLED)
+        share = LogShare(self.log_budget)
+        if not share.take(PENDING_BYTES):
+            return self._counted(ids.LOG_MEMORY)
+        reservation = self.budget.reserve(self.cap)
+        if reservation is None:
+            share.release()
+            return self._counted(ids.BUDGET)
+        self._counted("yes")
+        return Admitted(share, reservation)
+
+    def begin(
+        self, flight: Flight, admitted: Admitted, *, owner: str, meta: Meta, lifetime_s: float
+    ) -> Resumable:
+        """Log ``flight`` for resumes (call before the flight's greenlet first runs)."""
+        stream_id = ids.new_stream_id()
+
+        def ended(writer: LogWriter) -> None:
+            admitted.share.release()
+            admitted.reservation.expire_at(self._clock() + self.window_s)
+            if self.metrics is not None:
+                self.metrics.resume_logs.labels(writer.how).inc()
+
+        assert self.store is not None
+        writer = LogWriter(self.store, ids.log_key(owner, stream_id), flight, meta,
+                           window_s=self.window_s, cap=self.cap, lifetime_s=lifetime_s,
+                           on_end=ended, clock=self._clock)  # fmt: skip
+        return Resumable(stream_id, writer)
+
+    def find(self, owner: str, stream_id: str, after: int) -> tuple[Meta, StoredStream] | None:
+        """The stream ``stream_id`` of ``owner`` from after event ``after``; None for an
+        unknown, expired, made-up or another owner's id alike."""
+        key = ids.log_key(owner, stream_id)
+        data = self.store.get(key) if self.store is not None and self.enabled else None
+        meta = None if data is None else Meta.decode(data)
+        if meta is None:
+            return None
+        assert self.store is not None
+        reader = StoredStream(self.store, key, after=after, window_s=self.window_s,
+                              patience_s=self.deadline_s, clock=self._clock)  # fmt: skip
+        return meta, reader
+
+    def replayed(self, reader: StoredStream) -> None:
+        if self.metrics is not None and reader.replayed:
+            self.metrics.resume_events_replayed.inc(reader.replayed)
+
+    def _counted(self, result: str) -> str:
+        if self.metrics is not None:
+            self.metrics.resumable_streams.labels(result).inc()
+        return result
+
+
+def _query_value(query: str, name: str) -> str | None:
+    for part in query.split("&"):
+        key, _, value = part.partition("=")
+        if key == name:
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class SettledAtTheEnd:
+    """A resumable stream's grant, settled when the answer ends rather than when its caller
+    leaves: a caller who drops and resumes is billed once, for the answer's own usage (what
+    its writer saw), not for the reservation a caller who left keeps."""
+
+    inner: Settlement
+    writer: LogWriter
+
+    @property
+    def headers(self) -> list[tuple[str, str]]:
+        return self.inner.headers
+
+    def settle(self, usage: Usage | None, billed: bool, served: bool) -> None:
+        if usage is not None or not billed:
+            self.inner.settle(usage, billed, served)
+            return
+        writer, inner = self.writer, self.inner
+        writer.when_finished(lambda: inner.settle(writer.usage, billed, served))

@@ -1,0 +1,359 @@
+"""Resumable streams (docs/streams.md), measured from outside: raw bytes on sockets through
+nginx, the simulator's own counts of upstream calls, Memcached read directly.
+
+The drops are real: the caller's socket is closed after it has read a given number of
+events, and the resume is a new connection (to nginx, or straight to another instance).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+
+import pytest
+import urllib3
+
+from app.resume.record import ENDED, decode_chunk
+from llmgate_wire import sse
+from tests.integration.test_cluster import instance_metric
+from tests.support.memcached import memcached_get, memcached_keys
+from tests.support.stack import StackHandle
+from tests.support.waiting import wait_for
+
+WINDOW_S = 6
+RESUME_ENV = {"LLMGATE_RESUME_WINDOW_S": str(WINDOW_S)}
+http = urllib3.PoolManager(maxsize=16, retries=False)
+
+
+# The simulator's chat stream of 47 words is 50 events: the role chunk, a chunk per word, the
+# finish chunk, [DONE] (counted again in the first test).
+WORDS, EVENTS = 47, 50
+
+
+def chat_body(prompt: str, words: int = WORDS) -> dict:
+    return {
+        "model": "sim-small",
+        "stream": True,
+        "max_tokens": words,
+        "messages": [{"role": "user", "content": prompt}],
+    }
+
+
+def open_stream(base: str, body: dict, headers: dict[str, str]) -> urllib3.BaseHTTPResponse:
+    return http.request(
+        "POST",
+        base + "/v1/chat/completions",
+        body=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **headers},
+        preload_content=False,
+    )
+
+
+def read_n(resp: urllib3.BaseHTTPResponse, n: int | None) -> list[sse.Event]:
+    """Data events (pings skipped) until ``n`` of them, or the end."""
+    decoder, out = sse.Decoder(), []
+    while n is None or len(out) < n:
+        chunk = resp.read1(65536)
+        if not chunk:
+            break
+        out += [e for e in decoder.feed(chunk) if not e.is_comment]
+    return out if n is None else out[:n]  # what came beyond n is as if never read
+
+
+def drop(resp: urllib3.BaseHTTPResponse) -> None:
+    """Close the caller's connection abruptly: the gateway sees the caller leave."""
+    sock = resp.connection.sock if resp.connection is not None else None  # type: ignore[attr-defined]
+    if sock is not None:
+        sock.shutdown(socket.SHUT_RDWR)
+    resp.release_conn()
+    resp.connection.close() if resp.connection is not None else None  # type: ignore[attr-defined]
+
+
+def text_of(events: list[sse.Event]) -> str:
+    out = []
+    for event in events:
+        if event.data and event.data.startswith("{"):
+            for choice in json.loads(event.data).get("choices", []):
+                out.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(out)
+
+
+def resume(base: str, path: str, last: str, headers: dict[str, str] | None = None):
+    """A reconnect: the same POST with Last-Event-ID, or GET /v1/streams/{id}."""
+    headers = {"Last-Event-ID": last, **(headers or {})}
+    if path.startswith("/v1/streams/"):
+        return http.request("GET", base + path, headers=headers, preload_content=False)
+    body = json.dumps(chat_body("ignored: a resume's body is not sent anywhere")).encode()
+    headers["Content-Type"] = "application/json"
+    return http.request("POST", base + path, body=body, headers=headers, preload_content=False)
+
+
+def served_by(gw: StackHandle, name: str, **labels: str) -> list[float]:
+    return [instance_metric(url, name, **labels) for url in gw.stack.app_urls]
+
+
+@pytest.fixture
+def cluster(make_stack) -> StackHandle:
+    """Two instances of two workers behind nginx, one Memcached, resuming on."""
+    gw = make_stack(env=RESUME_ENV, instances=2, workers=2)
+    gw.sim_reset()
+    return gw
+
+
+def whole_stream(gw: StackHandle, prompt: str) -> list[sse.Event]:
+    resp = open_stream(gw.url, chat_body(prompt), {})
+    assert resp.status == 200
+    return read_n(resp, None)
+
+
+# -- the drop and the resume on another instance ---------------------------------------------
+@pytest.mark.parametrize("door", ["/v1/chat/completions", "/v1/streams/{sid}"])
+def test_a_dropped_stream_resumes_on_another_instance_exactly_once(cluster, door) -> None:
+    gw = cluster
+    landed_elsewhere = False
+    for attempt in range(6):
+        prompt = f"resume {door} {attempt} {uuid.uuid4().hex}"
+        calls = gw.sim_stats()["requests"]
+        started = served_by(gw, "llmgate_resumable_streams_total", result="yes")
+        # 40 tokens a second: ~1.2 s of stream, live when the caller drops and comes back.
+        resp = open_stream(gw.url, chat_body(prompt), {"X-LLMGate-Resumable": "true",
+                                                        "x-sim-tps": "40"})  # fmt: skip
+        assert resp.status == 200
+        assert resp.headers["X-LLMGate-Resumable"] == f"yes; window={WINDOW_S}"
+        sid = resp.headers["X-LLMGate-Stream-ID"]
+        first = read_n(resp, 10)
+        drop(resp)
+        origin = [a - b for a, b in zip(served_by(gw, "llmgate_resumable_streams_total",
+                                                  result="yes"), started, strict=True)]  # fmt: skip
+        resumed = served_by(gw, "llmgate_resumes_total", outcome="resumed")
+        again = resume(gw.url, door.format(sid=sid), f"{sid}:10")
+        assert again.status == 200, again.data
+        assert again.headers["X-LLMGate-Stream-ID"] == sid
+        rest = read_n(again, None)
+        where = [a - b for a, b in zip(served_by(gw, "llmgate_resumes_total", outcome="resumed"),
+                                       resumed, strict=True)]  # fmt: skip
+        # Events 11..50 and the end, each once, numbered on from where the caller was.
+        assert [e.id for e in first] == [f"{sid}:{n}" for n in range(1, 11)]
+        assert [e.id for e in rest] == [f"{sid}:{n}" for n in range(11, EVENTS + 1)]
+        assert rest[-1].data == "[DONE]"
+        assert gw.sim_stats()["requests"] - calls == 1  # the upstream was asked once
+        reference = whole_stream(gw, prompt)
+        assert len(reference) == EVENTS
+        assert text_of(first + rest) == text_of(reference)
+        assert _same_but_ids(first + rest, reference)
+        assert sorted(origin) == [0, 1] and sorted(where) == [0, 1]
+        if origin != where:
+            landed_elsewhere = True
+            break
+    assert landed_elsewhere, "nginx sent every resume to the instance of its stream"
+
+
+def _same_but_ids(got: list[sse.Event], want: list[sse.Event]) -> bool:
+    """The same events but for the completion's id and created (two calls of one prompt)."""
+
+    def bare(event: sse.Event) -> object:
+        if event.data is None or not event.data.startswith("{"):
+            return event.data
+        doc = json.loads(event.data)
+        doc.pop("id", None), doc.pop("created", None)
+        return doc
+
+    return [bare(e) for e in got] == [bare(e) for e in want]
+
+
+def resume_stack(make_stack, **env: str) -> StackHandle:
+    gw = make_stack(env={**RESUME_ENV, **env})
+    gw.sim_reset()
+    return gw
+
+
+def memcached_port(gw: StackHandle) -> int:
+    return int(gw.stack.memcached_addrs[0].rsplit(":", 1)[1])
+
+
+def log_items(gw: StackHandle) -> dict[str, bytes | None]:
+    """Every resumable log item Memcached holds now, read directly."""
+    port = memcached_port(gw)
+    return {key: memcached_get(port, key) for key in memcached_keys(port, "llmgate:rs:")}
+
+
+def started_and_dropped(
+    gw: StackHandle,
+    prompt: str,
+    *,
+    after: int,
+    tps: str,
+    words: int = WORDS,
+    headers: dict[str, str] | None = None,
+) -> str:
+    asked = {"X-LLMGate-Resumable": "true", "x-sim-tps": tps, **(headers or {})}
+    resp = open_stream(gw.url, chat_body(prompt, words), asked)
+    assert resp.status == 200
+    sid = resp.headers["X-LLMGate-Stream-ID"]
+    assert len(read_n(resp, after)) == after
+    drop(resp)
+    return sid
+
+
+# -- one 404 for every id that is not the caller's kept stream ------------------------------
+def test_an_expired_foreign_made_up_or_malformed_id_gets_the_same_404(make_stack) -> None:
+    gw = resume_stack(make_stack)
+    mine = {"Authorization": "Bearer sk-mine"}
+    sid = started_and_dropped(gw, f"404 {uuid.uuid4().hex}", after=5, tps="400", headers=mine)
+    assert wait_for(lambda: gw.sim_stats()["streams_completed"] >= 1, timeout=10)
+    ok = resume(gw.url, f"/v1/streams/{sid}", f"{sid}:5", mine)
+    assert ok.status == 200 and read_n(ok, None)[-1].data == "[DONE]"  # it is there, for me
+    made_up = "A" * 24
+    answers = [
+        resume(gw.url, f"/v1/streams/{sid}", f"{sid}:5", {"Authorization": "Bearer sk-other"}),
+        resume(gw.url, "/v1/chat/completions", f"{sid}:5", {"Authorization": "Bearer sk-other"}),
+        resume(gw.url, f"/v1/streams/{made_up}", f"{made_up}:5", mine),
+        resume(gw.url, "/v1/chat/completions", f"{made_up}:5", mine),
+        resume(gw.url, "/v1/chat/completions", "not-an-id", mine),
+        resume(gw.url, f"/v1/streams/{sid}", f"{made_up}:5", mine),  # another stream's id
+        resume(gw.url, "/v1/streams/short", "short:5", mine),
+    ]
+    time.sleep(WINDOW_S + 1.5)
+    answers.append(resume(gw.url, f"/v1/streams/{sid}", f"{sid}:5", mine))  # expired
+    bodies = {(a.status, a.headers["Content-Type"], a.data) for a in answers}
+    assert bodies == {
+        (
+            404,
+            "application/json",
+            json.dumps(
+                {
+                    "error": {
+                        "message": "No resumable stream has this id (it may have expired).",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "stream_not_found",
+                    }
+                }
+            ).encode(),
+        )
+    }
+    assert gw.metric("llmgate_resumes_total", outcome="not_found") >= len(answers)
+
+
+def test_the_messages_door_resumes_in_its_own_dialect(make_stack) -> None:
+    gw = resume_stack(make_stack)
+    body = {"model": "sim-small", "max_tokens": 30, "stream": True,
+            "messages": [{"role": "user", "content": f"door {uuid.uuid4().hex}"}]}  # fmt: skip
+    headers = {"Content-Type": "application/json", "X-LLMGate-Resumable": "true",
+               "x-sim-tps": "40", "anthropic-version": "2023-06-01"}  # fmt: skip
+    resp = http.request("POST", gw.url + "/v1/messages", body=json.dumps(body).encode(),
+                        headers=headers, preload_content=False)  # fmt: skip
+    sid = resp.headers["X-LLMGate-Stream-ID"]
+    first = read_n(resp, 4)
+    drop(resp)
+    headers["Last-Event-ID"] = f"{sid}:4"
+    again = http.request("POST", gw.url + "/v1/messages", body=json.dumps(body).encode(),
+                         headers=headers, preload_content=False)  # fmt: skip
+    rest = read_n(again, None)
+    kinds = [e.event for e in first + rest]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert [e.id for e in first + rest] == [f"{sid}:{n}" for n in range(1, len(kinds) + 1)]
+    assert gw.sim_stats()["requests"] == 1
+    gone = http.request("POST", gw.url + "/v1/messages", body=json.dumps(body).encode(),
+                        headers={**headers, "Last-Event-ID": "B" * 24 + ":1"})  # fmt: skip
+    assert gone.status == 404
+    assert json.loads(gone.data) == {"type": "error", "error": {
+        "type": "not_found_error",
+        "message": "No resumable stream has this id (it may have expired)."}}  # fmt: skip
+
+
+# -- a caller who never comes back ----------------------------------------------------------
+def test_a_caller_who_leaves_is_billed_once_and_its_log_is_gone_after_the_window(
+    make_stack,
+) -> None:
+    gw = resume_stack(make_stack)
+    sid = started_and_dropped(gw, f"leave {uuid.uuid4().hex}", after=10, tps="40")
+    # The upstream is read to its end though nobody reads it: called once, never cut.
+    assert wait_for(lambda: gw.sim_stats()["streams_completed"] == 1, timeout=10)
+    stats = gw.sim_stats()
+    assert stats["requests"] == 1 and stats["streams_abandoned"] == 0
+    # Memcached holds the whole answer: its meta and a chunk of 50 events and the end.
+    assert wait_for(lambda: len(log_items(gw)) >= 2, timeout=5)
+    items = log_items(gw)
+    chunks = [decode_chunk(v) for k, v in items.items() if ":c" in k and v is not None]
+    assert len(chunks) == 1 and chunks[0] is not None
+    assert len(chunks[0].events) == EVENTS and chunks[0].state == ENDED
+    assert chunks[0].events[-1] == b"data: [DONE]\n\n"
+    time.sleep(WINDOW_S + 1.5)
+    port = memcached_port(gw)
+    assert {key: memcached_get(port, key) for key in items} == dict.fromkeys(items)
+    assert gw.metric("llmgate_resume_logs_total", how="complete") >= 1
+    gone = resume(gw.url, f"/v1/streams/{sid}", f"{sid}:10")
+    assert gone.status == 404
+
+
+def test_a_stream_nobody_comes_back_to_is_stopped_after_the_window(make_stack) -> None:
+    gw = resume_stack(make_stack)
+    # 200 words at 5 a second: 40 s of answer; the caller leaves after 3 events.
+    sid = started_and_dropped(gw, f"abandon {uuid.uuid4().hex}", after=3, tps="5", words=200)
+    assert log_items(gw), "the log is written while the stream runs"
+    left = time.monotonic()
+    assert wait_for(lambda: gw.sim_stats()["streams_abandoned"] == 1, timeout=WINDOW_S + 8)
+    assert time.monotonic() - left >= WINDOW_S - 1  # not before the window
+    assert gw.sim_stats()["streams_completed"] == 0
+    assert wait_for(lambda: not [v for v in log_items(gw).values() if v is not None], timeout=3)
+    assert resume(gw.url, f"/v1/streams/{sid}", f"{sid}:3").status == 404
+    assert gw.metric("llmgate_resume_logs_total", how="abandoned") >= 1
+
+
+def test_a_caller_who_comes_back_keeps_the_stream_going_past_the_window(make_stack) -> None:
+    gw = resume_stack(make_stack)
+    # 60 words at 5 a second: 12 s, twice the window; back 1 s after leaving, reading to the end.
+    sid = started_and_dropped(gw, f"back {uuid.uuid4().hex}", after=3, tps="5", words=60)
+    time.sleep(1)
+    again = resume(gw.url, f"/v1/streams/{sid}", f"{sid}:3")
+    rest = read_n(again, None)
+    assert [e.id for e in rest] == [f"{sid}:{n}" for n in range(4, 60 + 4)]
+    assert rest[-1].data == "[DONE]"
+    stats = gw.sim_stats()
+    assert stats["requests"] == 1 and stats["streams_abandoned"] == 0
+
+
+# -- what did not ask, and what found no room ------------------------------------------------
+def test_streams_that_do_not_ask_carry_no_ids_and_a_deployment_that_is_off_says_so(
+    make_stack,
+) -> None:
+    on = resume_stack(make_stack)
+    plain = open_stream(on.url, chat_body(f"plain {uuid.uuid4().hex}"), {})
+    raw = plain.read()
+    assert b"\nid:" not in raw and not raw.startswith(b"id:")
+    assert "X-LLMGate-Stream-ID" not in plain.headers
+    assert "X-LLMGate-Resumable" not in plain.headers
+    off = make_stack()
+    asked = open_stream(
+        off.url, chat_body(f"off {uuid.uuid4().hex}"), {"X-LLMGate-Resumable": "true"}
+    )
+    assert asked.headers["X-LLMGate-Resumable"] == "no; reason=disabled"
+    assert "X-LLMGate-Stream-ID" not in asked.headers
+    raw = asked.read()
+    assert raw.endswith(b"data: [DONE]\n\n") and b"id:" not in raw
+    # Off, Last-Event-ID means nothing to the gateway: the POST is an ordinary call.
+    plain_post = open_stream(off.url, chat_body("x"), {"Last-Event-ID": "A" * 24 + ":3"})
+    assert plain_post.status == 200 and plain_post.read().endswith(b"data: [DONE]\n\n")
+
+
+def test_a_worker_out_of_memcached_budget_says_so_at_the_start(make_stack) -> None:
+    gw = make_stack(env={**RESUME_ENV, "LLMGATE_RESUME_STREAM_BYTES": "1048576",
+                         "LLMGATE_RESUME_MEMCACHED_BYTES": "1048576"}, workers=1)  # fmt: skip
+    gw.sim_reset()
+    asked = {"X-LLMGate-Resumable": "true"}
+    first = open_stream(gw.url, chat_body(f"budget 1 {uuid.uuid4().hex}"), asked)
+    assert first.headers["X-LLMGate-Resumable"].startswith("yes")
+    assert read_n(first, None)[-1].data == "[DONE]"
+    # Its log is kept for the window: the worker's one reservation is held until then.
+    second = open_stream(gw.url, chat_body(f"budget 2 {uuid.uuid4().hex}"), asked)
+    assert second.headers["X-LLMGate-Resumable"] == "no; reason=budget"
+    events = read_n(second, None)
+    assert events[-1].data == "[DONE]" and all(e.id is None for e in events)  # served whole
+    time.sleep(WINDOW_S + 1)
+    third = open_stream(gw.url, chat_body(f"budget 3 {uuid.uuid4().hex}"), asked)
+    assert third.headers["X-LLMGate-Resumable"].startswith("yes")
+    assert gw.metric("llmgate_resumable_streams_total", result="budget") >= 1
+    read_n(third, None)
