@@ -6,8 +6,10 @@ Modules, imports flow downwards only:
     client.py             Client: chat, chat_stream, embeddings, models, map/imap
     batch.py              bounded fan-out on a ThreadPoolExecutor, results in input order
     stream.py             ChatStream: SSE (llmgate_wire.sse) to chunks and text deltas
+    resume.py             a dropped resumable stream: the offer, event numbers, the reconnect
     transport.py          the only urllib3 importer: one keep-alive pool, error translation
-    policy.py, config.py  pure values: Timeout, Deadline, RetryPolicy; base URL and env
+    policy.py, config.py  pure values: Timeout, Deadline, RetryPolicy, ResumePolicy; base URL
+                          and env
     errors.py             the error tree
 
 It imports nothing from the gateway (``app``): what both read off the wire, the SSE codec and
@@ -41,7 +43,7 @@ from .errors import (
     StreamError,
     UnprocessableEntityError,
 )
-from .policy import RetryPolicy, Timeout
+from .policy import ResumePolicy, RetryPolicy, Timeout
 from .stream import ChatStream
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "RateLimitError",
     "RequestTooLargeError",
     "Result",
+    "ResumePolicy",
     "RetryPolicy",
     "ServiceUnavailableError",
     "StreamError",

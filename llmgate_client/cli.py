@@ -1,13 +1,15 @@
 """Command line: `chat` streams one answer to the terminal, `batch` runs a JSONL file.
 
-    python -m llmgate_client chat "prompt" [--model M] [--system S] [--no-stream]
+    python -m llmgate_client chat "prompt" [--model M] [--system S] [--no-stream] [--no-resume]
     python -m llmgate_client batch in.jsonl out.jsonl --workers N [--deadline S]
 
 Both take --base-url and --api-key; otherwise LLMGATE_BASE_URL / LLMGATE_API_KEY, then
 OPENAI_BASE_URL / OPENAI_API_KEY, then the local gateway (http://127.0.0.1:8080). The base
-URL may end in /v1 or not. Answer text and result lines go to stdout (or the output file);
-progress and the summary go to stderr. Exit status: 0 all calls succeeded, 1 a call
-failed, 2 bad usage, 130 interrupted.
+URL may end in /v1 or not. `chat` streams resumably: when the connection drops mid-answer it
+reconnects to the gateway and goes on, each piece printed once (--no-resume: the drop is an
+error). Answer text and result lines go to stdout (or the output file); progress, notes and
+the summary go to stderr. Exit status: 0 all calls succeeded, 1 a call failed, 2 bad usage,
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def run_chat(args: argparse.Namespace) -> int:
         params["temperature"] = args.temperature
     out = sys.stdout
     wrote = False
-    with _client(args, pool_size=1) as client:
+    with _client(args, pool_size=1, resume=not args.no_resume) as client:
         try:
             if args.no_stream:
                 result = client.chat(messages, model=args.model, **params)
@@ -62,6 +64,9 @@ def run_chat(args: argparse.Namespace) -> int:
                     out.flush()  # token by token, even into a pipe
                     wrote = True
             out.write("\n")
+            if stream.resumes:  # stdout is the answer alone; say it on stderr
+                drops = stream.resumes
+                print(f"note: resumed after {drops} dropped connection(s)", file=sys.stderr)
         except LLMGateError as exc:
             if wrote:
                 out.write("\n")
@@ -244,7 +249,7 @@ class ProgressBar:
 # -- wiring -------------------------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace, *, pool_size: int) -> Client:
+def _client(args: argparse.Namespace, *, pool_size: int, resume: bool = True) -> Client:
     timeout: float | Timeout = args.timeout if args.timeout is not None else Timeout()
     return Client(
         args.base_url,
@@ -252,6 +257,7 @@ def _client(args: argparse.Namespace, *, pool_size: int) -> Client:
         timeout=timeout,
         retries=args.retries,
         pool_size=pool_size,
+        resume=resume,
     )
 
 
@@ -280,6 +286,11 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--max-tokens", type=int)
     chat.add_argument("--temperature", type=float)
     chat.add_argument("--no-stream", action="store_true", help="one request, whole answer")
+    chat.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="do not ask for a resumable stream: a dropped connection ends the answer",
+    )
     chat.set_defaults(run=run_chat)
 
     batch = sub.add_parser("batch", parents=[common], help="run a JSONL file of chat requests")

@@ -6,7 +6,8 @@ it. Per-call overrides (``timeout=``) are new values, never edits of the client'
 
 A call runs: wait for a pooled connection, send, wait for the status; on a retryable
 outcome sleep per ``RetryPolicy`` and try again, all inside the deadline. A stream is handed to
-the caller as soon as its status is 200 and is never retried after that.
+the caller as soon as its status is 200 and is never retried after that; it asks to be
+resumable, and one the gateway made so reconnects after a drop (llmgate_client/resume.py).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from .errors import (
     LLMGateError,
     from_response,
 )
-from .policy import Deadline, RetryPolicy, Timeout
+from .policy import Deadline, ResumePolicy, RetryPolicy, Timeout
 from .result import Result
+from .resume import ASK_HEADER, Reconnector, offered_stream_id
 from .stream import ChatStream
 from .transport import AttemptTimeouts, Response, Transport
 
@@ -47,6 +49,8 @@ class Client:
     is a count or a ``RetryPolicy``; ``pool_size`` is the most connections this client opens
     (size it like the thread pool that shares it). ``base_url`` and ``api_key`` default to
     ``LLMGATE_BASE_URL``/``LLMGATE_API_KEY``, then ``OPENAI_BASE_URL``/``OPENAI_API_KEY``.
+    ``resume`` (``True``, ``False`` or a ``ResumePolicy``) makes ``chat_stream`` ask for
+    resumable streams and reconnect after a drop.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class Client:
         headers: Mapping[str, str] | None = None,
         ca_certs: str | None = None,
         environ: Mapping[str, str] | None = None,
+        resume: bool | ResumePolicy = True,
     ) -> None:
         env = os.environ if environ is None else environ
         self.endpoint = parse_base_url(resolve_base_url(base_url, env))
@@ -69,6 +74,7 @@ class Client:
         self.retry = RetryPolicy.from_value(retries)
         self.pool_size = pool_size
         self.model = model
+        self.resume = ResumePolicy.from_value(resume)
         self._headers = {"user-agent": USER_AGENT, "accept-encoding": "identity"}
         key = resolve_api_key(api_key, env)
         if key:
@@ -107,14 +113,17 @@ class Client:
         """POST /chat/completions with ``stream: true``; returns once the stream has begun.
 
         Errors before the first byte (statuses, connect failures) raise here, after retries;
-        errors after it raise from the iteration, without retry.
+        errors after it raise from the iteration, without retry: a resumable stream that
+        drops reconnects instead, within the same deadline.
         """
         body = self._chat_body(messages, model, params)
         body["stream"] = True
         spec = self._timeout(timeout)
         deadline = Deadline.after(spec.total, time.monotonic())
+        asks = {ASK_HEADER: "true"} if self.resume else {}
+        headers = {**asks, **(extra_headers or {})}
         response, attempts = self._send(
-            "POST", "chat/completions", body, spec, deadline, extra_headers, stream=True
+            "POST", "chat/completions", body, spec, deadline, headers, stream=True
         )
         kind = response.headers.get("content-type", "")
         if "text/event-stream" not in kind:
@@ -125,7 +134,10 @@ class Client:
                 request_id=response.headers.get("x-request-id"),
                 attempts=attempts,
             )
-        return ChatStream(response, deadline=deadline, idle_timeout=spec.read, attempts=attempts)
+        resume = self._reconnector(response, spec, extra_headers)
+        return ChatStream(
+            response, deadline=deadline, idle_timeout=spec.read, attempts=attempts, resume=resume
+        )
 
     def embeddings(
         self,
@@ -230,6 +242,24 @@ class Client:
         if "model" not in body and self.model:
             body["model"] = self.model
         return self._json_call("POST", "chat/completions", body, None, None, batch_deadline)
+
+    def _reconnector(
+        self, response: Response, spec: Timeout, extra_headers: Mapping[str, str] | None
+    ) -> Reconnector | None:
+        """How this stream resumes, when resuming is on and the gateway made it resumable."""
+        stream_id = offered_stream_id(response.headers) if self.resume else None
+        if self.resume is None or stream_id is None:
+            return None
+        return Reconnector(
+            self._transport,
+            self.endpoint.url("streams"),
+            self._request_headers(False, True, extra_headers),  # the call's credentials
+            stream_id=stream_id,
+            timeout=spec,
+            policy=self.resume,
+            sleep=self._sleep,
+            rand=self._rand,
+        )
 
     def _timeout(self, override: float | Timeout | None) -> Timeout:
         return self.timeout if override is None else Timeout.from_value(override)

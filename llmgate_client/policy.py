@@ -14,6 +14,9 @@ The rules:
   said ``x-should-retry: false``, never after a stream began, and only if the wait fits in the
   time left. The wait is the server's ``retry-after-ms`` / ``retry-after`` when given, else
   full-jitter exponential backoff: ``uniform(0, min(backoff_max, backoff_initial * 2**n))``.
+- A resumable stream that drops reconnects (``ResumePolicy``): the first reconnect at once,
+  the next ones after the same full-jitter backoff, at most ``attempts`` in a row without a
+  new event between them, and never past the stream's deadline (llmgate_client/resume.py).
 """
 
 from __future__ import annotations
@@ -142,3 +145,34 @@ def retry_after(headers: Mapping[str, str], now_epoch: float) -> float | None:
     seconds or an HTTP-date (RFC 9110 section 10.2.3). ``None`` when absent or unreadable.
     The parser is ``llmgate_wire``'s, the one the gateway uses for its upstream's answers."""
     return parse_retry_after(headers, now=lambda: now_epoch)
+
+
+@dataclass(frozen=True)
+class ResumePolicy:
+    """How a dropped resumable stream reconnects; ``Client(resume=False)`` turns resuming off.
+
+    ``attempts`` bounds the reconnects in a row that bring no new event (a stream that keeps
+    moving may drop and resume any number of times, within its deadline).
+    """
+
+    attempts: int = 4
+    backoff_initial: float = 0.25
+    backoff_max: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("ResumePolicy.attempts must be >= 1 (resume=False turns it off)")
+
+    @classmethod
+    def from_value(cls, value: bool | ResumePolicy | None) -> ResumePolicy | None:
+        """``True``: the defaults; ``False``/``None``: no resuming."""
+        if isinstance(value, ResumePolicy):
+            return value
+        return cls() if value else None
+
+    def delay(self, tries: int, rand: float) -> float:
+        """The wait before a reconnect when ``tries`` were made since the last new event: none
+        before the first (a recycled connection is the common drop), then full jitter."""
+        if tries <= 0:
+            return 0.0
+        return rand * min(self.backoff_max, self.backoff_initial * 2 ** (tries - 1))

@@ -13,6 +13,11 @@ Rules:
   disconnect and stops the generation. A stream read to ``[DONE]`` gives its connection
   back to the pool for reuse.
 - Nothing here retries: once the caller has seen part of a stream, a retry could repeat it.
+  A resumable stream (llmgate_client/resume.py) *resumes* instead: when its connection breaks
+  or its body ends before ``[DONE]``, it reconnects for the events after the last one it
+  numbered and goes on, skipping any event it has already given; only when no resume is
+  possible does the drop raise ``IncompleteStreamError``. An error event, a malformed event
+  and a timeout end the stream as above: none of them is a drop.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from .errors import (
     from_event,
 )
 from .policy import Deadline
+from .resume import Reconnector, event_number
 from .transport import Response
 
 # After [DONE] the body should end at once; a server that keeps talking is cut off.
@@ -43,7 +49,8 @@ class ChatStream:
 
     Use it as a context manager (or iterate it to the end) so that the connection is always
     released. ``text`` accumulates the content seen so far; ``usage`` and ``finish_reason``
-    hold the last values the chunks carried.
+    hold the last values the chunks carried. ``stream_id`` is set when the stream is
+    resumable; ``resumes`` counts the reconnects that carried it on after a drop.
     """
 
     def __init__(
@@ -53,6 +60,7 @@ class ChatStream:
         deadline: Deadline,
         idle_timeout: float,
         attempts: int,
+        resume: Reconnector | None = None,
     ) -> None:
         self._response = response
         self._deadline = deadline
@@ -67,6 +75,10 @@ class ChatStream:
         self._text: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
+        self._resume = resume  # None: a drop ends the stream
+        self.stream_id = resume.stream_id if resume is not None else None
+        self.resumes = 0
+        self._last = 0  # the highest event number given to the caller
 
     # -- public -------------------------------------------------------------------------
 
@@ -132,6 +144,8 @@ class ChatStream:
             event = self._next_event()
             if event.is_comment or event.data is None:
                 continue  # heartbeats and data-less frames carry nothing for the caller
+            if self._is_repeat(event):
+                continue
             if event.is_done:
                 self._finish()
                 return None
@@ -153,28 +167,61 @@ class ChatStream:
     def _next_event(self) -> Event:
         while not self._pending:
             data = self._read()
-            if not data:
-                leftover = self._decoder.close()
-                self.close()
-                detail = " (an unfinished event was cut off)" if leftover.strip() else ""
-                raise IncompleteStreamError(
-                    "the stream ended before [DONE]" + detail, **self._error_context()
-                )
+            if isinstance(data, IncompleteStreamError):
+                self._resume_or_raise(data)
+                continue
             self._pending.extend(self._decoder.feed(data))
         return self._pending.popleft()
 
-    def _read(self) -> bytes:
+    def _read(self) -> bytes | IncompleteStreamError:
+        """The next bytes, or the drop (a broken connection, the end of the body) that ends the
+        stream unless it resumes. Timeouts raise: a silent server is no drop."""
         try:
-            return self._response.read_chunk(self._deadline, self._idle)
+            data = self._response.read_chunk(self._deadline, self._idle)
         except APITimeoutError as exc:  # idle timeout, or DeadlineExceeded
             self.closed = True
             exc.attempts, exc.request_id = self.attempts, self.request_id
             raise
         except LLMGateError as exc:
-            self.closed = True
-            raise IncompleteStreamError(
+            cut = IncompleteStreamError(
                 f"the stream broke before [DONE]: {exc.message}", **self._error_context()
-            ) from exc
+            )
+            cut.__cause__ = exc
+            return cut
+        if data:
+            return data
+        leftover = self._decoder.close()
+        detail = " (an unfinished event was cut off)" if leftover.strip() else ""
+        return IncompleteStreamError(
+            "the stream ended before [DONE]" + detail, **self._error_context()
+        )
+
+    def _resume_or_raise(self, cut: IncompleteStreamError) -> None:
+        """Carry on over a new connection from the last event given, or raise the drop."""
+        if self._resume is None:
+            self.close()
+            raise cut
+        try:
+            response = self._resume.reopen(self._last, self._deadline, cut)
+        except IncompleteStreamError:
+            self.close()
+            raise
+        self._response = response
+        self._decoder = Decoder()  # the cut connection's unfinished event is sent again whole
+        self.resumes += 1
+
+    def _is_repeat(self, event: Event) -> bool:
+        """True for a numbered event at or below the last one given (a resume sent it again)."""
+        if self._resume is None:
+            return False
+        number = event_number(event.id, self._resume.stream_id)
+        if number is None:
+            return False  # the gateway's own final error event carries no id
+        if number <= self._last:
+            return True
+        self._last = number
+        self._resume.progressed()
+        return False
 
     def _finish(self) -> None:
         """[DONE] seen: read the end of the body so the connection can be reused."""

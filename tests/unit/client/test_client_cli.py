@@ -15,6 +15,7 @@ import pytest
 
 from llmgate_client.cli import main
 from tests.conftest import ROOT
+from tests.support.resumable import SID, WHOLE, ResumableGateway
 from tests.support.scripted_server import (
     Exchange,
     Request,
@@ -113,6 +114,29 @@ def test_chat_error_exit_status(
     with serve(app) as srv:
         assert main(["chat", "hi", "--base-url", srv.url, "--api-key", "nope"]) == 1
     assert "AuthenticationError" in capsys.readouterr().err
+
+
+def test_chat_resumes_a_dropped_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    gateway = ResumableGateway(cut_at=0)
+    gateway.cut_at = gateway.offset_after(3)
+    with serve(gateway.app) as srv:
+        assert main(["chat", "hi", "--model", "m", "--base-url", srv.url]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "".join(WHOLE) + "\n"  # each piece once
+    assert "resumed after 1 dropped connection" in captured.err
+    assert gateway.gets[0].headers["last-event-id"] == f"{SID}:3"
+
+
+def test_chat_no_resume_ends_at_the_drop(capsys: pytest.CaptureFixture[str]) -> None:
+    gateway = ResumableGateway(cut_at=0)
+    gateway.cut_at = gateway.offset_after(3)
+    with serve(gateway.app) as srv:
+        assert main(["chat", "hi", "--model", "m", "--base-url", srv.url, "--no-resume"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "".join(WHOLE[:3]) + "\n"
+    assert "IncompleteStreamError" in captured.err
+    assert [r.method for r in gateway.requests] == ["POST"]
+    assert "x-llmgate-resumable" not in gateway.requests[0].headers
 
 
 def test_batch_writes_one_line_per_input_in_order(

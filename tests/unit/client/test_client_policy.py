@@ -10,7 +10,7 @@ import pytest
 from llmgate_client import errors
 from llmgate_client.cli import percentile
 from llmgate_client.config import parse_base_url, resolve_api_key, resolve_base_url
-from llmgate_client.policy import Deadline, RetryPolicy, Timeout, retry_after
+from llmgate_client.policy import Deadline, ResumePolicy, RetryPolicy, Timeout, retry_after
 from tests.support.scripted_server import error_body
 
 NOW = 1_000_000.0
@@ -110,6 +110,22 @@ class TestBackoff:
         assert retry_after({"retry-after": "soon"}, NOW) is None
         assert retry_after({"retry-after-ms": "x", "retry-after": "1"}, NOW) == 1.0
         assert retry_after({}, NOW) is None
+
+
+class TestResumePolicy:
+    def test_the_first_reconnect_at_once_then_full_jitter(self) -> None:
+        policy = ResumePolicy(attempts=5, backoff_initial=0.25, backoff_max=0.6)
+        assert policy.delay(0, 0.99) == 0.0
+        assert [policy.delay(n, 0.5) for n in (1, 2, 3, 4)] == [0.125, 0.25, 0.3, 0.3]
+        assert policy.delay(3, 0.0) == 0.0
+
+    def test_from_value_and_validation(self) -> None:
+        assert ResumePolicy.from_value(True) == ResumePolicy()
+        assert ResumePolicy.from_value(False) is None and ResumePolicy.from_value(None) is None
+        custom = ResumePolicy(attempts=2)
+        assert ResumePolicy.from_value(custom) is custom
+        with pytest.raises(ValueError, match="resume=False"):
+            ResumePolicy(attempts=0)
 
 
 class TestBaseUrl:
