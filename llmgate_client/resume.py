@@ -107,6 +107,18 @@ class Reconnector:
                 raise _unresumed(cut, _describe(outcome), outcome)
         raise _unresumed(cut, f"{self._tries} reconnects failed{_after(failure)}", failure)
 
+    def delete(self) -> None:
+        """Tell the gateway nobody will resume: it stops generating what nobody will read
+        (``DELETE /v1/streams/<id>``; best effort, one short try, its answer unread)."""
+        short = min(self._connect, 2.0)
+        timeouts = AttemptTimeouts(pool=short, connect=short, read=short)
+        with contextlib.suppress(LLMGateError):
+            response = self._transport.request(
+                "DELETE", self.url, body=None, headers=self._headers, timeouts=timeouts
+            )
+            with contextlib.suppress(LLMGateError):
+                response.read_all(Deadline.after(short, time.monotonic()), short)
+
     def _attempt(self, headers: dict[str, str], deadline: Deadline) -> Response | LLMGateError:
         now = time.monotonic()
         timeouts = AttemptTimeouts(

@@ -72,6 +72,7 @@ class ChatStream:
         self.attempts = attempts
         self.completed = False
         self.closed = False
+        self._over = False  # the gateway ended the stream (an error event, a refused resume)
         self._text: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
@@ -114,6 +115,10 @@ class ChatStream:
         self.closed = True
         if not self._response.done:
             self._response.abort()
+        if self._resume is not None and not (self.completed or self._over):
+            # Stopped early on purpose: a resumable stream would otherwise be generated on,
+            # for a resume that never comes, until the gateway's window ran out.
+            self._resume.delete()
 
     def __enter__(self) -> ChatStream:
         return self
@@ -158,6 +163,7 @@ class ChatStream:
                 ) from exc
             error = from_event(payload, request_id=self.request_id, attempts=self.attempts)
             if error is not None:
+                self._over = True  # the gateway's stream ended with it: nothing to stop
                 self.close()
                 raise error
             if isinstance(payload, dict):
@@ -204,6 +210,7 @@ class ChatStream:
         try:
             response = self._resume.reopen(self._last, self._deadline, cut)
         except IncompleteStreamError:
+            self._over = True  # gone, or refused: nothing left to stop
             self.close()
             raise
         self._response = response

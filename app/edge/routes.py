@@ -75,10 +75,10 @@ def api_call() -> Response:
     return _forward(route)
 
 
-@api.route("/v1/streams/<stream_id>", methods=["GET"])
+@api.route("/v1/streams/<stream_id>", methods=["GET", "DELETE"])
 def resume_stream(stream_id: str) -> Response:
-    """A resumable stream read again from after the caller's last event (docs/streams.md);
-    the gateway's own, never forwarded."""
+    """A resumable stream read again from after the caller's last event, or stopped
+    (docs/streams.md); the gateway's own, never forwarded."""
     return _forward("resume")
 
 

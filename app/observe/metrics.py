@@ -246,15 +246,17 @@ class Metrics:
             "llmgate_resume_logs_total",
             "Resumable streams' logs at their end, by how it ended: complete (the answer's "
             "end logged), abandoned (the caller was gone a whole window and nobody resumed: "
-            "the upstream call was stopped), overflow (past LLMGATE_RESUME_STREAM_BYTES), "
+            "the upstream call was stopped), deleted (its owner deleted it after leaving: "
+            "stopped too), overflow (past LLMGATE_RESUME_STREAM_BYTES), "
             "failed (Memcached refused a write, or the writer was dropped).",
             ["how"],
             registry=reg,
         )
         self.resumes = Counter(
             "llmgate_resumes_total",
-            "Reconnects with Last-Event-ID or to /v1/streams/{id}, by outcome: resumed, or "
-            "not_found (unknown, expired, made-up or another caller's id: one answer for all).",
+            "Reconnects with Last-Event-ID or to /v1/streams/{id}, by outcome: resumed, "
+            "deleted (DELETE /v1/streams/{id}), or not_found (unknown, expired, made-up or "
+            "another caller's id: one answer for all).",
             ["outcome"],
             registry=reg,
         )
@@ -266,9 +268,9 @@ class Metrics:
         )
         for result in ("yes", "disabled", "log_memory", "budget"):
             self.resumable_streams.labels(result)
-        for how in ("complete", "abandoned", "overflow", "failed"):
+        for how in ("complete", "abandoned", "deleted", "overflow", "failed"):
             self.resume_logs.labels(how)
-        for outcome in ("resumed", "not_found"):
+        for outcome in ("resumed", "deleted", "not_found"):
             self.resumes.labels(outcome)
         self.heartbeats = Counter(
             "llmgate_heartbeats_total", "`: ping` comments sent on idle streams.", registry=reg

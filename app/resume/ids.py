@@ -87,3 +87,8 @@ def chunk_key(key: str, i: int) -> str:
 def resumed_key(key: str) -> str:
     """Set by each resume: the stream's writer does not stop a stream someone came back to."""
     return key + ":r"
+
+
+def deleted_key(key: str) -> str:
+    """Set by DELETE /v1/streams/{id}: the writer stops a stream its caller left."""
+    return key + ":x"

@@ -11,6 +11,7 @@ the id and the caller's owner (app/resume/ids.py) and reads it back (app/resume/
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -136,7 +137,7 @@ class Resumes:
 
     # -- a resume ---------------------------------------------------------------------------
     def is_resume(self, call: Call) -> bool:
-        """GET /v1/streams/{id}; or, while resuming is on, a POST to a stream route with
+        """GET or DELETE /v1/streams/{id}; or, while resuming is on, a POST to a stream route with
         Last-Event-ID (off, the header means nothing to us and the call goes on as ever)."""
         if call.route == RESUME_ROUTE:
             return True
@@ -148,11 +149,15 @@ class Resumes:
         StreamNotFound (404) for any id that is not this caller's live or kept stream."""
         wanted = self._wanted(call)
         found = None if wanted is None else self.find(owner, *wanted)
+        deleting = call.method == "DELETE"
         if self.metrics is not None:
-            self.metrics.resumes.labels("not_found" if found is None else "resumed").inc()
+            outcome = "not_found" if found is None else "deleted" if deleting else "resumed"
+            self.metrics.resumes.labels(outcome).inc()
         if wanted is None or found is None:
             raise not_found()
         meta, reader = found
+        if deleting:
+            return self._deleted(wanted[0], reader.key)
         call.admission.admit(True)
         call.trace.stream = True
         if meta.traceparent and call.trace.span is not None:
@@ -164,6 +169,14 @@ class Resumes:
             body = without_usage_chunk(body, lambda _: None)
         headers = [*SSE_HEADERS, *ids.granted_headers(stream_id, self.window_s)]
         return Reply(200, [*headers, (STATUS_HEADER, RESUMED)], self._counted_at_end(body, reader))
+
+    def _deleted(self, stream_id: str, key: str) -> Reply:
+        """DELETE /v1/streams/{id}: the stream's writer stops it once its caller is gone (a
+        caller still reading stops it by closing its connection)."""
+        assert self.store is not None
+        self.store.set(ids.deleted_key(key), b"1", self.window_s)
+        body = json.dumps({"id": stream_id, "object": "stream", "deleted": True}).encode()
+        return Reply(200, [("Content-Type", "application/json")], body)
 
     def _wanted(self, call: Call) -> tuple[str, int] | None:
         """(stream id, events the caller has) from the call, None when malformed."""

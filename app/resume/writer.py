@@ -5,8 +5,10 @@ greenlet. Being a listener is what keeps the answer going when the caller leaves
 is cancelled only when its last listener leaves, so the upstream is read to the end and the
 answer billed once, complete for a resume. The writer leaves early in one case: its caller
 has been gone for the whole window and nobody resumed (the stream's ``resumed_key`` is not
-there), so the rest would be pure cost; it then deletes the log (a late resume gets the 404)
-and, the last listener, cancels the upstream call.
+there), so the rest would be pure cost; or its owner deleted the stream (a client that stopped
+reading early, ``deleted_key``), looked at once a second while the caller is gone. It then
+deletes the log (a late resume gets the 404) and, the last listener, cancels the upstream
+call.
 
 What it writes (app/resume/record.py): the meta item first, then events into the current
 chunk, rewritten at most every ``FLUSH_S`` (and at once when it seals, at ``SEAL_BYTES``,
@@ -75,7 +77,7 @@ class LogWriter:
         self.window_s, self.cap = window_s, cap
         self.lifetime_s = lifetime_s  # how long the stream may still run (its deadline)
         self.usage: Usage | None = None  # the answer's usage as it passed (the settlement's)
-        self.how = "failed"  # how the log ended: complete, abandoned, overflow, failed
+        self.how = "failed"  # how the log ended: complete, abandoned, deleted, overflow, failed
         self.finished = False
         self._waiting: list[Callable[[], None]] = []
         self._on_end = on_end
@@ -172,20 +174,24 @@ class LogWriter:
             self.store.touch(key, self.window_s)
 
     def _gave_up(self) -> bool:
-        """Whether the caller has been gone for the whole window with nobody resuming: the
-        log is deleted and the writer leaves (cancelling the upstream call)."""
+        """Whether the stream stops here, its caller gone: its owner deleted it (DELETE
+        /v1/streams/{id}), or it has been alone for the whole window with nobody resuming.
+        The log is deleted and the writer leaves (cancelling the upstream call)."""
         if self.flight.listeners > 1:  # the caller (or a follower) still reads
             self._alone_since = None
             return False
         now = self._clock()
         if self._alone_since is None:
             self._alone_since = now
-        if now - self._alone_since < self.window_s:
+        if self.store.get(ids.deleted_key(self.key)) is not None:
+            self.how = "deleted"
+        elif now - self._alone_since < self.window_s:
             return False
-        if self.store.get(ids.resumed_key(self.key)) is not None:
+        elif self.store.get(ids.resumed_key(self.key)) is not None:
             self._alone_since = now  # someone resumed: give them another window
             return False
-        self.how = "abandoned"
+        else:
+            self.how = "abandoned"
         self._forget()
         return True
 

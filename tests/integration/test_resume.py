@@ -425,3 +425,40 @@ def test_the_sdks_read_a_resumable_stream_as_any_other(make_stack) -> None:
         final = stream.get_final_message()
     sdk.close()
     assert final.stop_reason in ("end_turn", "max_tokens") and final.content
+
+
+# -- DELETE: a caller that stopped on purpose stops the stream ------------------------------
+def test_a_deleted_stream_stops_at_once_and_only_its_owner_may_delete_it(make_stack) -> None:
+    gw = resume_stack(make_stack)
+    mine = {"Authorization": "Bearer sk-mine"}
+    # 200 words at 5 a second: 40 s of answer; the caller leaves after 3 events.
+    sid = started_and_dropped(gw, f"delete {uuid.uuid4().hex}", after=3, tps="5", words=200,
+                              headers=mine)  # fmt: skip
+    foreign = http.request("DELETE", f"{gw.url}/v1/streams/{sid}",
+                           headers={"Authorization": "Bearer sk-other"})  # fmt: skip
+    assert foreign.status == 404 and json.loads(foreign.data)["error"]["code"] == "stream_not_found"
+    time.sleep(1.5)
+    assert gw.sim_stats()["streams_abandoned"] == 0  # the foreign DELETE stopped nothing
+    deleted = http.request("DELETE", f"{gw.url}/v1/streams/{sid}", headers=mine)
+    assert deleted.status == 200
+    assert json.loads(deleted.data) == {"id": sid, "object": "stream", "deleted": True}
+    asked = time.monotonic()
+    assert wait_for(lambda: gw.sim_stats()["streams_abandoned"] == 1, timeout=WINDOW_S)
+    assert time.monotonic() - asked < WINDOW_S - 2  # at once, not at the window's end
+    assert resume(gw.url, f"/v1/streams/{sid}", f"{sid}:3", mine).status == 404
+    assert gw.metric("llmgate_resume_logs_total", how="deleted") >= 1
+
+
+def test_the_client_stopping_early_stops_the_generation(make_stack) -> None:
+    from llmgate_client import Client
+
+    gw = resume_stack(make_stack)
+    with Client(gw.url, "sk-test", model="sim-small") as llm:
+        stream = llm.chat_stream(f"client stops {uuid.uuid4().hex}", max_tokens=200,
+                                 extra_headers={"x-sim-tps": "5"})  # fmt: skip
+        with stream:
+            next(iter(stream))
+            assert stream.stream_id is not None
+    stopped = time.monotonic()
+    assert wait_for(lambda: gw.sim_stats()["streams_abandoned"] == 1, timeout=WINDOW_S)
+    assert time.monotonic() - stopped < WINDOW_S - 2

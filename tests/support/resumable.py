@@ -77,6 +77,9 @@ class ResumableGateway:
         if request.method == "POST":
             self._first(ex)
             return
+        if request.method == "DELETE":  # the client stopped early: nobody will resume
+            ex.respond(200, b'{"object": "stream", "deleted": true}')
+            return
         if request.path != f"/v1/streams/{SID}":
             ex.respond(404, NOT_FOUND)
             return

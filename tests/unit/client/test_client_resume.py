@@ -202,3 +202,19 @@ def test_the_offer_and_the_event_numbers() -> None:
     assert event_number(f"{SID}:0", SID) == 0
     for other in (None, "", "12", f"{SID}:", f"{SID}:x", f"{SID}:-1", f"x{SID}:3", f"{SID}:3:4"):
         assert event_number(other, SID) is None, other
+
+
+def test_a_stream_stopped_early_is_deleted_and_one_read_to_the_end_is_not() -> None:
+    gateway = ResumableGateway(cut_at=0)
+    gateway.cut_at = len(gateway.wire)  # the whole answer, then the connection closes
+    with serve(gateway.app) as srv, Client(srv.url, "sk-own", model="m", resume=QUICK) as llm:
+        stream = llm.chat_stream("hi")
+        with stream:
+            next(iter(stream))  # the caller takes one chunk and stops
+        finished = llm.chat_stream("hi")
+        with finished:
+            list(finished)
+    deletes = [r for r in gateway.requests if r.method == "DELETE"]
+    assert [(r.path, r.headers["authorization"]) for r in deletes] == [
+        (f"/v1/streams/{SID}", "Bearer sk-own")
+    ]
