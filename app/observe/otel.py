@@ -244,6 +244,14 @@ class OtelSpan:
         if self._recording() is not None:
             self._links.append(Link(other._context, _clean(attributes or {})))
 
+    def link_to(self, traceparent: str, attributes: Attributes | None = None) -> None:
+        if self._recording() is None:
+            return
+        context = trace.get_current_span(_PROPAGATOR.extract({"traceparent": traceparent}))
+        linked = context.get_span_context()
+        if linked.is_valid:
+            self._links.append(Link(linked, _clean(attributes or {})))
+
     def inject(self, headers: dict[str, str]) -> dict[str, str]:
         out = {k: v for k, v in headers.items() if k.lower() not in _FIELDS}
         _PROPAGATOR.inject(out, context=self._as_parent())

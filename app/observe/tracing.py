@@ -83,6 +83,11 @@ class Span(Protocol):
 
     def link(self, other: Span, attributes: Attributes | None = None) -> None: ...
 
+    def link_to(self, traceparent: str, attributes: Attributes | None = None) -> None:
+        """A link to a span known only by its W3C ``traceparent`` (one in another process);
+        nothing for a malformed one."""
+        ...
+
     def inject(self, headers: dict[str, str]) -> dict[str, str]:
         """``headers`` carrying this span as the parent (traceparent, and the caller's
         tracestate), in place of any the caller sent."""
@@ -160,6 +165,14 @@ def follow(span: Span, leader: Span) -> None:
     leader's request span, whose trace holds the attempts and the upstream's traceparent."""
     span.link(leader, {"llmgate.link": "coalesced_leader"})
     span.set({"llmgate.leader.trace_id": leader.trace_id})
+
+
+def resumed(span: Span, original: str) -> None:
+    """A resume's request span (docs/streams.md): no upstream call of its own; it links to
+    the request span of the stream it resumes (``original``: that span's traceparent, kept
+    with the stream's log), whose trace holds the upstream call."""
+    span.link_to(original, {"llmgate.link": "resumed_stream"})
+    span.set({"llmgate.resumed": True})
 
 
 def error_type(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ from app.cache.keys import tenant_of
 from app.cache.policy import STATUS_HEADER
 from app.core.config import Settings
 from app.core.errors import NotFound
+from app.observe import tracing
 from app.observe.metrics import Metrics
 from app.request.call import SSE_HEADERS, Call, Reply, Settlement
 from app.request.events import END_OF_STREAM
@@ -161,7 +162,7 @@ class Resumes:
         call.admission.admit(True)
         call.trace.stream = True
         if meta.traceparent and call.trace.span is not None:
-            call.trace.span.set({"llmgate.resumed.traceparent": meta.traceparent})
+            tracing.resumed(call.trace.span, meta.traceparent)
         stream_id = wanted[0]
         body = relay(reader, heartbeat=self.heartbeat_s, end=END_OF_STREAM.get(meta.route),
                      route=meta.route, stream_id=stream_id)  # fmt: skip

@@ -268,3 +268,22 @@ def test_a_stream_that_breaks_after_its_first_token_is_an_error_span(
     logged = [ln for ln in gw.log("gunicorn").splitlines() if ln.startswith("{")]
     lines = [json.loads(ln) for ln in logged if request_id in ln]
     assert [(ln["status"], ln["stream_error"]) for ln in lines] == [(200, error_type)]
+
+
+def test_a_resumed_stream_links_to_the_stream_it_resumes(make_stack, receiver) -> None:
+    env = {"LLMGATE_OTEL_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    gw = make_stack(workers=2, env={**env, "LLMGATE_RESUME_WINDOW_S": "10"})
+    original, resumer = _traceparent(), _traceparent()
+    resp = gw.http.request(
+        "POST", gw.url + "/v1/chat/completions", body=_body(f"resumed {uuid.uuid4().hex}"),
+        headers={"Content-Type": "application/json", "traceparent": original[2],
+                 "X-LLMGate-Resumable": "true", **AUTH},
+    )  # fmt: skip
+    sid = resp.headers["X-LLMGate-Stream-ID"]
+    again = gw.http.request("GET", f"{gw.url}/v1/streams/{sid}",
+                            headers={"traceparent": resumer[2], **AUTH})  # fmt: skip
+    assert again.status == 200 and again.data.endswith(b"data: [DONE]\n\n")
+    first = _request_span(receiver.wait_for(original[0], 4), original[1])
+    (span,) = [s for s in receiver.wait_for(resumer[0], 1) if s.kind == "server"]
+    assert span.attributes["llmgate.resumed"] is True
+    assert span.links == [(original[0], first.span_id, {"llmgate.link": "resumed_stream"})]

@@ -307,6 +307,9 @@ class Recorded:
     def link(self, other: Any, attributes: Any = None) -> None:
         pass
 
+    def link_to(self, traceparent: str, attributes: Any = None) -> None:
+        pass
+
     def inject(self, headers: dict[str, str]) -> dict[str, str]:
         return {**headers, "traceparent": f"00-{self.trace_id}-{id(self):016x}-01"}
 
