@@ -33,7 +33,6 @@ from app.observe.tracing import Tracer, Value
 from app.request import jsonedit, schema
 from app.request.call import CLIENT_CLOSED, Call, Reply
 from app.request.headers import upstream_request_headers, without_credentials
-from app.resume.ids import asked as asks_to_resume
 from app.resume.service import Resumes, owner_of
 from app.resume.writer import Store
 from app.streams.drain import Lifecycle
@@ -97,13 +96,13 @@ class Gateway:
         self.tracer = tracer  # None: tracing is off (LLMGATE_OTEL_ENDPOINT unset)
         self.prices = prices  # the config file's price table: each call's cost (edge/finish.py)
         self.lifecycle = Lifecycle(settings.stream_buffer_bytes, settings.send_timeout_s)
-        self.replies = Replies(settings, self._whereabouts)
         # What this worker's kept event logs may hold together (app/streams/log_memory.py).
         observe = None if metrics is None else metrics.observe_log_memory
         self.log_budget = LogBudget(settings.log_memory_bytes, observe)
-        # Resumable streams: off without a store (LLMGATE_RESUME_WINDOW_S 0).
-        self.resumes = Resumes(settings, resume_store, self.log_budget, self.lifecycle,
-                               self.replies, metrics)  # fmt: skip
+        # Resumable streams: off without a store (LLMGATE_RESUME_WINDOW_S 0); a stream that
+        # asks is logged as its reply begins (app/resume/service.py, Resumes.attach).
+        self.resumes = Resumes(settings, resume_store, self.log_budget, metrics)
+        self.replies = Replies(settings, self._whereabouts, self.resumes.attach)
         self.coalescer = (
             None
             if answers is None
@@ -126,11 +125,8 @@ class Gateway:
         was read; None to ask now."""
         caller = caller if caller is not None else self.identify(call)
         if self.resumes.is_resume(call):  # a reconnect to a resumable stream (docs/streams.md)
-            return self.resumes.reply(call, owner_of(call, caller.key))
+            return self.resumes.reply(call, owner_of(call))
         plan = self.plan(call, caller)
-        if plan.stream and asks_to_resume(call.headers):
-            return _with_status(self.resumes.stream(call, owner_of(call, caller.key), plan.compute,
-                                plan.deadline, lambda: self.own_flight(plan)), BYPASS)  # fmt: skip
         if plan.cache is None:
             return _with_status(self.own_flight(plan), BYPASS)
         return self.from_cache(plan) or self.from_flight(plan) or self.from_upstream(plan)
@@ -283,9 +279,10 @@ class Gateway:
 
     def _replay(self, plan: Plan, entry: Entry, status: str, *, age: bool = True) -> Reply | None:
         assert plan.body is not None
-        return reply_from_entry(entry, route=plan.call.route, stream=plan.stream,
-                                include_usage=schema.wants_usage(plan.body), status=status,
-                                age=int(entry.age(time.time())) if age else None)  # fmt: skip
+        reply = reply_from_entry(entry, route=plan.call.route, stream=plan.stream,
+                                 include_usage=schema.wants_usage(plan.body), status=status,
+                                 age=int(entry.age(time.time())) if age else None)  # fmt: skip
+        return self.resumes.replayed(plan.call, reply)  # a stored answer is not resumable
 
     def _whereabouts(self, name: str) -> dict[str, Value]:
         return spans.whereabouts(self.upstream.specs, name)

@@ -12,7 +12,8 @@ callers, per answered call.
 The calls are issue 11's: a stream of 200 ms to the first token then 50 tokens at 100
 tokens/s, and a non-stream answer after 50 ms (cache off); and cache hits (``hit``,
 ``hit-stream``): one 50-token answer stored by the warm-up, then served from the worker's L1
-(no Memcached) to every call. Read the result as the mean of each side with
+(no Memcached) to every call; and ``stream-resumable``, the stream asking to be resumable
+(docs/streams.md) on a stack with Memcached. Read the result as the mean of each side with
 every run listed: on a 2-core VM runs of one tree spread by about ±5 %, so a difference
 smaller than that is noise, whatever its sign.
 """
@@ -36,8 +37,15 @@ KINDS = {
     "non-stream": ({"max_tokens": 16}, {"x-sim-ttft-ms": "50"}),
     "hit": ({"max_tokens": 50, "temperature": 0}, {"x-sim-ttft-ms": "10"}),
     "hit-stream": ({"stream": True, "max_tokens": 50, "temperature": 0}, {"x-sim-ttft-ms": "10"}),
+    # The stream, asking to be resumable (docs/streams.md), on a stack with Memcached and a
+    # window: its log written as it passes. A revision without resuming ignores the header.
+    "stream-resumable": (
+        {"stream": True, "max_tokens": 50},
+        {"x-sim-ttft-ms": "200", "x-sim-tps": "100", "X-LLMGate-Resumable": "true"},
+    ),
 }
-CALLS = {"stream": 700, "non-stream": 3000, "hit": 8000, "hit-stream": 6000}
+CALLS = {"stream": 700, "non-stream": 3000, "hit": 8000, "hit-stream": 6000,
+         "stream-resumable": 700}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -59,9 +67,11 @@ def measure(kind: str, callers: int, calls: int, wsgi_app: str = "") -> Run:
     fields, headers = KINDS[kind]
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-ab-"))
     cache = "deterministic" if kind.startswith("hit") else "off"
-    options = StackOptions(
-        run_dir=run_dir, workers=2, memcached=False, env={"LLMGATE_CACHE_MODE": cache}
-    )
+    resumable = kind.endswith("-resumable")
+    env = {"LLMGATE_CACHE_MODE": cache}
+    if resumable:
+        env["LLMGATE_RESUME_WINDOW_S"] = "30"
+    options = StackOptions(run_dir=run_dir, workers=2, memcached=resumable, env=env)
     if wsgi_app:
         options.wsgi_app = wsgi_app
     stack = Stack(options).start()

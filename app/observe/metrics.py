@@ -238,7 +238,7 @@ class Metrics:
         self.resumable_streams = Counter(
             "llmgate_resumable_streams_total",
             "Streams that asked to be resumable (docs/streams.md), by what they got: yes, or "
-            "the reason they were not (disabled, log_memory, budget).",
+            "the reason they were not (disabled, log_memory, budget, joined_late, cached).",
             ["result"],
             registry=reg,
         )
@@ -266,7 +266,7 @@ class Metrics:
             "is not counted).",
             registry=reg,
         )
-        for result in ("yes", "disabled", "log_memory", "budget"):
+        for result in ("yes", "disabled", "log_memory", "budget", "joined_late", "cached"):
             self.resumable_streams.labels(result)
         for how in ("complete", "abandoned", "deleted", "overflow", "failed"):
             self.resume_logs.labels(how)

@@ -20,6 +20,8 @@ STREAM_HEADER = "X-LLMGate-Stream-ID"
 LAST_EVENT_ID = "Last-Event-ID"
 # Why a stream that asked is not resumable (the answer's X-LLMGate-Resumable: no; reason=).
 DISABLED, LOG_MEMORY, BUDGET = "disabled", "log_memory", "budget"
+JOINED_LATE = "joined_late"  # coalesced onto a stream whose first events are no longer kept
+CACHED = "cached"  # the answer came from the cache
 
 _KEY_PREFIX = "llmgate:rs:"
 _YES = ("true", "1", "yes")

@@ -31,13 +31,9 @@ from app.resume.budget import Reservation, ResumeBudget
 from app.resume.reader import StoredStream
 from app.resume.record import SEAL_BYTES, Meta
 from app.resume.writer import LogWriter, Store
-from app.streams.drain import Lifecycle
-from app.streams.flight import Flight, Producer
+from app.streams.flight import Flight
 from app.streams.log_memory import LogBudget, LogShare
 from app.streams.relay import relay
-from app.streams.reply import Replies
-from app.tenancy.keyring import GatewayKey
-from app.upstream.retry import Deadline
 
 # The routes whose streams can be resumed, and the door of GET /v1/streams/{id}.
 STREAM_ROUTES = frozenset({"chat", "completions", "responses", "messages"})
@@ -54,10 +50,11 @@ def not_found() -> StreamNotFound:
     return StreamNotFound("No resumable stream has this id (it may have expired).")
 
 
-def owner_of(call: Call, key: GatewayKey | None) -> str:
-    """Who owns the streams a call makes and may resume them: its gateway key, or with keys
-    off the credential it sends (hashed, as the cache's tenant is)."""
-    return "key:" + key.name if key is not None else tenant_of(call.headers)
+def owner_of(call: Call) -> str:
+    """Who owns the streams a call makes and may resume them: its gateway key (the name
+    ``Gateway.identify`` put on its trace), or with keys off the credential it sends (hashed,
+    as the cache's tenant is)."""
+    return "key:" + call.trace.key if call.trace.key is not None else tenant_of(call.headers)
 
 
 # The kept-log memory a resumable stream holds for its events on their way to Memcached: the
@@ -85,8 +82,6 @@ class Resumes:
         settings: Settings,
         store: Store | None,
         log_budget: LogBudget,
-        lifecycle: Lifecycle,
-        replies: Replies,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -96,7 +91,6 @@ class Resumes:
         self.heartbeat_s = settings.heartbeat_s
         self.store = store
         self.log_budget = log_budget
-        self.lifecycle, self.replies = lifecycle, replies
         self.budget = ResumeBudget(settings.resume_memcached_bytes, clock)
         self.metrics = metrics
         self._clock = clock
@@ -106,35 +100,28 @@ class Resumes:
         return self.window_s > 0 and self.store is not None
 
     # -- a resumable stream -----------------------------------------------------------------
-    def stream(
-        self,
-        call: Call,
-        owner: str,
-        compute: Producer,
-        deadline: Deadline,
-        otherwise: Callable[[], Reply],
-    ) -> Reply:
-        """A stream that asked to be resumable: its own upstream call, logged for a
-        reconnect; or, when there is no room for its log, ``otherwise()`` (served as any
-        stream), its headers saying why it is not resumable."""
+    def attach(self, call: Call, flight: Flight) -> tuple[str | None, list[tuple[str, str]]]:
+        """For a stream about to be relayed from ``flight``: when its call asks to be
+        resumable, its log is started (a writer joins the flight) and the stream id and the
+        headers that say so are returned; else no id, and the headers that say why (none
+        for a call that did not ask). The flight may be the call's own, or one it coalesced
+        onto (which a resumable call keeps going for a resume as its own)."""
+        if not ids.asked(call.headers):
+            return None, []
+        if flight.event_count and not flight.log_whole:  # joined too late to log from 1
+            return None, ids.refused_headers(self._counted(ids.JOINED_LATE))
         admitted = self.admit()
         if isinstance(admitted, str):
-            reply = otherwise()
-            if not isinstance(reply.body, bytes):
-                reply.headers += ids.refused_headers(admitted)
-            return reply
-        flight = self.lifecycle.flight(compute, keep_log=False, request_id=call.trace.request_id)
+            return None, ids.refused_headers(admitted)
         span = call.trace.span
         meta = Meta(call.route, call.trace.hide_usage,
                     None if span is None else span.inject({}).get("traceparent"))  # fmt: skip
-        resumable = self.begin(flight, admitted, owner=owner, meta=meta,
-                               lifetime_s=deadline.remaining())  # fmt: skip
+        lifetime_s = max(0.0, self.deadline_s - (time.monotonic() - flight.started))
+        resumable = self.begin(flight, admitted, owner=owner_of(call), meta=meta,
+                               lifetime_s=lifetime_s)  # fmt: skip
         if call.trace.grant is not None:
             call.trace.grant = SettledAtTheEnd(call.trace.grant, resumable.writer)
-        reply = self.replies.answer(call, flight.join(), True, stream_id=resumable.stream_id)
-        if not isinstance(reply.body, bytes):
-            reply.headers += ids.granted_headers(resumable.stream_id, self.window_s)
-        return reply
+        return resumable.stream_id, ids.granted_headers(resumable.stream_id, self.window_s)
 
     # -- a resume ---------------------------------------------------------------------------
     def is_resume(self, call: Call) -> bool:
@@ -199,7 +186,7 @@ class Resumes:
         try:
             yield from body
         finally:
-            self.replayed(reader)
+            self._count_replayed(reader)
 
     def admit(self) -> Admitted | str:
         """Room for one more resumable stream, or the reason there is none."""
@@ -246,7 +233,14 @@ class Resumes:
                               patience_s=self.deadline_s, clock=self._clock)  # fmt: skip
         return meta, reader
 
-    def replayed(self, reader: StoredStream) -> None:
+    def replayed(self, call: Call, reply: Reply | None) -> Reply | None:
+        """A stored answer's reply to ``call``: a stream that asked to be resumable is told
+        it is not (the answer is in the cache: asking again costs as little)."""
+        if reply is not None and not isinstance(reply.body, bytes) and ids.asked(call.headers):
+            reply.headers += ids.refused_headers(self._counted(ids.CACHED))
+        return reply
+
+    def _count_replayed(self, reader: StoredStream) -> None:
         if self.metrics is not None and reader.replayed:
             self.metrics.resume_events_replayed.inc(reader.replayed)
 

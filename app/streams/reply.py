@@ -11,6 +11,7 @@ stops being waited for, and the last one to leave cancels the flight.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from app.core.config import Settings
 from app.core.errors import wrap_upstream_body
@@ -26,20 +27,35 @@ from app.upstream.retry import Deadline
 UPSTREAM_HEADER = "X-LLMGate-Upstream"
 # Where an upstream is, by its configured name, for the request's span (app/upstream/spans.py).
 Whereabouts = Callable[[str], Mapping[str, Value]]
+# For a call about to stream from a flight: its stream id when it asked to be resumable and
+# could be (its log started), and the headers that say whether (app/resume/service.py).
+Resumable = Callable[[Call, Any], tuple[str | None, list[tuple[str, str]]]]
 
 
 class Replies:
     """Turns a listener of a flight into the caller's ``Reply``."""
 
-    def __init__(self, settings: Settings, whereabouts: Whereabouts) -> None:
+    def __init__(
+        self, settings: Settings, whereabouts: Whereabouts, resumable: Resumable | None = None
+    ) -> None:
         self.heartbeat_s = settings.heartbeat_s
         self.whereabouts = whereabouts
+        self.resumable = resumable
 
-    def answer(
-        self, call: Call, listener: Listener, stream: bool, *, stream_id: str | None = None
-    ) -> Reply:
-        """The caller's reply from a flight: a complete response, or a live stream
-        (``stream_id``: a resumable one's, its events numbered, docs/streams.md)."""
+    def answer(self, call: Call, listener: Listener, stream: bool) -> Reply:
+        """The caller's reply from a flight: a complete response, or a live stream (a
+        resumable one's events numbered, when the call asked: docs/streams.md)."""
+        stream_id: str | None = None
+        said: list[tuple[str, str]] = []
+        if stream and self.resumable is not None:
+            # Before anything waits: the log starts at the flight's first event.
+            stream_id, said = self.resumable(call, listener.flight)
+        reply = self._answer(call, listener, stream, stream_id)
+        if said and not isinstance(reply.body, bytes):
+            reply.headers += said
+        return reply
+
+    def _answer(self, call: Call, listener: Listener, stream: bool, stream_id: str | None) -> Reply:
         watcher = _watch(call, listener)
         try:
             head = self._await_first_byte(listener, stream)

@@ -462,3 +462,35 @@ def test_the_client_stopping_early_stops_the_generation(make_stack) -> None:
     stopped = time.monotonic()
     assert wait_for(lambda: gw.sim_stats()["streams_abandoned"] == 1, timeout=WINDOW_S)
     assert time.monotonic() - stopped < WINDOW_S - 2
+
+
+# -- with the cache: coalesced, stored, replayed ---------------------------------------------
+def test_resumable_streams_coalesce_store_and_replay_as_any_other(make_stack) -> None:
+    gw = resume_stack(make_stack)
+    body = {**chat_body(f"cached {uuid.uuid4().hex}"), "temperature": 0}  # cacheable
+    asked = {"X-LLMGate-Resumable": "true", "x-sim-tps": "40", "x-sim-ttft-ms": "300"}
+    post = json.dumps(body).encode()
+    conn = urllib3.HTTPConnectionPool("127.0.0.1", int(gw.url.rsplit(":", 1)[1]), maxsize=2)
+    # Two identical calls: through nginx they may land on either worker, where the second
+    # follows the first's flight or waits on its Memcached lease (COALESCED either way).
+    leader = conn.urlopen("POST", "/v1/chat/completions", body=post, preload_content=False,
+                          headers={"Content-Type": "application/json", **asked})  # fmt: skip
+    follower = conn.urlopen("POST", "/v1/chat/completions", body=post, preload_content=False,
+                            headers={"Content-Type": "application/json", **asked})  # fmt: skip
+    assert leader.headers["X-LLMGate-Cache"] == "MISS"
+    assert follower.headers["X-LLMGate-Cache"] == "COALESCED"
+    ids_ = {leader.headers["X-LLMGate-Stream-ID"], follower.headers["X-LLMGate-Stream-ID"]}
+    assert len(ids_) == 2  # each caller its own stream, its own log
+    sid = leader.headers["X-LLMGate-Stream-ID"]
+    first = read_n(leader, 10)
+    drop(leader)  # the leader's caller goes; the answer goes on for the follower and the log
+    followed = read_n(follower, None)
+    rest = read_n(resume(gw.url, f"/v1/streams/{sid}", f"{sid}:10"), None)
+    assert text_of(first + rest) == text_of(followed) and rest[-1].data == "[DONE]"
+    assert gw.sim_stats()["requests"] == 1
+    # Stored whole: the same call again is a hit, not resumable (asking again costs as little).
+    hit = open_stream(gw.url, body, asked)
+    assert hit.headers["X-LLMGate-Cache"].startswith("HIT")
+    assert hit.headers["X-LLMGate-Resumable"] == "no; reason=cached"
+    assert text_of(read_n(hit, None)) == text_of(followed)
+    assert gw.sim_stats()["requests"] == 1
