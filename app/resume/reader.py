@@ -3,8 +3,8 @@
 ``StoredStream`` reads as a flight's listener does (app/streams/listener.py), so the relay
 (app/streams/relay.py) sends a resume exactly as it sends a live stream: events with their
 ids, pings while it waits, the end (or one error event). It reads the chunks written so far
-(app/resume/record.py), skipping the events the caller already has, then polls the open
-chunk every ``POLL_S`` for the rest. While it reads it keeps the stream's ``resumed_key``
+(app/resume/record.py), then polls the open chunk every ``POLL_S`` for the rest; the relay
+leaves out the events the caller already has. While it reads it keeps the stream's ``resumed_key``
 alive, so the writer does not stop a stream someone came back to. A log that stops growing
 before its end (its writer's worker died, Memcached lost an item) ends the resume with an
 error event once the stream's own deadline has passed, or at once when its writer stopped the
@@ -31,7 +31,8 @@ CHECK_S = 1.0  # how often a waiting resume looks whether its stream was stopped
 
 
 class StoredStream:
-    """The events of one stream's log after event ``after``, then its end."""
+    """The events of one stream's log, then its end; ``after``: the caller has those up to
+    there (the relay does not send them again)."""
 
     def __init__(
         self,
@@ -45,8 +46,11 @@ class StoredStream:
         sleep: Callable[[float], None] = gevent.sleep,
     ) -> None:
         self.store, self.key, self.window_s = store, key, window_s
-        self.position = after  # the number of the last event handed out
-        self.replayed = 0  # events handed out that were in the log when the resume began
+        # Every event is handed out, from the first: the relay reads those up to ``after``
+        # for how the stream ended and sends the rest (app/streams/relay.py).
+        self.position = 0  # the number of the last event handed out
+        self.after = after
+        self.replayed = 0  # events after ``after`` that were in the log when the resume began
         self._seen = 0  # events of the log read so far (handed out or skipped)
         self._index = 0  # the chunk being read
         self._in_chunk = 0  # events of that chunk already read
@@ -102,10 +106,9 @@ class StoredStream:
                 break
             for raw in chunk.events[self._in_chunk :]:
                 self._seen += 1
-                if self._seen > self.position + len(self._ready):
-                    # As the log has it, parsed or not: nothing logged is left out.
-                    self._ready.append(sse.Decoder.event_of(raw) or sse.Event(raw))
-                    self.replayed += not self._live
+                # As the log has it, parsed or not: nothing logged is left out.
+                self._ready.append(sse.Decoder.event_of(raw) or sse.Event(raw))
+                self.replayed += not self._live and self._seen > self.after
             if len(chunk.events) > self._in_chunk:
                 self._grew_at = self._clock()
             self._in_chunk = len(chunk.events)

@@ -152,7 +152,7 @@ class Resumes:
             tracing.resumed(call.trace.span, meta.traceparent)
         stream_id = wanted[0]
         body = relay(reader, heartbeat=self.heartbeat_s, end=END_OF_STREAM.get(meta.route),
-                     route=meta.route, stream_id=stream_id)  # fmt: skip
+                     route=meta.route, stream_id=stream_id, after=reader.after)  # fmt: skip
         if meta.hide_usage:
             body = without_usage_chunk(body, lambda _: None)
         headers = [*SSE_HEADERS, *ids.granted_headers(stream_id, self.window_s)]

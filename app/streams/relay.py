@@ -96,6 +96,7 @@ def relay(
     ping_first: bool = False,
     route: str = "",
     stream_id: str | None = None,
+    after: int = 0,
 ) -> Iterator[list[bytes]]:
     """A listener's body: events as they arrive, pings between them, one error event at worst.
 
@@ -113,6 +114,9 @@ def relay(
     heartbeat interval passed with nothing to send, so a ping leaves with the headers: the
     caller's line is never silent for more than one interval. ``route``: the door the call
     came in by, whose shape the gateway's own error event takes (``error_event``).
+    ``stream_id``: a resumable stream's (docs/streams.md), whose events each carry an ``id:``
+    line numbering them from 1; ``after``: a resume's, whose caller has the events up to that
+    number (read for how the stream ended, not sent again).
     """
     timeout = heartbeat if heartbeat > 0 else None
     if ping_first:
@@ -142,7 +146,7 @@ def relay(
         else:
             yield [head.body]
         return
-    yield from _events(listener, timeout, end, on_ping, on_error, route, stream_id)
+    yield from _events(listener, timeout, end, on_ping, on_error, route, stream_id, after)
 
 
 def _events(
@@ -153,6 +157,7 @@ def _events(
     on_error: Callable[[str], None],
     route: str,
     stream_id: str | None,
+    after: int,
 ) -> Iterator[list[bytes]]:
     """A started stream's part of ``relay``: its events as they arrive, pings between them,
     then its end, with an error event when it ends without its route's end."""
@@ -177,9 +182,13 @@ def _events(
                         on_error("upstream_error")  # a Responses stream that ended failed
             if stream_id is None:
                 yield [event.raw for event in batch]
-            else:  # numbered from the log's count: the events read are the last ones
-                first = listener.position - len(batch) + 1
-                yield [sse.with_id(e.raw, f"{stream_id}:{first + k}") for k, e in enumerate(batch)]
+                continue
+            # Numbered from the log's count (the events just read are its last ones); a
+            # resume's caller has those up to ``after``.
+            first = listener.position - len(batch) + 1
+            numbered = [(first + k, e) for k, e in enumerate(batch) if first + k > after]
+            if numbered:
+                yield [sse.with_id(e.raw, f"{stream_id}:{n}") for n, e in numbered]
         elif isinstance(item, Finished):
             if end is not None and not (saw_end or saw_error):
                 cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")

@@ -203,6 +203,7 @@ def started_and_dropped(
 
 
 # -- one 404 for every id that is not the caller's kept stream ------------------------------
+@pytest.mark.slow  # waits out the window
 def test_an_expired_foreign_made_up_or_malformed_id_gets_the_same_404(make_stack) -> None:
     gw = resume_stack(make_stack)
     mine = {"Authorization": "Bearer sk-mine"}
@@ -270,6 +271,7 @@ def test_the_messages_door_resumes_in_its_own_dialect(make_stack) -> None:
 
 
 # -- a caller who never comes back ----------------------------------------------------------
+@pytest.mark.slow  # waits out the window
 def test_a_caller_who_leaves_is_billed_once_and_its_log_is_gone_after_the_window(
     make_stack,
 ) -> None:
@@ -294,6 +296,7 @@ def test_a_caller_who_leaves_is_billed_once_and_its_log_is_gone_after_the_window
     assert gone.status == 404
 
 
+@pytest.mark.slow  # waits out the window
 def test_a_stream_nobody_comes_back_to_is_stopped_after_the_window(make_stack) -> None:
     gw = resume_stack(make_stack)
     # 200 words at 5 a second: 40 s of answer; the caller leaves after 3 events.
@@ -308,6 +311,7 @@ def test_a_stream_nobody_comes_back_to_is_stopped_after_the_window(make_stack) -
     assert gw.metric("llmgate_resume_logs_total", how="abandoned") >= 1
 
 
+@pytest.mark.slow  # waits out the window
 def test_a_caller_who_comes_back_keeps_the_stream_going_past_the_window(make_stack) -> None:
     gw = resume_stack(make_stack)
     # 60 words at 5 a second: 12 s, twice the window; back 1 s after leaving, reading to the end.
@@ -344,6 +348,7 @@ def test_streams_that_do_not_ask_carry_no_ids_and_a_deployment_that_is_off_says_
     assert plain_post.status == 200 and plain_post.read().endswith(b"data: [DONE]\n\n")
 
 
+@pytest.mark.slow  # waits out the window
 def test_a_worker_out_of_memcached_budget_says_so_at_the_start(make_stack) -> None:
     gw = make_stack(env={**RESUME_ENV, "LLMGATE_RESUME_STREAM_BYTES": "1048576",
                          "LLMGATE_RESUME_MEMCACHED_BYTES": "1048576"}, workers=1)  # fmt: skip
@@ -493,4 +498,32 @@ def test_resumable_streams_coalesce_store_and_replay_as_any_other(make_stack) ->
     assert hit.headers["X-LLMGate-Cache"].startswith("HIT")
     assert hit.headers["X-LLMGate-Resumable"] == "no; reason=cached"
     assert text_of(read_n(hit, None)) == text_of(followed)
+    assert gw.sim_stats()["requests"] == 1
+
+
+# -- the docs' example, run as written ------------------------------------------------------
+def test_the_curl_example_of_docs_streams_runs_as_written(make_stack, tmp_path) -> None:
+    import subprocess
+
+    from tests.conftest import ROOT, require_binary
+    from tests.support.doc_examples import parse
+
+    require_binary("curl")
+    gw = resume_stack(make_stack)
+    (block,) = [b for b in parse((ROOT / "docs/streams.md").read_text(), "streams").blocks
+                if b.runs]  # fmt: skip
+    # The simulator's speed of `make run` (100 words a second): the first curl hangs up
+    # mid-answer, after a second.
+    text = block.text.replace("http://127.0.0.1:8080", gw.url).replace(
+        "-H 'X-LLMGate-Resumable: true'", "-H 'X-LLMGate-Resumable: true' -H 'x-sim-tps: 100'"
+    )
+    done = subprocess.run(["bash", "-e", "-c", text], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    first = sse.Decoder().feed((tmp_path / "first.txt").read_bytes())
+    rest = [e for e in sse.Decoder().feed(done.stdout.split("\n", 1)[1].encode()) if e.id]
+    sid = first[0].id.split(":")[0] if first[0].id else ""
+    assert done.stdout.startswith(f"stream {sid}: read up to event {sid}:{len(first)}")
+    assert 0 < len(first) < 150 and rest[-1].data == "[DONE]"
+    assert [e.id for e in first + rest] == [f"{sid}:{n}" for n in range(1, len(first + rest) + 1)]
     assert gw.sim_stats()["requests"] == 1

@@ -46,8 +46,10 @@ def test_the_events_after_the_callers_last_then_the_live_rest_then_the_end() -> 
     store.set(ids.chunk_key(KEY, 0), encode_chunk([event(1), event(2), event(3)], SEALED), 60)
     store.set(ids.chunk_key(KEY, 1), encode_chunk([event(4), event(5)], OPEN), 60)
     stream = reader(store, clock, after=2)
-    got = [stream.next_item(1.0) for _ in range(3)]
-    assert numbers(got) == [3, 4, 5] and stream.position == 5
+    # Every event from the first: the relay reads 1 and 2 for how the stream ended, and
+    # sends the rest (tests/unit/streams' relay tests).
+    got = [stream.next_item(1.0) for _ in range(5)]
+    assert numbers(got) == [1, 2, 3, 4, 5] and stream.position == 5
     assert stream.next_item(1.0) is None  # nothing new within the timeout: the relay pings
     more = [event(4), event(5), event(6), event(7)]
     store.set(ids.chunk_key(KEY, 1), encode_chunk(more, ENDED, end_record(Finished(b""))), 60)
@@ -57,10 +59,11 @@ def test_the_events_after_the_callers_last_then_the_live_rest_then_the_end() -> 
     assert stream.replayed == 3  # 3, 4 and 5 were in the log when it began; 6 and 7 came live
 
 
-def test_a_resume_after_the_last_event_gets_only_the_end() -> None:
+def test_an_overflowed_log_ends_in_its_error() -> None:
     clock, store = Clock(), MemoryBackend(1 << 20)
     store.set(ids.chunk_key(KEY, 0), encode_chunk([event(1)], ENDED, end_record(None)), 60)
     stream = reader(store, clock, after=1)
+    assert numbers([stream.next_item(1.0)]) == [1]
     end = stream.next_item(1.0)
     assert not isinstance(end, sse.Event) and getattr(end, "code", "") == "resume_log_overflow"
 
@@ -82,6 +85,7 @@ def test_a_stream_its_writer_stopped_ends_the_resume_within_a_second_or_two() ->
     store = MemoryBackend(1 << 20, clock=clock)
     store.set(ids.chunk_key(KEY, 0), encode_chunk([event(1)], OPEN), 3600)
     stream = reader(store, clock, after=1)
+    assert numbers([stream.next_item(5.0)]) == [1]
     assert stream.next_item(5.0) is None  # the stream runs on, nothing new yet
     store.delete(KEY)  # the writer stopped the stream: the log is deleted
     item = None
@@ -103,3 +107,25 @@ def test_a_reader_tells_the_writer_it_is_there() -> None:
     stream = reader(store, clock, after=0)
     stream.next_item(1.0)
     assert store.get(ids.resumed_key(KEY)) == b"1"
+
+
+def relayed(store: MemoryBackend, after: int) -> list[bytes]:
+    from app.request.events import DONE
+    from app.streams.relay import relay
+
+    body = relay(reader(store, Clock(), after), heartbeat=5.0, end=DONE, route="chat",
+                 stream_id="S", after=after)  # fmt: skip
+    return [chunk for batch in body for chunk in batch]
+
+
+def test_the_relay_sends_only_what_the_caller_has_not_and_knows_how_it_ended() -> None:
+    store = MemoryBackend(1 << 20)
+    done = [event(1), event(2), sse.DONE_EVENT]
+    store.set(ids.chunk_key(KEY, 0), encode_chunk(done, ENDED, end_record(Finished(b""))), 60)
+    assert relayed(store, 1) == [sse.with_id(event(2), "S:2"), sse.with_id(sse.DONE_EVENT, "S:3")]
+    # After the last event: nothing more, and no error for a [DONE] it did not send again.
+    assert relayed(store, 3) == []
+    cut = [event(1), event(2)]  # a log that ended without [DONE]: the error event, again
+    store.set(ids.chunk_key(KEY, 0), encode_chunk(cut, ENDED, end_record(Finished(b""))), 60)
+    (error,) = relayed(store, 2)
+    assert b'"code": "upstream_reset"' in error or b"upstream_reset" in error
