@@ -348,6 +348,17 @@ def test_streams_that_do_not_ask_carry_no_ids_and_a_deployment_that_is_off_says_
     assert plain_post.status == 200 and plain_post.read().endswith(b"data: [DONE]\n\n")
 
 
+def test_a_worker_out_of_log_memory_says_so_at_the_start(make_stack) -> None:
+    # 64 KiB of kept-log memory: less than a resumable stream's events on their way take.
+    gw = resume_stack(make_stack, LLMGATE_LOG_MEMORY_BYTES="65536")
+    asked = open_stream(gw.url, chat_body(f"memory {uuid.uuid4().hex}"),
+                        {"X-LLMGate-Resumable": "true"})  # fmt: skip
+    assert asked.headers["X-LLMGate-Resumable"] == "no; reason=log_memory"
+    events = read_n(asked, None)
+    assert events[-1].data == "[DONE]" and all(e.id is None for e in events)
+    assert gw.metric("llmgate_resumable_streams_total", result="log_memory") >= 1
+
+
 @pytest.mark.slow  # waits out the window
 def test_a_worker_out_of_memcached_budget_says_so_at_the_start(make_stack) -> None:
     gw = make_stack(env={**RESUME_ENV, "LLMGATE_RESUME_STREAM_BYTES": "1048576",
@@ -385,7 +396,9 @@ def test_a_keyed_stream_is_resumed_only_by_its_key_and_billed_once_for_its_usage
     # The caller did not ask for usage: the gateway asks the upstream for it, to count the
     # key's tokens, and takes the usage chunk out again (resumed or not).
     sid = started_and_dropped(gw, prompt, after=10, tps="40", headers=owner)
-    assert resume(gw.url, f"/v1/streams/{sid}", f"{sid}:10", other).status == 404
+    foreign = resume(gw.url, f"/v1/streams/{sid}", f"{sid}:10", other)
+    unknown = resume(gw.url, "/v1/streams/" + "C" * 24, "C" * 24 + ":10", owner)
+    assert (foreign.status, foreign.data) == (404, unknown.data)  # another key: no oracle
     rest = read_n(resume(gw.url, f"/v1/streams/{sid}", f"{sid}:10", owner), None)
     assert rest[-1].data == "[DONE]"
     assert not [e for e in rest if e.data and '"usage":{' in e.data]
@@ -414,10 +427,16 @@ def test_the_sdks_read_a_resumable_stream_as_any_other(make_stack) -> None:
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=0)
     messages: list[Any] = [{"role": "user", "content": f"sdk {uuid.uuid4().hex}"}]
     chunks = client.chat.completions.create(
-        model="sim-small", messages=messages, stream=True, max_tokens=20, extra_headers=asked
-    )
+        model="sim-small", messages=messages, stream=True, max_tokens=20, extra_headers=asked,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
     assert chunks.response.headers["X-LLMGate-Resumable"].startswith("yes")
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    got = list(chunks)
+    text = "".join(c.choices[0].delta.content or "" for c in got if c.choices)
+    assert got[-1].usage is not None and got[-1].usage.completion_tokens == 20
+    # The gateway read its own numbered events: the log line has the answer's figures.
+    line = gw.logged(chunks.response.headers["X-LLMGate-Request-ID"])
+    assert line["tokens_out"] == 20 and line["ttft_ms"] is not None
     plain = client.chat.completions.create(model="sim-small", messages=messages, max_tokens=20)
     assert text == plain.choices[0].message.content
     responses = client.responses.create(model="sim-small", input=messages[0]["content"],
