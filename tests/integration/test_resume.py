@@ -546,3 +546,34 @@ def test_the_curl_example_of_docs_streams_runs_as_written(make_stack, tmp_path) 
     assert 0 < len(first) < 150 and rest[-1].data == "[DONE]"
     assert [e.id for e in first + rest] == [f"{sid}:{n}" for n in range(1, len(first + rest) + 1)]
     assert gw.sim_stats()["requests"] == 1
+
+
+# -- every door that streams ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("path", "body", "done"),
+    [
+        ("/v1/completions", {"prompt": "once upon", "max_tokens": 30}, "[DONE]"),
+        ("/v1/responses", {"input": "once upon", "max_output_tokens": 30}, None),
+    ],
+)
+def test_completions_and_responses_streams_resume_too(make_stack, path, body, done) -> None:
+    gw = resume_stack(make_stack)
+    fields = {"model": "sim-small", "stream": True, **body}
+    headers = {"Content-Type": "application/json", "X-LLMGate-Resumable": "true",
+               "x-sim-tps": "40"}  # fmt: skip
+    resp = http.request("POST", gw.url + path, body=json.dumps(fields).encode(),
+                        headers=headers, preload_content=False)  # fmt: skip
+    sid = resp.headers["X-LLMGate-Stream-ID"]
+    first = read_n(resp, 5)
+    drop(resp)
+    headers["Last-Event-ID"] = f"{sid}:5"
+    again = http.request("POST", gw.url + path, body=json.dumps(fields).encode(),
+                         headers=headers, preload_content=False)  # fmt: skip
+    rest = read_n(again, None)
+    events = first + rest
+    assert [e.id for e in events] == [f"{sid}:{n}" for n in range(1, len(events) + 1)]
+    if done is not None:
+        assert rest[-1].data == done
+    else:  # Responses: typed events, its own end
+        assert events[0].event == "response.created" and rest[-1].event == "response.completed"
+    assert gw.sim_stats()["requests"] == 1
