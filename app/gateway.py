@@ -11,7 +11,8 @@ and then tries the stages in turn, the first with an answer replying:
 
 An uncached call goes straight to its own flight. Each stage is a few lines over the package
 that does the work (app/cache/, app/streams/); what they learn goes to the call's ``Trace``,
-the one place tracing is attached (app/request/call.py).
+the one place tracing is attached (app/request/call.py). Resumable streams are app/resume/'s:
+a reconnect is answered there, and a stream that asks is logged as its reply begins.
 """
 
 from __future__ import annotations
@@ -174,10 +175,12 @@ class Gateway:
 
     def _read_body(self, call: Call) -> tuple[dict[str, Any], bytes, bool]:
         """The validated body, the bytes to forward, whether it streams."""
-        limits = self.settings
-        body = schema.parse_body(call.body, max_depth=limits.max_json_depth,
-                                 max_array_items=limits.max_json_array_items,
-                                 max_containers=limits.max_json_containers)  # fmt: skip
+        body = schema.parse_body(
+            call.body,
+            max_depth=self.settings.max_json_depth,
+            max_array_items=self.settings.max_json_array_items,
+            max_containers=self.settings.max_json_containers,
+        )
         schema.validate(call.route, body)
         model, path = schema.model_of(body), call.path.removeprefix("/v1")
         self.upstream.check_serves(model, call.route, path)

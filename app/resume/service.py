@@ -116,7 +116,8 @@ class Resumes:
         span = call.trace.span
         meta = Meta(call.route, call.trace.hide_usage,
                     None if span is None else span.inject({}).get("traceparent"))  # fmt: skip
-        lifetime_s = max(0.0, self.deadline_s - (time.monotonic() - flight.started))
+        # The stream may run until its deadline (LLMGATE_DEADLINE_S, from its flight's start).
+        lifetime_s = max(0.0, self.deadline_s - (self._clock() - flight.started))
         resumable = self.begin(flight, admitted, owner=owner_of(call), meta=meta,
                                lifetime_s=lifetime_s)  # fmt: skip
         if call.trace.grant is not None:
@@ -125,8 +126,8 @@ class Resumes:
 
     # -- a resume ---------------------------------------------------------------------------
     def is_resume(self, call: Call) -> bool:
-        """GET or DELETE /v1/streams/{id}; or, while resuming is on, a POST to a stream route with
-        Last-Event-ID (off, the header means nothing to us and the call goes on as ever)."""
+        """GET or DELETE /v1/streams/{id}; or, while resuming is on, a POST to a stream route
+        with Last-Event-ID (off, the header means nothing to us and the call goes on)."""
         if call.route == RESUME_ROUTE:
             return True
         return (self.enabled and call.method == "POST" and call.route in STREAM_ROUTES
