@@ -33,7 +33,7 @@ from .errors import (
 )
 from .policy import Deadline, ResumePolicy, RetryPolicy, Timeout
 from .result import Result
-from .resume import ASK_HEADER, Reconnector, offered_stream_id
+from .resume import ASK_HEADER, reconnector_for
 from .stream import ChatStream
 from .transport import AttemptTimeouts, Response, Transport
 
@@ -125,16 +125,13 @@ class Client:
         response, attempts = self._send(
             "POST", "chat/completions", body, spec, deadline, headers, stream=True
         )
-        kind = response.headers.get("content-type", "")
-        if "text/event-stream" not in kind:
-            response.abort()
-            raise APIResponseError(
-                f"expected an event stream, got {kind or 'no content type'!r}",
-                status=response.status,
-                request_id=response.headers.get("x-request-id"),
-                attempts=attempts,
-            )
-        resume = self._reconnector(response, spec, extra_headers)
+        error = response.not_an_event_stream(attempts)
+        if error is not None:
+            raise error
+        # How it resumes, when resuming is on and the gateway made it resumable.
+        headers = self._request_headers(False, True, extra_headers)  # the call's credentials
+        resume = reconnector_for(response, self._transport, self.endpoint.url("streams"),
+                                 headers, self.resume, spec, self._sleep, self._rand)  # fmt: skip
         return ChatStream(
             response, deadline=deadline, idle_timeout=spec.read, attempts=attempts, resume=resume
         )
@@ -242,24 +239,6 @@ class Client:
         if "model" not in body and self.model:
             body["model"] = self.model
         return self._json_call("POST", "chat/completions", body, None, None, batch_deadline)
-
-    def _reconnector(
-        self, response: Response, spec: Timeout, extra_headers: Mapping[str, str] | None
-    ) -> Reconnector | None:
-        """How this stream resumes, when resuming is on and the gateway made it resumable."""
-        stream_id = offered_stream_id(response.headers) if self.resume else None
-        if self.resume is None or stream_id is None:
-            return None
-        return Reconnector(
-            self._transport,
-            self.endpoint.url("streams"),
-            self._request_headers(False, True, extra_headers),  # the call's credentials
-            stream_id=stream_id,
-            timeout=spec,
-            policy=self.resume,
-            sleep=self._sleep,
-            rand=self._rand,
-        )
 
     def _timeout(self, override: float | Timeout | None) -> Timeout:
         return self.timeout if override is None else Timeout.from_value(override)

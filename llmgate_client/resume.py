@@ -25,7 +25,6 @@ from urllib.parse import quote
 
 from .errors import (
     APIConnectionError,
-    APIResponseError,
     APIStatusError,
     IncompleteStreamError,
     LLMGateError,
@@ -53,6 +52,25 @@ def event_number(event_id: str | None, stream_id: str) -> int | None:
     if owner != stream_id or not number.isdigit():
         return None
     return int(number)
+
+
+def reconnector_for(
+    response: Response,
+    transport: Transport,
+    url: str,
+    headers: Mapping[str, str],
+    policy: ResumePolicy | None,
+    timeout: Timeout,
+    sleep: Callable[[float], None],
+    rand: Callable[[], float],
+) -> Reconnector | None:
+    """How the stream of ``response`` resumes: None when resuming is off (``policy``) or
+    the gateway did not make it resumable."""
+    stream_id = offered_stream_id(response.headers) if policy is not None else None
+    if policy is None or stream_id is None:
+        return None
+    return Reconnector(transport, url, headers, stream_id=stream_id, timeout=timeout,
+                       policy=policy, sleep=sleep, rand=rand)  # fmt: skip
 
 
 class Reconnector:
@@ -137,11 +155,7 @@ class Reconnector:
             with contextlib.suppress(LLMGateError):  # the status alone still says enough
                 body = response.read_all(deadline, self._idle)
             return from_response(response.status, body, response.headers)
-        kind = response.headers.get("content-type", "")
-        if "text/event-stream" not in kind:
-            response.abort()
-            return APIResponseError(f"expected an event stream, got {kind or 'no content type'!r}")
-        return response
+        return response.not_an_event_stream() or response
 
 
 def _worth_retrying(error: LLMGateError) -> bool:

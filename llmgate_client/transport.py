@@ -30,7 +30,13 @@ from urllib3.exceptions import (
     SSLError,
 )
 
-from .errors import APIConnectionError, APITimeoutError, DeadlineExceeded, LLMGateError
+from .errors import (
+    APIConnectionError,
+    APIResponseError,
+    APITimeoutError,
+    DeadlineExceeded,
+    LLMGateError,
+)
 from .policy import Deadline
 
 _READ_SIZE = 65536
@@ -149,6 +155,20 @@ class Response:
         while chunk := self.read_chunk(deadline, idle):
             parts.append(chunk)
         return b"".join(parts)
+
+    def not_an_event_stream(self, attempts: int = 1) -> APIResponseError | None:
+        """The error when this response is not the event stream asked for (it is aborted
+        then); None when it is."""
+        kind = self.headers.get("content-type", "")
+        if "text/event-stream" in kind:
+            return None
+        self.abort()
+        return APIResponseError(
+            f"expected an event stream, got {kind or 'no content type'!r}",
+            status=self.status,
+            request_id=self.headers.get("x-request-id"),
+            attempts=attempts,
+        )
 
     def abort(self) -> None:
         """Close the socket without draining and give the (now empty) pool slot back."""

@@ -10,6 +10,7 @@
     node_breaker.py pure: which Memcached nodes to skip after a failure, and who probes
     discovery.py the Memcached nodes of a DNS name, re-resolved (dns+name:port)
     counters.py the per-key limit counters (app/tenancy/limits.py) in Memcached
+    log_store.py resumable streams' logs in Memcached (app/resume/)
     tiered.py   L1 in front of L2
     store.py    entries in and out of the tiers, the cross-process lease
 
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from app.core.config import Settings
 
 if TYPE_CHECKING:  # the package itself imports nothing heavy: its pure modules stay pure
+    from app.cache.log_store import LogStore
     from app.cache.memcached import MemcachedBackend
     from app.cache.memory import MemoryBackend
     from app.cache.store import AnswerCache
@@ -42,16 +44,17 @@ def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> An
     return AnswerCache(tiers, settings, shared=l2 is not None, metrics=metrics)
 
 
-def build_resume_store(settings: Settings) -> MemcachedBackend | MemoryBackend | None:
+def build_resume_store(settings: Settings) -> LogStore | MemoryBackend | None:
     """Where resumable streams' logs are kept (docs/streams.md): Memcached, so any worker of
     any instance can serve a resume; without it each worker's memory (a resume must then
     reach the same worker). None when resuming is off."""
     if settings.resume_window_s <= 0:
         return None
+    from app.cache.log_store import LogStore
     from app.cache.memory import MemoryBackend
 
     client = memcached_client(settings, "resume")
-    return client if client is not None else MemoryBackend(256 * 1024 * 1024, name="resume")
+    return LogStore(client) if client is not None else MemoryBackend(256 << 20, name="resume")
 
 
 def memcached_client(

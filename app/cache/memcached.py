@@ -233,12 +233,6 @@ class MemcachedBackend:
         validate_key(key)
         self._call([key], lambda: self._client.delete(key, noreply=False), _FAILED, force=force)
 
-    def touch(self, key: str, ttl: int) -> bool:
-        """Give ``key`` a new lifetime (the parts of a split value keep theirs)."""
-        validate_key(key)
-        ttl = clamp_ttl(ttl)
-        return bool(self._call([key], lambda: self._client.touch(key, ttl, noreply=False), False))
-
     def set_nodes(self, nodes: list[tuple[str, int]]) -> None:
         """Make the ring exactly ``nodes``: new ones join, missing ones leave with their
         connections closed. Consistent hashing moves only the keys of the nodes that changed."""

@@ -1,0 +1,31 @@
+"""Memcached as resumable streams' logs use it (app/resume/writer.py, reader.py): the
+backend's get, set and delete, and ``touch``, a new lifetime for each item of a log when its
+stream ends, sent through the backend's ``run`` as the limit counters send their commands
+(app/cache/counters.py). The parts of a value split for its size keep their own lifetime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.cache.backends import clamp_ttl
+from app.cache.memcached import MemcachedBackend
+
+
+class LogStore:
+    def __init__(self, backend: MemcachedBackend) -> None:
+        self.backend = backend
+
+    def get(self, key: str) -> bytes | None:
+        return self.backend.get(key)
+
+    def set(self, key: str, value: bytes, ttl: int) -> bool:
+        return self.backend.set(key, value, ttl)
+
+    def delete(self, key: str, *, force: bool = False) -> None:
+        self.backend.delete(key, force=force)
+
+    def touch(self, key: str, ttl: int) -> bool:
+        def command(client: Any) -> bool:
+            return bool(client.touch(key, clamp_ttl(ttl), noreply=False))
+
+        return self.backend.run([key], command, False)
