@@ -425,3 +425,15 @@ def test_the_architecture_page_draws_the_map_of_the_table() -> None:
     page = (ROOT / "docs" / "architecture.md").read_text("utf-8")
     expected = package_map()
     assert expected in page, f"docs/architecture.md's package map should read:\n{expected}"
+
+
+def test_modules_stay_small_enough_to_read() -> None:
+    """The bounds docs/architecture.md promises: no module of app/, the client or the wire
+    codec over 400 lines, and the orchestrator under 300."""
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for folder in ("app", "llmgate_client", "llmgate_wire")
+        for path in (ROOT / folder).rglob("*.py")
+    }
+    assert {name: n for name, n in sizes.items() if n > 400} == {}
+    assert sizes["app/gateway.py"] < 300
