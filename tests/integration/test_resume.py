@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import socket
+import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,8 @@ import urllib3
 
 from app.resume.record import ENDED, decode_chunk
 from llmgate_wire import sse
+from runner.stack import Stack, StackOptions
+from tests.conftest import require_binary
 from tests.integration.test_cluster import instance_metric
 from tests.support.keys_file import keys_toml
 from tests.support.memcached import memcached_get, memcached_keys
@@ -97,6 +102,28 @@ def resume(base: str, path: str, last: str, headers: dict[str, str] | None = Non
 
 def served_by(gw: StackHandle, name: str, **labels: str) -> list[float]:
     return [instance_metric(url, name, **labels) for url in gw.stack.app_urls]
+
+
+@pytest.fixture(scope="module")
+def make_stack(runs_dir: Path) -> Iterator[Callable[..., StackHandle]]:
+    """This module's stacks (tests/integration/conftest.py's make_stack, by the same rule),
+    stopped when the module is done: the variants here serve no other module, and every
+    stack a session keeps holds a dozen descriptors in the test process."""
+    mine: dict[str, StackHandle] = {}
+
+    def make(env: dict[str, str] | None = None, **options: Any) -> StackHandle:
+        key = repr((sorted((env or {}).items()), sorted(options.items())))
+        if key not in mine:
+            require_binary("nginx")
+            require_binary("memcached")
+            run_dir = Path(tempfile.mkdtemp(prefix="stack-", dir=runs_dir))
+            stack = Stack(StackOptions(run_dir=run_dir, env=dict(env or {}), **options))
+            mine[key] = StackHandle(stack.start())
+        return mine[key]
+
+    yield make
+    for handle in mine.values():
+        handle.stack.stop(graceful=False)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
+import selectors
 import subprocess
 import time
 from collections.abc import Callable
@@ -159,7 +159,7 @@ class DevTools:
     def _receive(self, deadline: float, method: str) -> dict:
         while b"\0" not in self._buffer:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._reader], [], [], left)[0]:
+            if left <= 0 or not _readable(self._reader, left):
                 raise TimeoutError(f"chromium did not answer {method}")
             chunk = os.read(self._reader, 1 << 20)
             if not chunk:
@@ -221,3 +221,11 @@ class DevTools:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"page never satisfied {expression}")
             time.sleep(0.25)
+
+
+def _readable(fd: object, seconds: float) -> bool:
+    """Whether ``fd`` has something to read within ``seconds``. A selector, not select(): in a
+    test process with over 1,024 descriptors open (a whole suite's stacks) select() raises."""
+    with selectors.DefaultSelector() as watch:
+        watch.register(fd, selectors.EVENT_READ)  # type: ignore[arg-type]
+        return bool(watch.select(seconds))

@@ -9,7 +9,7 @@ threads at once.
 from __future__ import annotations
 
 import collections
-import select
+import selectors
 import socket
 import ssl
 import subprocess
@@ -88,10 +88,15 @@ class TLSFront:
         self.versions[client.version() or "?"] += 1
         upstream = socket.create_connection(("127.0.0.1", self.target_port))
         upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A selector, not select(): a test process with over 1,024 descriptors open (a full
+        # suite's stacks) made select() raise "filedescriptor out of range".
+        watch = selectors.DefaultSelector()
+        watch.register(client, selectors.EVENT_READ)
+        watch.register(upstream, selectors.EVENT_READ)
         try:
             while not self._stopped.is_set():
                 if not client.pending():
-                    ready, _, _ = select.select([client, upstream], [], [], 0.5)
+                    ready = [key.fileobj for key, _ in watch.select(0.5)]
                 else:
                     ready = [client]
                 if client in ready:
@@ -107,6 +112,7 @@ class TLSFront:
         except (OSError, ssl.SSLError):
             return
         finally:
+            watch.close()
             client.close()
             upstream.close()
 
