@@ -1,0 +1,38 @@
+"""What Flask costs the floor: `python -m bench.floor_layers [--kinds stream,non-stream]
+[--callers 50] [--rounds 3]`.
+
+In turns, the stack with gunicorn serving bench/floor_app.py (Flask) and bench/floor_wsgi.py
+(the same relay as a bare WSGI callable), each measured as bench/ab.py measures a revision
+(issue 11's calls, CPU of the nginx and gunicorn trees per answered call after a warm-up).
+The difference is Flask's per-request machinery on a call of the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bench import ab
+from bench.ab import CALLS, Run, measure
+from bench.overhead import FLOOR_APP
+
+WSGI_APP = "bench.floor_wsgi:app"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.floor_layers", description=__doc__)
+    parser.add_argument("--kinds", default="stream,non-stream")
+    parser.add_argument("--callers", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    runs: list[Run] = []
+    for round_ in range(1, args.rounds + 1):
+        for kind in args.kinds.split(","):
+            for side, app in (("flask", FLOOR_APP), ("wsgi", WSGI_APP)):
+                run = measure(kind, args.callers, CALLS[kind], wsgi_app=app)
+                runs.append(Run(side, kind, run.cpu_ms, run.rps, run.errors))
+                print(f"round {round_}: {kind} {side} {run.cpu_ms:.3f} ms/call", flush=True)
+    print("\n".join(ab.summarize(runs, "flask", "wsgi")))
+
+
+if __name__ == "__main__":
+    main()
