@@ -133,6 +133,9 @@ class ChatStream:
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # best effort, maybe at interpreter teardown
+            # No DELETE from the garbage collector: no request from wherever a collection
+            # happens to run (the gateway stops a stream nobody resumed after its window).
+            self._resume = None
             self.close()
 
     # -- reading ------------------------------------------------------------------------

@@ -218,3 +218,15 @@ def test_a_stream_stopped_early_is_deleted_and_one_read_to_the_end_is_not() -> N
     assert [(r.path, r.headers["authorization"]) for r in deletes] == [
         (f"/v1/streams/{SID}", "Bearer sk-own")
     ]
+
+
+def test_a_stream_left_to_the_garbage_collector_sends_no_delete() -> None:
+    import gc
+
+    gateway = ResumableGateway(cut_at=0)
+    gateway.cut_at = len(gateway.wire)
+    with serve(gateway.app) as srv, Client(srv.url, "sk-own", model="m", resume=QUICK) as llm:
+        stream = llm.chat_stream("hi")  # begun, never read, never closed by its caller
+        del stream
+        gc.collect()
+    assert [r.method for r in gateway.requests] == ["POST"]
