@@ -51,7 +51,7 @@ class StoredStream:
         self.position = 0  # the number of the last event handed out
         self.after = after
         self.replayed = 0  # events after ``after`` that were in the log when the resume began
-        self._seen = 0  # events of the log read so far (handed out or skipped)
+        self._seen = 0  # events of the log read so far
         self._index = 0  # the chunk being read
         self._in_chunk = 0  # events of that chunk already read
         self._ready: deque[sse.Event] = deque()
