@@ -1,8 +1,9 @@
 """Where a gateway worker's CPU goes: py-spy on one gunicorn worker under a steady load.
 
-`python -m bench.profile [stream|chat] [--seconds 15] [--callers 32]` starts a `make run`-shaped
-stack with one worker and the cache off, keeps ``callers`` requests in flight (streams of 50
-events at 1,000 tokens/s, so the per-event path dominates, or 50 ms non-stream answers), and
+`python -m bench.profile [stream|chat|hit] [--seconds 15] [--callers 32]` starts a `make
+run`-shaped stack with one worker and the cache off, keeps ``callers`` requests in flight
+(streams of 50 events at 1,000 tokens/s, so the per-event path dominates, or 50 ms non-stream
+answers; ``hit``: the cache on, one stored answer given again from the worker's L1), and
 samples the worker with py-spy (``pip install py-spy``; not a requirement of the repository).
 It prints the worker's CPU per request, read from /proc, and the functions with the most
 samples, by their own time and with their callees. The raw samples stay in the run directory:
@@ -34,6 +35,9 @@ from runner.stack import Stack, StackOptions
 CALLS = {
     "stream": ({"stream": True, "max_tokens": 50}, {"x-sim-ttft-ms": "20", "x-sim-tps": "1000"}),
     "chat": ({"max_tokens": 16}, {"x-sim-ttft-ms": "50"}),
+    # A cache hit: one 50-token answer stored by the first call, every later call answered
+    # from the worker's L1 (cache on, no Memcached): issue 25's hits against the floor.
+    "hit": ({"max_tokens": 50, "temperature": 0}, {"x-sim-ttft-ms": "10"}),
 }
 
 
@@ -80,8 +84,9 @@ def main() -> None:
         case = Case(args.door, args.upstream, args.kind == "stream", fields["max_tokens"])
         request = translation.request(case, headers)
     else:
+        cache = "deterministic" if args.kind == "hit" else "off"
         stack = Stack(StackOptions(run_dir=run_dir, workers=1, memcached=False,
-                                   env={"LLMGATE_CACHE_MODE": "off"})).start()  # fmt: skip
+                                   env={"LLMGATE_CACHE_MODE": cache})).start()  # fmt: skip
         body = {"model": "sim-model", "messages": [{"role": "user", "content": "p"}], **fields}
         request = loadgen.request_bytes("/v1/chat/completions", body, headers)
     try:
