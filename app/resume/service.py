@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from urllib.parse import parse_qs
 
 from app.cache.keys import tenant_of
 from app.cache.policy import STATUS_HEADER
@@ -178,7 +179,7 @@ class Resumes:
             return None
         if last is not None:  # the id the caller last saw must be of this stream
             return parsed if parsed is not None and parsed[0] == stream_id else None
-        after = ids.parse_after(_query_value(call.query, "after"))
+        after = ids.parse_after(parse_qs(call.query).get("after", [None])[0])
         return None if after is None else (stream_id, after)
 
     def _counted_at_end(
@@ -249,14 +250,6 @@ class Resumes:
         if self.metrics is not None:
             self.metrics.resumable_streams.labels(result).inc()
         return result
-
-
-def _query_value(query: str, name: str) -> str | None:
-    for part in query.split("&"):
-        key, _, value = part.partition("=")
-        if key == name:
-            return value
-    return None
 
 
 @dataclass(frozen=True)

@@ -604,3 +604,22 @@ def test_completions_and_responses_streams_resume_too(make_stack, path, body, do
     else:  # Responses: typed events, its own end
         assert events[0].event == "response.created" and rest[-1].event == "response.completed"
     assert gw.sim_stats()["requests"] == 1
+
+
+def test_the_after_query_names_the_events_the_caller_has(make_stack) -> None:
+    gw = resume_stack(make_stack)
+    resp = open_stream(gw.url, chat_body(f"after {uuid.uuid4().hex}"),
+                       {"X-LLMGate-Resumable": "true", "x-sim-tps": "400"})  # fmt: skip
+    sid = resp.headers["X-LLMGate-Stream-ID"]
+    whole = read_n(resp, None)
+    assert len(whole) == EVENTS
+
+    def ids_after(query: str) -> list[str | None]:
+        got = http.request("GET", f"{gw.url}/v1/streams/{sid}{query}", preload_content=False)
+        assert got.status == 200, got.data
+        return [e.id for e in read_n(got, None)]
+
+    assert ids_after("?after=5") == [e.id for e in whole[5:]]
+    assert ids_after("?after=") == ids_after("") == [e.id for e in whole]
+    bad = http.request("GET", f"{gw.url}/v1/streams/{sid}?after=x")
+    assert bad.status == 404 and json.loads(bad.data)["error"]["code"] == "stream_not_found"
