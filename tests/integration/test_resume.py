@@ -623,3 +623,28 @@ def test_the_after_query_names_the_events_the_caller_has(make_stack) -> None:
     assert ids_after("?after=") == ids_after("") == [e.id for e in whole]
     bad = http.request("GET", f"{gw.url}/v1/streams/{sid}?after=x")
     assert bad.status == 404 and json.loads(bad.data)["error"]["code"] == "stream_not_found"
+
+
+def test_many_callers_at_once_over_instances_each_resume_their_own_stream_once(cluster) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    gw = cluster
+    calls = gw.sim_stats()["requests"]
+    tag = uuid.uuid4().hex
+
+    def drop_and_resume(k: int) -> tuple[str, str]:
+        prompt = f"many {tag} {k}"
+        sid = started_and_dropped(gw, prompt, after=5 + k % 20, tps="40")
+        rest = read_n(resume(gw.url, f"/v1/streams/{sid}", f"{sid}:{5 + k % 20}"), None)
+        seen = [e.id for e in rest]
+        assert seen == [f"{sid}:{n}" for n in range(6 + k % 20, EVENTS + 1)], (k, seen)
+        return prompt, sid
+
+    with ThreadPoolExecutor(12) as pool:
+        done = list(pool.map(drop_and_resume, range(12)))
+    assert len({sid for _, sid in done}) == 12  # each caller its own stream
+    stats = gw.sim_stats()
+    assert stats["requests"] - calls == 12  # one upstream call each, none repeated
+    assert stats["streams_abandoned"] == 0  # every answer was read to its end
+    # Both instances took part, for the streams and for the resumes.
+    assert all(n > 0 for n in served_by(gw, "llmgate_resumes_total", outcome="resumed"))
