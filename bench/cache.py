@@ -25,7 +25,7 @@ import urllib3
 
 from bench import loadgen, machine, proctree
 from bench.loadgen import pct
-from bench.overhead import FLOOR_APP
+from bench.overhead_paths import FLOOR_APP
 from bench.relay import percentile, run_many, sim_stats
 from bench.report import Cell, Check, Config, Section
 from runner.stack import Stack, StackOptions

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 from bench import loadgen, plots, proctree
-from bench.overhead import sizing
+from bench.overhead_paths import sizing
 from bench.report import Cell, Check, Config, Plot, Section
 from runner.stack import Stack, StackOptions
 from tests.support.calls import ManyStreams, chat_body, raw_chat_request
