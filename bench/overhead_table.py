@@ -294,11 +294,11 @@ def draw(cfg: Config, out: list[Measured], by: dict[tuple[str, int, str], Measur
     )
     against = plots.save(fig, cfg.out_dir / "overhead-callers.png")
 
-    fig, ax = plots.figure(10, 4)
+    fig, ax = plots.figure(12, 4)
     labels, values, colors = [], [], []
     for m in out:
         if m.cpu_ms is not None:
-            labels.append(f"{m.kind}\n{m.callers} {m.path}")
+            labels.append(f"{m.kind}\n{m.callers}\n{m.path}")
             values.append(m.cpu_ms)
             colors.append(plots.color(m.path))
     ax.bar(range(len(values)), values, color=colors)
