@@ -164,21 +164,22 @@ def measure(
     host, port = route.url.removeprefix("http://").split(":")
     request = kind.request(route.headers)
     pids = [p for root in route.roots for p in proctree.tree(root)]
-    cache = [p for root in route.memcached for p in proctree.tree(root)]
+    memcached = [p for root in route.memcached for p in proctree.tree(root)]
     cfg.progress(f"overhead: {kind.name}, {callers} callers, {path}")
     # Opened: what the simulator accepted meanwhile (only this path runs). Held: what the
     # path's own processes hold to it, from the OS: the simulator's open count also moves
     # when another path's idle connections time out (nginx-only closes its after 15 s,
     # keepalive_timeout in nginx/llmgate.conf.template).
     sim_port = int(sim_url.rsplit(":", 1)[1])
-    cpu0, cache0 = proctree.cpu_s(pids), proctree.cpu_s(cache)
+    cpu0, memcached0 = proctree.cpu_s(pids), proctree.cpu_s(memcached)
     accepted0, open0 = sim_accepted(sim_url), proctree.connections_to(pids, sim_port)
     others = machine.Others(ours)
     result = loadgen.run(host, int(port), request, callers, count)
     others_share = others.share()
     # What the tree burns with no call (timers, heartbeats of its own) is not per request.
     cpu = proctree.cpu_s(pids) - cpu0 - idle.get(path, 0.0) * result.wall
-    cache_cpu = proctree.cpu_s(cache) - cache0 - idle.get(f"{path} memcached", 0.0) * result.wall
+    memcached_idle = idle.get(f"{path} memcached", 0.0) * result.wall
+    memcached_cpu = proctree.cpu_s(memcached) - memcached0 - memcached_idle
     accepted, still_open = sim_accepted(sim_url), proctree.connections_to(pids, sim_port)
     opened = accepted - accepted0
     closed = opened - (still_open - open0)
@@ -193,7 +194,7 @@ def measure(
         opened / done * 1000 if upstream else None,
         others_share,
         closed / done * 1000 if upstream else None,
-        cache_cpu / done * 1000 if cache else None,
+        memcached_cpu / done * 1000 if memcached else None,
     )
 
 
