@@ -58,6 +58,18 @@ def request(door: str, stream: bool, headers: dict[str, str]) -> bytes:
     return loadgen.request_bytes(path, {**body, "stream": stream}, {**extra, **headers})
 
 
+def write_keys(directory: Path, secret: str) -> Path:
+    """A keys file with one key, ``secret``, whose per-key limits are far above any bench's
+    load (so the limits are counted on every call and never refuse one); its path."""
+    keys = directory / "keys.toml"
+    keys.write_text(
+        f'[[keys]]\nname = "bench"\nsha256 = "{hash_key(secret)}"\n'
+        "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
+        "tokens_per_day = 1000000000\nmax_streams = 100000\n"
+    )
+    return keys
+
+
 Address = tuple[str, int]
 
 
@@ -121,12 +133,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000, help="calls per case at 10")
     args = parser.parse_args()
     side("features off", {}, {}, args)
-    keys = Path(tempfile.mkdtemp(prefix="llmgate-compare-keys-")) / "keys.toml"
-    keys.write_text(
-        f'[[keys]]\nname = "bench"\nsha256 = "{hash_key(SECRET)}"\n'
-        "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
-        "tokens_per_day = 1000000000\nmax_streams = 100000\n"
-    )
+    keys = write_keys(Path(tempfile.mkdtemp(prefix="llmgate-compare-keys-")), SECRET)
     try:
         side("features on", {"LLMGATE_KEYS_FILE": str(keys)},
              {"Authorization": f"Bearer {SECRET}"}, args)  # fmt: skip

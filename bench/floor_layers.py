@@ -13,7 +13,7 @@ import argparse
 
 from bench import ab
 from bench.ab import CALLS, Run, measure
-from bench.overhead import FLOOR_APP
+from bench.overhead_paths import FLOOR_APP
 
 WSGI_APP = "bench.floor_wsgi:app"
 

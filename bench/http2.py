@@ -35,7 +35,8 @@ import httpx2
 from bench import http2_table as table
 from bench import machine, proctree
 from bench.http2_table import H1, H2, KEPT, NEW, Stream, Wave
-from bench.overhead import kinds, sizing
+from bench.overhead import kinds
+from bench.overhead_paths import sizing
 from bench.report import Config, Section
 from runner.stack import Stack, StackOptions
 

@@ -39,6 +39,7 @@ COLORS = {
     "nginx-only": "tab:green",
     "floor": "tab:gray",
     "gateway": "tab:orange",
+    "gateway+keys": "tab:red",
 }
 
 
