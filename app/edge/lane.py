@@ -77,12 +77,17 @@ def _send(
             headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
             headers.append(("Content-Length", str(len(body))))
             body = [body]
-        start_response(f"{status} {HTTP_STATUS_CODES.get(status, 'UNKNOWN')}", headers)
+        start_response(_status_line(status), headers)
         return Held(body, ticket.release)
     # 1xx, 204, 304 or a Location: Werkzeug's Response, as Flask's view sends it.
     response = to_response(reply, body if isinstance(body, bytes) else iter(body))
     response.response = Held(response.response, ticket.release)  # type: ignore[arg-type]
     return response(environ, start_response)
+
+
+def _status_line(status: int) -> str:
+    """The status line as Werkzeug writes it (its reason phrase in capitals)."""
+    return f"{status} {HTTP_STATUS_CODES.get(status, 'unknown').upper()}"
 
 
 def _rewritten(reply: Reply) -> bool:
