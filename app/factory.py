@@ -17,6 +17,7 @@ from flask import Flask
 from app.cache import build_answer_cache, build_resume_store
 from app.core.admission import Gate, Limits
 from app.core.config import Settings, SettingsError
+from app.edge import lane
 from app.edge.routes import STARTED, api, register_error_handlers, register_operator_guard
 from app.edge.status_data import history_sample, status_document
 from app.edge.status_history import DIRECTORY, History, record
@@ -67,6 +68,9 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     app.register_blueprint(status_page)
     register_error_handlers(app)
     register_operator_guard(app)
+    # The API's calls past Flask's per-request machinery (app/edge/lane.py): the last
+    # wrapper, so it sees every request first.
+    lane.install(app)
     _log_to_stderr()
     return app
 

@@ -57,10 +57,13 @@ class Run:
     errors: int
 
 
-def measure(kind: str, callers: int, calls: int, wsgi_app: str = "") -> Run:
+def measure(
+    kind: str, callers: int, calls: int, wsgi_app: str = "", env: dict[str, str] | None = None
+) -> Run:
     """One run in this directory's tree (the revision's: `python -m` puts it first on the
     path): its stack, warm-up, measurement. ``wsgi_app``: another app in the gateway's
-    place (bench/floor.py; only in a tree whose runner knows the option)."""
+    place (bench/floor.py; only in a tree whose runner knows the option); ``env``: more of
+    the stack's environment."""
     from bench import loadgen, proctree
     from runner.stack import Stack, StackOptions
 
@@ -68,7 +71,7 @@ def measure(kind: str, callers: int, calls: int, wsgi_app: str = "") -> Run:
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-ab-"))
     cache = "deterministic" if kind.startswith("hit") else "off"
     resumable = kind.endswith("-resumable")
-    env = {"LLMGATE_CACHE_MODE": cache}
+    env = {"LLMGATE_CACHE_MODE": cache, **(env or {})}
     if resumable:
         env["LLMGATE_RESUME_WINDOW_S"] = "30"
     options = StackOptions(run_dir=run_dir, workers=2, memcached=resumable, env=env)

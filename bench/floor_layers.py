@@ -1,10 +1,12 @@
-"""What Flask costs the floor: `python -m bench.floor_layers [--kinds stream,non-stream]
-[--callers 50] [--rounds 3]`.
+"""What Flask's per-request machinery costs the floor: `python -m bench.floor_layers [--kinds
+stream,non-stream] [--callers 50] [--rounds 3]`.
 
-In turns, the stack with gunicorn serving bench/floor_app.py (Flask) and bench/floor_wsgi.py
-(the same relay as a bare WSGI callable), each measured as bench/ab.py measures a revision
-(issue 11's calls, CPU of the nginx and gunicorn trees per answered call after a warm-up).
-The difference is Flask's per-request machinery on a call of the floor.
+In turns, the stack with gunicorn serving bench/floor_app.py through Flask's view
+(``LLMGATE_FLOOR_LANE=0``) and through its lane (the default: the call answered from the
+WSGI environ, as the gateway's app/edge/lane.py answers its API calls), each measured as
+bench/ab.py measures a revision (issue 11's calls, CPU of the nginx and gunicorn trees per
+answered call after a warm-up). The difference is what Flask's contexts, routing, Request
+and Response cost a call of the floor: what the lane saves.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from bench import ab
 from bench.ab import CALLS, Run, measure
 from bench.overhead_paths import FLOOR_APP
 
-WSGI_APP = "bench.floor_wsgi:app"
+SIDES = {"flask": {"LLMGATE_FLOOR_LANE": "0"}, "lane": {}}
 
 
 def main() -> None:
@@ -27,11 +29,11 @@ def main() -> None:
     runs: list[Run] = []
     for round_ in range(1, args.rounds + 1):
         for kind in args.kinds.split(","):
-            for side, app in (("flask", FLOOR_APP), ("wsgi", WSGI_APP)):
-                run = measure(kind, args.callers, CALLS[kind], wsgi_app=app)
+            for side, env in SIDES.items():
+                run = measure(kind, args.callers, CALLS[kind], wsgi_app=FLOOR_APP, env=env)
                 runs.append(Run(side, kind, run.cpu_ms, run.rps, run.errors))
                 print(f"round {round_}: {kind} {side} {run.cpu_ms:.3f} ms/call", flush=True)
-    print("\n".join(ab.summarize(runs, "flask", "wsgi")))
+    print("\n".join(ab.summarize(runs, "flask", "lane")))
 
 
 if __name__ == "__main__":

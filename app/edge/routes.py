@@ -7,12 +7,10 @@ anything unexpected (500, logged with its traceback, never sent to the caller).
 from __future__ import annotations
 
 import base64
-import dataclasses
 import logging
 import math
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import cast
 
@@ -21,12 +19,11 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTo
 
 from app.core import errors
 from app.core.admission import Held, Ticket
-from app.edge.finish import finish
+from app.edge.calls import API_ROUTES, answer
 from app.edge.readiness import drain_requested, readiness
 from app.edge.status_data import status_document
 from app.gateway import Gateway
-from app.request.call import Call, Reply, Trace, error_reply
-from app.request.paths import forwarded_path
+from app.request.call import Reply, error_reply
 from app.tenancy.keyring import same_secret
 
 log = logging.getLogger("llmgate")
@@ -35,18 +32,7 @@ log = logging.getLogger("llmgate")
 STARTED = float(os.environ.get("LLMGATE_STARTED_AT") or time.time())
 api = Blueprint("api", __name__)
 
-_ROUTES = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "responses",
-    "/v1/messages": "messages",
-    "/v1/messages/count_tokens": "count_tokens",
-}
 _FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-# No OpenAI-style API path or query comes near this; a longer one is refused here rather than
-# sent upstream (nginx refuses request lines above its 8 KiB buffers itself, also as JSON).
-MAX_TARGET_BYTES = 4096
 # The endpoints we serve ourselves accept only these; the catch-all must not forward others.
 _METHODS = {
     "/v1/chat/completions": ["GET", "POST"],
@@ -71,7 +57,7 @@ def _gateway() -> Gateway:
 @api.route("/v1/messages/count_tokens", methods=_METHODS["/v1/messages/count_tokens"])
 def api_call() -> Response:
     # GET on chat/completions and responses lists stored objects upstream: forwarded as is.
-    route = _ROUTES[request.path] if request.method == "POST" else "passthrough"
+    route = API_ROUTES[request.path] if request.method == "POST" else "passthrough"
     return _forward(route)
 
 
@@ -92,51 +78,16 @@ def passthrough(rest: str = "") -> Response:
 
 
 def _forward(route: str) -> Response:
-    gateway = _gateway()
-    call = Call(
-        route=route,
-        method=request.method,
-        path=request.path,
-        query=request.query_string.decode("latin-1"),
-        headers=list(request.headers.items()),
-        body=b"",
-        client_socket=request.environ.get("gunicorn.socket"),
-        trace=Trace(request_id=_request_id()),
-        admission=current_app.extensions["llmgate.admission"].ticket(),
+    ticket = current_app.extensions["llmgate.admission"].ticket()
+    reply, body = answer(
+        route,
+        request.environ,
+        request.path,
+        _gateway(),
+        ticket,
+        current_app.config["MAX_CONTENT_LENGTH"],
     )
-    try:
-        target = len(request.path) + len(call.query)
-        if target > MAX_TARGET_BYTES:
-            raise errors.URITooLong(
-                f"Request URL is too long ({target} bytes; at most {MAX_TARGET_BYTES})."
-            )
-        # Confined to /v1 and encoded again (app/request/paths.py): the path goes upstream as data.
-        call = dataclasses.replace(call, path=forwarded_path(call.path))
-        # Who is calling comes first, from the headers: a stranger's body is never read, and
-        # its 401 leaves while it is still sending it (app/edge/worker.py then closes the
-        # connection rather than read the rest; docs/security.md).
-        caller = gateway.identify(call)
-        body = _read_body(current_app.config["MAX_CONTENT_LENGTH"])
-        call = dataclasses.replace(call, body=body)
-        reply = gateway.handle(call, caller)
-    except errors.GatewayError as exc:
-        call.trace.gateway_failed()
-        reply = error_reply(exc, route)
-    except HTTPException as exc:
-        call.trace.gateway_failed()
-        reply = error_reply(_translate(exc), route)
-    except Exception:
-        # A bug of ours: the caller gets a JSON 500, the log gets the traceback, and the
-        # request is still counted and logged like every other.
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        call.trace.gateway_failed()
-        reply = error_reply(errors.GatewayError("Internal gateway error."), route)
-    return _release_when_closed(
-        lambda: to_response(
-            *finish(call, reply, gateway.settings, gateway.metrics, gateway.prices)
-        ),
-        call.admission,
-    )
+    return _release_when_closed(lambda: to_response(reply, body), ticket)
 
 
 def _release_when_closed(respond: Callable[[], Response], ticket: Ticket) -> Response:
@@ -151,43 +102,6 @@ def _release_when_closed(respond: Callable[[], Response], ticket: Ticket) -> Res
     # The body is bytes: to_response builds it from a Reply.
     response.response = Held(cast(Iterable[bytes], response.response), ticket.release)
     return response
-
-
-def _request_id() -> str:
-    """The caller's (or nginx's) X-Request-ID when it is sane, else a new one."""
-    given = request.headers.get("X-Request-ID", "")
-    if 0 < len(given) <= 128 and given.isprintable() and " " not in given:
-        return given
-    return uuid.uuid4().hex
-
-
-_CUT_SHORT = "The request body was cut short: the connection closed before all of it arrived."
-
-
-def _read_body(limit: int) -> bytes:
-    """The whole body, refusing more than ``limit`` bytes with or without Content-Length
-    (a chunked upload has none, and Werkzeug would cut it short silently), and a body cut
-    short: nginx passes bodies on as they arrive, so a caller that leaves mid-upload ends
-    the body early here, and part of a body must not be taken for the whole."""
-    declared = request.content_length
-    if declared is not None and declared > limit:
-        raise RequestEntityTooLarge()
-    stream = request.environ["wsgi.input"]
-    parts: list[bytes] = []
-    size = 0
-    try:
-        while chunk := stream.read(min(65536, limit + 1 - size)):
-            parts.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise RequestEntityTooLarge()
-    except OSError as exc:
-        # gunicorn's NoMoreData: the connection ended inside a chunked body.
-        raise errors.BadRequest(_CUT_SHORT, code="incomplete_body") from exc
-    if declared is not None and size < declared:
-        # A body of known length that ended early reads as a short one, without an error.
-        raise errors.BadRequest(_CUT_SHORT, code="incomplete_body")
-    return b"".join(parts)
 
 
 def to_response(reply: Reply, body: bytes | Iterator[bytes] | None = None) -> Response:
@@ -327,7 +241,9 @@ def register_error_handlers(app: Flask) -> None:
 def _door() -> str:
     """The route whose error shape a request outside the views gets (a 404 or 405 under
     /v1/messages is answered as Anthropic answers it)."""
-    return _ROUTES.get(request.path, "messages" if request.path.startswith("/v1/messages/") else "")
+    return API_ROUTES.get(
+        request.path, "messages" if request.path.startswith("/v1/messages/") else ""
+    )
 
 
 def _translate(exc: HTTPException) -> errors.GatewayError:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.floor import FLOOR_APP
 from tests.support.bodies import chat
 
@@ -51,17 +53,19 @@ def test_with_the_cache_on_the_floor_app_answers_a_repeat_from_its_worker(make_s
     assert floor.sim_stats()["requests"] == 4
 
 
-def test_the_bare_wsgi_floor_relays_as_the_flask_floor_does(make_stack) -> None:
-    # bench/floor_layers.py's other side: the same relay without Flask, the same answers.
-    from bench.floor_layers import WSGI_APP
-
-    floor = make_stack(memcached=False, wsgi_app=WSGI_APP, env={"LLMGATE_CACHE_MODE": "off"})
+@pytest.mark.parametrize("lane", ["1", "0"])
+def test_the_floor_answers_alike_through_its_lane_and_through_flask(make_stack, lane) -> None:
+    # bench/floor_layers.py's two sides: the same relay around Flask's machinery or through
+    # it, the same answers (a whole one with its length, not chunked).
+    env = {"LLMGATE_CACHE_MODE": "off", "LLMGATE_FLOOR_LANE": lane}
+    floor = make_stack(memcached=False, wsgi_app=FLOOR_APP, env=env)
     floor.sim_reset()
     stream = floor.post("/v1/chat/completions", chat(True, max_tokens=5))
     assert stream.status == 200 and stream.data.endswith(b"data: [DONE]\n\n")
     assert stream.headers["Content-Type"].startswith("text/event-stream")
     whole = floor.post("/v1/chat/completions", chat(max_tokens=5))
     assert whole.status == 200 and json.loads(whole.data)["choices"]
+    assert whole.headers["Content-Length"] == str(len(whole.data))
     failed = floor.post("/v1/chat/completions", chat(max_tokens=5), headers={"x-sim-fault": "503"})
     assert failed.status == 503  # the caller's headers reach the simulator
     assert floor.sim_stats()["requests"] == 3

@@ -1,0 +1,94 @@
+"""The hot routes' lane: API calls served straight from the WSGI environ, past Flask's
+per-request machinery, in the same Flask app.
+
+A POST to one of the API's own endpoints (chat, completions, embeddings, responses,
+messages, count_tokens; the exact path) is answered here, before Flask builds its request
+and app contexts, its Request, routes it and wraps the answer in a Response: the same
+``answer`` as Flask's view (app/edge/calls.py), written to the server as it is. Everything
+else (other methods, paths, the operator's endpoints, errors of routing) goes through Flask
+as before. Installed as Flask documents middleware, by wrapping ``app.wsgi_app``.
+
+What the lane skips, and why nothing needs it on these calls (docs/performance.md, "The
+hot routes' lane"): ``before_request``/``after_request`` hooks (the only one, the operator
+guard, covers other paths), Flask's signals and the session (none used), the request and
+app contexts (the gateway never reads them: app/layers.toml lets only the edge and factory
+import Flask), routing (an exact path and method pick the route), and Werkzeug's Response
+(the headers go out as the reply has them; the statuses whose body or headers HTTP
+constrains, 1xx, 204 and 304, and a Location header still take Werkzeug's Response).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from flask import Flask
+from werkzeug.http import HTTP_STATUS_CODES
+
+from app.core.admission import Held, Ticket
+from app.edge.calls import API_ROUTES, answer
+from app.edge.routes import to_response
+from app.request.call import Reply
+
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+# Headers Werkzeug's Response rewrites (an IRI made a URI): such an answer takes it.
+_REWRITTEN = frozenset({"location", "content-location"})
+
+
+def install(app: Flask) -> None:
+    """Serve the hot routes in the lane; anything else goes to Flask's own ``wsgi_app``."""
+    flask_app: WSGIApp = app.wsgi_app
+
+    def wsgi_app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        route = API_ROUTES.get(path)
+        if route is None or environ["REQUEST_METHOD"] != "POST":
+            return flask_app(environ, start_response)
+        ticket = app.extensions["llmgate.admission"].ticket()
+        reply, body = answer(
+            route,
+            environ,
+            path,
+            app.extensions["llmgate"],
+            ticket,
+            app.config["MAX_CONTENT_LENGTH"],
+        )
+        try:
+            return _send(reply, body, ticket, environ, start_response)
+        except BaseException:
+            ticket.release()
+            raise
+
+    app.wsgi_app = wsgi_app  # type: ignore[method-assign]
+
+
+def _send(
+    reply: Reply,
+    body: bytes | Iterable[bytes],
+    ticket: Ticket,
+    environ: dict[str, Any],
+    start_response: StartResponse,
+) -> Iterable[bytes]:
+    status = reply.status
+    if status >= 200 and status not in (204, 304) and not _rewritten(reply):
+        headers = reply.headers
+        if isinstance(body, bytes):
+            headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+            headers.append(("Content-Length", str(len(body))))
+            body = [body]
+        start_response(_status_line(status), headers)
+        return Held(body, ticket.release)
+    # 1xx, 204, 304 or a Location: Werkzeug's Response, as Flask's view sends it.
+    response = to_response(reply, body if isinstance(body, bytes) else iter(body))
+    response.response = Held(response.response, ticket.release)  # type: ignore[arg-type]
+    return response(environ, start_response)
+
+
+def _status_line(status: int) -> str:
+    """The status line as Werkzeug writes it (its reason phrase in capitals)."""
+    return f"{status} {HTTP_STATUS_CODES.get(status, 'unknown').upper()}"
+
+
+def _rewritten(reply: Reply) -> bool:
+    return any(k.lower() in _REWRITTEN for k, _ in reply.headers)
