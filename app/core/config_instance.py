@@ -139,6 +139,15 @@ class InstanceSettings:
         "kept, the page charts only what it polls itself.",
     )
 
+    log_requests: bool = setting(
+        "LLMGATE_LOG_REQUESTS",
+        True,
+        "One JSON line per request on stderr (its outcome, timings, usage and cost: the "
+        "receipt to match with the provider's invoice; docs/observability.md). Off: no line "
+        "is built or written, for a deployment that keeps nginx's access log and the metrics "
+        "only; the benchmark's features-off row runs so.",
+    )
+
     log_prompts: bool = setting(
         "LLMGATE_LOG_PROMPTS",
         False,

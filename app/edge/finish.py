@@ -230,15 +230,16 @@ def _record(
     cost = price.cost(facts.usage) if price is not None and billed and facts.usage else None
     if metrics is not None:
         _count(metrics, call, reply, facts, outcome, duration, ttft, usage)
-    line = _line(call, reply, facts, outcome, duration, ttft, usage)
-    # The receipt: the provider's usage as it sent it, its price and the table's version,
-    # to be matched with the provider's invoice by upstream_request_id.
-    line["usage"] = facts.usage.sent if billed and facts.usage is not None else None
-    line["cost_usd"] = None if cost is None else usd(cost)
-    line["prices_version"] = None if prices is None else prices.version
-    if settings.log_prompts:
-        line["request_body"] = call.body.decode("utf-8", errors="replace")
-    log.info(json.dumps(line, separators=(",", ":")))
+    if settings.log_requests:
+        line = _line(call, reply, facts, outcome, duration, ttft, usage)
+        # The receipt: the provider's usage as it sent it, its price and the table's version,
+        # to be matched with the provider's invoice by upstream_request_id.
+        line["usage"] = facts.usage.sent if billed and facts.usage is not None else None
+        line["cost_usd"] = None if cost is None else usd(cost)
+        line["prices_version"] = None if prices is None else prices.version
+        if settings.log_prompts:
+            line["request_body"] = call.body.decode("utf-8", errors="replace")
+        log.info(json.dumps(line, separators=(",", ":")))
     if trace.span is not None:
         _end_span(trace.span, call, reply, facts, outcome, ttft, usage)
 

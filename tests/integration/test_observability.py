@@ -214,3 +214,19 @@ def test_metrics_endpoint_is_prometheus_text(gw) -> None:
     assert resp.headers["Content-Type"].startswith("text/plain")
     names = {family.name for family in text_string_to_metric_families(resp.data.decode())}
     assert {"llmgate_requests", "llmgate_ttft_seconds", "llmgate_active_streams"} <= names
+
+
+def test_with_request_lines_off_no_line_is_written_and_the_metrics_still_count(make_stack):
+    # LLMGATE_LOG_REQUESTS=false (the benchmark's features-off row): not one JSON line per
+    # request, while the metrics and nginx's access log still see every call.
+    gw = make_stack(env={"LLMGATE_LOG_REQUESTS": "false"}, memcached=False)
+    ids = [f"quiet-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    gw.post("/v1/chat/completions", chat("a"), headers={"X-Request-ID": ids[0]})
+    gw.post("/v1/chat/completions", chat("b", stream=True), headers={"X-Request-ID": ids[1]})
+    gw.post("/v1/chat/completions", b"{", headers={"X-Request-ID": ids[2]})
+    time.sleep(0.3)
+    assert [ln for ln in gw.log_records() if ln.get("request_id") in ids] == []
+    counted = gw.http.request("GET", gw.url + "/metrics").data.decode()
+    assert 'route="chat",status="200"} 2.0' in counted and 'status="400"} 1.0' in counted
+    access = (gw.stack.options.run_dir / "nginx" / "logs" / "access.log").read_text()
+    assert all(i in access for i in ids)
