@@ -249,7 +249,10 @@ def warm_up(cfg: Config, kind: Kind, callers: int, path: str, route: Route, sim_
 def run(cfg: Config) -> Section:
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-bench-overhead-"))
     options = StackOptions(
-        run_dir=run_dir, memcached=False, workers=2, env={"LLMGATE_CACHE_MODE": "off"}
+        run_dir=run_dir,
+        memcached=False,
+        workers=2,
+        env={"LLMGATE_CACHE_MODE": "off", "LLMGATE_LOG_REQUESTS": "false"},
     )
     try:
         with overhead_paths.started(cfg, run_dir, options) as paths:

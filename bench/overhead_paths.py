@@ -8,8 +8,10 @@
                   counted in Memcached; the caller sends that key
 
 Every path reaches the one simulator the gateway's stack starts, so the upstream's own cost
-is the same for all. The JSON log line and the metrics are always on in the gateway; what
-gateway+keys adds is the key's check and its limits' grant and settlement in Memcached.
+is the same for all. The gateway runs with its metrics on and its JSON line per request off
+(LLMGATE_LOG_REQUESTS=false: issue 25's "keys, limits and logs off"); gateway+keys as in
+production: the line on, and the key's check and its limits' grant and settlement in
+Memcached.
 A path's CPU is that of its ``roots``' process trees (nginx, gunicorn); Memcached's is
 counted apart (``memcached``), as it would run on another machine in a cluster.
 """
@@ -95,7 +97,7 @@ def started(cfg: Config, run_dir: Path, options: StackOptions) -> Iterator[Paths
                 run_dir=run_dir / "keys",
                 upstream_url=upstream,
                 memcached=True,
-                env={**options.env, "LLMGATE_KEYS_FILE": str(keys)},
+                env={**options.env, "LLMGATE_KEYS_FILE": str(keys), "LLMGATE_LOG_REQUESTS": "true"},
             )
         )
         # nginx-only sized as the gateway's nginx, so the two differ by the app alone.

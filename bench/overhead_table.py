@@ -115,8 +115,9 @@ def section(cfg: Config, out: list[Measured], settings: dict) -> Section:
             "gateway: cache off, no keys file. gateway+keys: the same gateway with its features "
             "on: a keys file with one key whose per-key limits (requests and tokens per minute, "
             "tokens per day, open streams) are far above the load, so every call is checked "
-            "and counted in Memcached and none refused; the callers send that key. The JSON "
-            "log line and the metrics are always on, in both. Its CPU ms/req counts nginx and "
+            "and counted in Memcached and none refused; the callers send that key. The metrics "
+            "are on in both; the JSON line per request is off in gateway "
+            "(LLMGATE_LOG_REQUESTS=false) and on in gateway+keys. Its CPU ms/req counts nginx and "
             "gunicorn as for the others; Memcached's own CPU is not in it (it is in "
             "Memcached CPU ms/req, less its idle use).",
             "CPU ms/req: utime + stime of the path's process tree (nginx master and workers; "
