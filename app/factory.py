@@ -31,6 +31,7 @@ from app.tenancy.keyring import KeysFileError
 from app.tenancy.limits import Counters, MemoryCounters
 from app.tenancy.prices import PriceTable
 from app.upstream import catalog as upstreams
+from app.upstream import header_parse
 from app.upstream.breaker import BreakerPolicy
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Upstream
@@ -40,6 +41,8 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     environ = os.environ if environ is None else environ
     settings = settings or Settings.from_env(environ)
     specs, prices = load_upstreams(settings, environ)
+    # The upstream answers' headers parsed without the email package (same messages).
+    header_parse.install()
     app = Flask("llmgate")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]

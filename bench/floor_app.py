@@ -11,9 +11,11 @@ it is a measuring stick, never something to deploy.
 
 It makes the gateway's choices inside the shape, so the ratio of the two stays honest: a
 POST to /v1/chat/completions takes the same kind of lane as the gateway's API calls
-(app/edge/lane.py), answered from the WSGI environ around Flask's per-request machinery;
-with ``LLMGATE_FLOOR_LANE=0`` it goes through Flask's view instead (`python -m
-bench.floor_layers` measures the two: what that machinery costs a call).
+(app/edge/lane.py), answered from the WSGI environ around Flask's per-request machinery, and
+the upstream's headers are parsed as the gateway parses them (app/upstream/header_parse.py).
+``LLMGATE_FLOOR_LANE=0`` sends the call through Flask's view instead, and
+``LLMGATE_FLOOR_HEADERS=email`` leaves http.client's own header parser in place: `python -m
+bench.floor_layers` measures what each choice saves a call.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import urllib3
 from flask import Flask, Response, request
 from werkzeug.datastructures import EnvironHeaders
 from werkzeug.http import HTTP_STATUS_CODES
+
+from app.upstream import header_parse
 
 app = Flask(__name__)
 _UPSTREAM = os.environ["LLMGATE_UPSTREAM_URL"].rstrip("/")
@@ -109,5 +113,7 @@ def _lane(flask_app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[b
     return wsgi_app
 
 
+if os.environ.get("LLMGATE_FLOOR_HEADERS", "") != "email":
+    header_parse.install()
 if os.environ.get("LLMGATE_FLOOR_LANE", "1") != "0":
     app.wsgi_app = _lane(app.wsgi_app)  # type: ignore[method-assign]

@@ -1,12 +1,13 @@
-"""What Flask's per-request machinery costs the floor: `python -m bench.floor_layers [--kinds
+"""What each of the floor's choices saves it: `python -m bench.floor_layers [--kinds
 stream,non-stream] [--callers 50] [--rounds 3]`.
 
-In turns, the stack with gunicorn serving bench/floor_app.py through Flask's view
-(``LLMGATE_FLOOR_LANE=0``) and through its lane (the default: the call answered from the
-WSGI environ, as the gateway's app/edge/lane.py answers its API calls), each measured as
-bench/ab.py measures a revision (issue 11's calls, CPU of the nginx and gunicorn trees per
-answered call after a warm-up). The difference is what Flask's contexts, routing, Request
-and Response cost a call of the floor: what the lane saves.
+In turns, the stack with gunicorn serving bench/floor_app.py three ways: through Flask's view
+with http.client's own header parser (``flask``), through its lane (``lane``: the call
+answered from the WSGI environ, as the gateway's app/edge/lane.py answers its API calls), and
+with the lane and the upstream's headers parsed as the gateway parses them (``lane+headers``,
+app/upstream/header_parse.py; the floor's default). Each is measured as bench/ab.py measures
+a revision (issue 11's calls, CPU of the nginx and gunicorn trees per answered call after a
+warm-up); the summaries compare each side with the one before.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from bench import ab
 from bench.ab import CALLS, Run, measure
 from bench.overhead_paths import FLOOR_APP
 
-SIDES = {"flask": {"LLMGATE_FLOOR_LANE": "0"}, "lane": {}}
+# Each side adds one of the floor's choices to the one before (bench/floor_app.py).
+SIDES = {
+    "flask": {"LLMGATE_FLOOR_LANE": "0", "LLMGATE_FLOOR_HEADERS": "email"},
+    "lane": {"LLMGATE_FLOOR_HEADERS": "email"},
+    "lane+headers": {},
+}
 
 
 def main() -> None:
@@ -34,6 +40,7 @@ def main() -> None:
                 runs.append(Run(side, kind, run.cpu_ms, run.rps, run.errors))
                 print(f"round {round_}: {kind} {side} {run.cpu_ms:.3f} ms/call", flush=True)
     print("\n".join(ab.summarize(runs, "flask", "lane")))
+    print("\n".join(ab.summarize(runs, "lane", "lane+headers")))
 
 
 if __name__ == "__main__":

@@ -53,11 +53,14 @@ def test_with_the_cache_on_the_floor_app_answers_a_repeat_from_its_worker(make_s
     assert floor.sim_stats()["requests"] == 4
 
 
-@pytest.mark.parametrize("lane", ["1", "0"])
-def test_the_floor_answers_alike_through_its_lane_and_through_flask(make_stack, lane) -> None:
-    # bench/floor_layers.py's two sides: the same relay around Flask's machinery or through
-    # it, the same answers (a whole one with its length, not chunked).
-    env = {"LLMGATE_CACHE_MODE": "off", "LLMGATE_FLOOR_LANE": lane}
+@pytest.mark.parametrize("side", ["flask", "lane", "lane+headers"])
+def test_the_floor_answers_alike_each_way_it_can_be_measured(make_stack, side) -> None:
+    # bench/floor_layers.py's sides: the same relay through Flask's machinery or around it,
+    # with http.client's header parser or the gateway's, the same answers (a whole one with
+    # its length, not chunked).
+    from bench.floor_layers import SIDES
+
+    env = {"LLMGATE_CACHE_MODE": "off", **SIDES[side]}
     floor = make_stack(memcached=False, wsgi_app=FLOOR_APP, env=env)
     floor.sim_reset()
     stream = floor.post("/v1/chat/completions", chat(True, max_tokens=5))
