@@ -1,0 +1,108 @@
+"""The pymemcache clients the Memcached backend (app/cache/memcached.py) runs on: a connection
+that never survives an interrupted command, and a hash ring whose nodes can leave for good.
+
+- pymemcache cleans up a connection only on ``Exception``: ``Client`` closes its socket in
+  ``except Exception`` (client/base.py ``_fetch_cmd``/``_store_cmd``/``_misc_cmd``) and the
+  pool's ``get_and_release(destroy_on_fail=True)`` handles only ``Exception`` (pool.py).
+  A ``gevent.Timeout`` or ``GreenletExit`` mid-reply leaves the unread reply on an open
+  socket and the client stuck in the pool's "used" list forever (after ``max_pool_size`` such
+  interruptions the node's pool refuses every call). ``GuardedClient`` closes its socket on
+  any ``BaseException`` and marks itself poisoned; the backend then destroys it from its
+  pool. It is never used again, so no caller can read another caller's reply.
+- Node health is the backend's, not HashClient's: ``GuardedClient`` turns ``OSError`` and
+  unexpected closes into ``NodeFailure``, which HashClient re-raises untouched with
+  ``ignore_exc=False``, so its own dead-node machinery never engages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pymemcache.client.base import Client
+from pymemcache.client.hash import HashClient
+from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
+
+T = TypeVar("T")
+
+
+class NodeFailure(MemcacheError):
+    """The node could not be reached or dropped the connection (not an OSError on purpose)."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(f"memcached node {node} failed")
+        self.node = node
+
+
+def node_name(server: Any) -> str:
+    # The same spelling HashClient uses for its ring (client/hash.py _make_client_key).
+    if isinstance(server, list | tuple) and len(server) == 2:
+        return f"{server[0]}:{server[1]}"
+    return str(server)
+
+
+class GuardedClient(Client):
+    """A pymemcache ``Client`` that never survives an interrupted command."""
+
+    poisoned = False
+
+    def _guard(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return call(*args, **kwargs)
+        except (OSError, MemcacheUnexpectedCloseError) as exc:
+            self.close()
+            raise NodeFailure(node_name(self.server)) from exc
+        except Exception:
+            raise  # pymemcache already closed the socket (base.py `except Exception`)
+        except BaseException:
+            # gevent.Timeout, GreenletExit, KeyboardInterrupt: the request may be half
+            # sent or its reply unread. Nothing may read this socket again.
+            self.poisoned = True
+            self.close()
+            raise
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().get, *args, **kwargs)
+
+    def get_many(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().get_many, *args, **kwargs)
+
+    def set(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().set, *args, **kwargs)
+
+    def set_many(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().set_many, *args, **kwargs)
+
+    def add(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().add, *args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().delete, *args, **kwargs)
+
+    def delete_many(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().delete_many, *args, **kwargs)
+
+    def incr(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().incr, *args, **kwargs)
+
+    def decr(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().decr, *args, **kwargs)
+
+    def touch(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().touch, *args, **kwargs)
+
+
+class GuardedHashClient(HashClient):
+    client_class = GuardedClient  # PooledClient builds its connections from this class
+
+    def drop_server(self, server: tuple[str, int]) -> None:
+        """Take a node out of the ring for good. HashClient's own ``remove_server`` only
+        marks it dead (it comes back after ``dead_timeout``) and raises KeyError for a node
+        that never failed (client/hash.py)."""
+        key = self._make_client_key(server)
+        self.hasher.remove_node(key)
+        self._failed_clients.pop(server, None)
+        self._dead_clients.pop(server, None)
+        client = self.clients.pop(key, None)
+        if client is not None:
+            client.close()
