@@ -1,5 +1,5 @@
 """The pymemcache clients the Memcached backend (app/cache/memcached.py) runs on: a connection
-that never survives an interrupted command, and a hash ring whose nodes can leave for good.
+that never survives an interrupted command, and a hash ring that can pipeline.
 
 - pymemcache cleans up a connection only on ``Exception``: ``Client`` closes its socket in
   ``except Exception`` (client/base.py ``_fetch_cmd``/``_store_cmd``/``_misc_cmd``) and the
@@ -12,6 +12,10 @@ that never survives an interrupted command, and a hash ring whose nodes can leav
 - Node health is the backend's, not HashClient's: ``GuardedClient`` turns ``OSError`` and
   unexpected closes into ``NodeFailure``, which HashClient re-raises untouched with
   ``ignore_exc=False``, so its own dead-node machinery never engages.
+- pymemcache sends one command and waits for its reply before the next. ``pipeline`` writes
+  several commands at once and reads their replies after, through pymemcache's public
+  ``raw_command``: the batch ends with the meta no-op ``mn`` (Memcached 1.6 and later), whose
+  ``MN`` line marks the last reply, so the batch is one round trip however long it is.
 """
 
 from __future__ import annotations
@@ -21,9 +25,17 @@ from typing import Any, TypeVar
 
 from pymemcache.client.base import Client
 from pymemcache.client.hash import HashClient
-from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
+from pymemcache.exceptions import (
+    MemcacheClientError,
+    MemcacheError,
+    MemcacheServerError,
+    MemcacheUnexpectedCloseError,
+    MemcacheUnknownError,
+)
 
 T = TypeVar("T")
+
+_END = b"MN\r\n"  # the reply of the meta no-op that ends every pipeline
 
 
 class NodeFailure(MemcacheError):
@@ -91,6 +103,9 @@ class GuardedClient(Client):
     def touch(self, *args: Any, **kwargs: Any) -> Any:
         return self._guard(super().touch, *args, **kwargs)
 
+    def raw_command(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().raw_command, *args, **kwargs)
+
 
 class GuardedHashClient(HashClient):
     client_class = GuardedClient  # PooledClient builds its connections from this class
@@ -106,3 +121,19 @@ class GuardedHashClient(HashClient):
         client = self.clients.pop(key, None)
         if client is not None:
             client.close()
+
+    def pipeline(self, key: str, commands: list[bytes]) -> list[bytes]:
+        """``commands``, each with its CRLFs and all on ``key``'s node, sent in one write; their
+        replies, one line each (so storage, ``incr``/``decr``, ``touch``; never a ``get``).
+        An error reply raises, as pymemcache's own commands do."""
+        client = self._get_client(key)
+        reply = client.raw_command(b"".join(commands) + b"mn", _END)
+        lines = reply.split(b"\r\n")[:-1]  # every reply line ends with CRLF
+        for line in lines:
+            if line.startswith((b"ERROR", b"CLIENT_ERROR")):
+                raise MemcacheClientError(line)
+            if line.startswith(b"SERVER_ERROR"):
+                raise MemcacheServerError(line)
+        if len(lines) != len(commands):
+            raise MemcacheUnknownError(f"{len(lines)} replies to {len(commands)} commands")
+        return lines

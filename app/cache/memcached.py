@@ -185,6 +185,12 @@ class MemcachedBackend:
             validate_key(key)
         return self._call(keys, lambda: commands(self._client), failed)
 
+    def node_of(self, key: str) -> str | None:
+        """The node ``key`` lives on (None while the ring is empty): the commands of one
+        ``run`` that go to one node can be pipelined (``GuardedHashClient.pipeline``)."""
+        node: str | None = self._client.hasher.get_node(key)
+        return node
+
     # -- storing ----------------------------------------------------------------------------
     def _store(self, key: str, value: bytes, ttl: int, *, only_if_absent: bool) -> bool:
         validate_key(key)
