@@ -12,6 +12,10 @@ that never survives an interrupted command, and a hash ring that can pipeline.
 - Node health is the backend's, not HashClient's: ``GuardedClient`` turns ``OSError`` and
   unexpected closes into ``NodeFailure``, which HashClient re-raises untouched with
   ``ignore_exc=False``, so its own dead-node machinery never engages.
+- pymemcache's ring (``RendezvousHash``) scores every node for every key with a pure-Python
+  murmur3, about 10 us a node, and a command looks its key up twice (the backend's breaker
+  and HashClient); a call's limit counters asked it a dozen times for the same few keys.
+  ``RememberedRing`` keeps each key's node until a node joins or leaves.
 - pymemcache sends one command and waits for its reply before the next. ``pipeline`` writes
   several commands at once and reads their replies after, through pymemcache's public
   ``raw_command``: the batch ends with the meta no-op ``mn`` (Memcached 1.6 and later), whose
@@ -25,6 +29,7 @@ from typing import Any, TypeVar
 
 from pymemcache.client.base import Client
 from pymemcache.client.hash import HashClient
+from pymemcache.client.rendezvous import RendezvousHash
 from pymemcache.exceptions import (
     MemcacheClientError,
     MemcacheError,
@@ -51,6 +56,35 @@ def node_name(server: Any) -> str:
     if isinstance(server, list | tuple) and len(server) == 2:
         return f"{server[0]}:{server[1]}"
     return str(server)
+
+
+class RememberedRing(RendezvousHash):
+    """pymemcache's rendezvous hashing, the same node for every key, each key's remembered
+    (up to ``KEEP`` keys, then all forgotten at once) until the ring changes."""
+
+    KEEP = 4096
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._nodes_of: dict[str, str] = {}
+
+    def add_node(self, node: str) -> None:
+        super().add_node(node)
+        self._nodes_of = {}
+
+    def remove_node(self, node: str) -> None:
+        super().remove_node(node)
+        self._nodes_of = {}
+
+    def get_node(self, key: str) -> str | None:
+        node = self._nodes_of.get(key)
+        if node is None:
+            node = super().get_node(key)
+            if node is not None:  # an empty ring is not remembered
+                if len(self._nodes_of) >= self.KEEP:
+                    self._nodes_of = {}
+                self._nodes_of[key] = node
+        return node
 
 
 class GuardedClient(Client):

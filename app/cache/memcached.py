@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pymemcache.exceptions import MemcacheError
 
 from app.cache.backends import check_value, clamp_ttl, validate_key
-from app.cache.guarded_client import GuardedHashClient, NodeFailure, node_name
+from app.cache.guarded_client import GuardedHashClient, NodeFailure, RememberedRing, node_name
 from app.cache.node_breaker import NodeBreaker
 from app.core.reasons import reason
 
@@ -102,6 +102,7 @@ class MemcachedBackend:
         self.part_bytes = part_bytes
         self._client = GuardedHashClient(
             self.nodes,
+            hasher=RememberedRing,
             serde=_BytesSerde(),
             connect_timeout=connect_timeout,
             timeout=timeout,
