@@ -36,7 +36,12 @@ def test_a_remembered_key_is_not_hashed_again_and_an_empty_ring_is_not_remembere
     ring.add_node("10.0.0.1:11211")
     hashed = []
     score = ring.hash_function
-    ring.hash_function = lambda text: hashed.append(text) or score(text)
+
+    def counted(text: str) -> int:
+        hashed.append(text)
+        return score(text)
+
+    ring.hash_function = counted
     assert ring.get_node(KEYS[0]) == "10.0.0.1:11211"
     assert ring.get_node(KEYS[0]) == "10.0.0.1:11211"
     assert len(hashed) == 1

@@ -103,7 +103,12 @@ def test_a_chunk_with_a_null_usage_is_not_parsed(monkeypatch) -> None:
     each is told apart by its bytes, not by parsing it (a JSON parse per event)."""
     parsed = []
     real = json.loads
-    monkeypatch.setattr(json, "loads", lambda text: parsed.append(text) or real(text))
+
+    def loads(text):
+        parsed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(json, "loads", loads)
     chunk = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":null}\n\n'
     assert usage_chunk(chunk) is None and parsed == []
     said = b'data: {"id":"c","choices":[],"usage":{"total_tokens":3},"x":"\\"usage\\":null"}\n\n'
