@@ -12,8 +12,11 @@ callers, per answered call.
 The calls are issue 11's: a stream of 200 ms to the first token then 50 tokens at 100
 tokens/s, and a non-stream answer after 50 ms (cache off); and cache hits (``hit``,
 ``hit-stream``): one 50-token answer stored by the warm-up, then served from the worker's L1
-(no Memcached) to every call; and ``stream-resumable``, the stream asking to be resumable
-(docs/streams.md) on a stack with Memcached. Read the result as the mean of each side with
+(no Memcached) to every call; ``stream-resumable``, the stream asking to be resumable
+(docs/streams.md) on a stack with Memcached; and ``non-stream-keys``, ``stream-keys``: the
+first two with a gateway key whose limits are counted in Memcached (bench/compare.py's
+"features on": requests and tokens a minute, tokens a day, concurrent streams), limits too
+high to refuse anything. Read the result as the mean of each side with
 every run listed: on a 2-core VM runs of one tree spread by about ±5 %, so a difference
 smaller than that is noise, whatever its sign.
 """
@@ -21,6 +24,7 @@ smaller than that is noise, whatever its sign.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import statistics
@@ -44,8 +48,15 @@ KINDS = {
         {"x-sim-ttft-ms": "200", "x-sim-tps": "100", "X-LLMGate-Resumable": "true"},
     ),
 }
+# The same calls with a gateway key (the suffix -keys): its limits, counted in Memcached.
+KINDS["stream-keys"], KINDS["non-stream-keys"] = KINDS["stream"], KINDS["non-stream"]
+KEY_SECRET = "llmg-bench-ab-secret"
+KEY_LIMITS = (
+    "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
+    "tokens_per_day = 1000000000\nmax_streams = 100000\n"
+)
 CALLS = {"stream": 700, "non-stream": 3000, "hit": 8000, "hit-stream": 6000,
-         "stream-resumable": 700}  # fmt: skip
+         "stream-resumable": 700, "stream-keys": 700, "non-stream-keys": 3000}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -70,11 +81,17 @@ def measure(
     fields, headers = KINDS[kind]
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-ab-"))
     cache = "deterministic" if kind.startswith("hit") else "off"
-    resumable = kind.endswith("-resumable")
+    resumable, keys = kind.endswith("-resumable"), kind.endswith("-keys")
     env = {"LLMGATE_CACHE_MODE": cache, **(env or {})}
     if resumable:
         env["LLMGATE_RESUME_WINDOW_S"] = "30"
-    options = StackOptions(run_dir=run_dir, workers=2, memcached=resumable, env=env)
+    if keys:
+        digest = hashlib.sha256(KEY_SECRET.encode()).hexdigest()
+        keys_file = run_dir / "keys.toml"
+        keys_file.write_text(f'[[keys]]\nname = "ab"\nsha256 = "{digest}"\n{KEY_LIMITS}')
+        env["LLMGATE_KEYS_FILE"] = str(keys_file)
+        headers = {**headers, "Authorization": f"Bearer {KEY_SECRET}"}
+    options = StackOptions(run_dir=run_dir, workers=2, memcached=resumable or keys, env=env)
     if wsgi_app:
         options.wsgi_app = wsgi_app
     stack = Stack(options).start()

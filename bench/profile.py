@@ -14,13 +14,15 @@ conclusions).
 of bench/translation.py's stack instead, whose upstreams file has one upstream of each kind
 (one worker here too): the profile of a translated call beside its pass-through's.
 ``--gil`` samples only while the worker holds the GIL (py-spy's own option): the samples
-then follow its Python CPU rather than its waits.
+then follow its Python CPU rather than its waits. ``--keys``: the calls carry a gateway key
+with bench.ab's limits, counted in Memcached (bench.ab's ``-keys`` kinds).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import shutil
 import subprocess
 import tempfile
@@ -28,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench import loadgen, proctree, translation
+from bench import ab, loadgen, proctree, translation
 from bench.translation_table import Case
 from runner.stack import Stack, StackOptions
 
@@ -73,6 +75,7 @@ def main() -> None:
     parser.add_argument("--upstream", choices=("openai", "anthropic", "gemini"))
     parser.add_argument("--door", choices=("chat", "messages"), default="chat")
     parser.add_argument("--gil", action="store_true", help="py-spy --gil")
+    parser.add_argument("--keys", action="store_true", help="a gateway key with limits")
     args = parser.parse_args()
     py_spy = shutil.which("py-spy")
     if py_spy is None:
@@ -85,8 +88,15 @@ def main() -> None:
         request = translation.request(case, headers)
     else:
         cache = "deterministic" if args.kind == "hit" else "off"
-        stack = Stack(StackOptions(run_dir=run_dir, workers=1, memcached=False,
-                                   env={"LLMGATE_CACHE_MODE": cache})).start()  # fmt: skip
+        env = {"LLMGATE_CACHE_MODE": cache}
+        if args.keys:
+            keys = run_dir / "keys.toml"
+            digest = hashlib.sha256(ab.KEY_SECRET.encode()).hexdigest()
+            keys.write_text(f'[[keys]]\nname = "ab"\nsha256 = "{digest}"\n{ab.KEY_LIMITS}')
+            env["LLMGATE_KEYS_FILE"] = str(keys)
+            headers = {**headers, "Authorization": f"Bearer {ab.KEY_SECRET}"}
+        stack = Stack(StackOptions(run_dir=run_dir, workers=1, memcached=args.keys,
+                                   env=env)).start()  # fmt: skip
         body = {"model": "sim-model", "messages": [{"role": "user", "content": "p"}], **fields}
         request = loadgen.request_bytes("/v1/chat/completions", body, headers)
     try:

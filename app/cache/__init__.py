@@ -6,7 +6,8 @@
     chunks.py   pure: completion -> stream events
     backends.py the Backend contract (bytes in, bytes out, every failure a miss)
     memory.py   L1: per-worker LRU bounded in bytes
-    memcached.py L2: pymemcache HashClient over the Memcached pool (the only pymemcache user)
+    memcached.py L2: pymemcache HashClient over the Memcached pool
+    guarded_client.py the pymemcache clients L2 runs on: guarded connections, pipelines
     node_breaker.py pure: which Memcached nodes to skip after a failure, and who probes
     discovery.py the Memcached nodes of a DNS name, re-resolved (dns+name:port)
     counters.py the per-key limit counters (app/tenancy/limits.py) in Memcached

@@ -6,26 +6,47 @@ nothing reads it as a cached answer (nor an answer as a counter). Memcached's ``
 ``decr`` are atomic on the node, which is what makes a limit hold across processes: each
 call takes its share with one ``incr`` and sees the count its share made.
 
-- ``incr`` on a missing item fails (NOT_FOUND) rather than creating it, so a counter is
-  created with ``add`` of ``0`` and its TTL, then incremented. Of two processes creating it
-  at once, one ``add`` fails and both increments count.
+- A call's counts go together: the commands for one node are written at once and their
+  replies read after (``GuardedHashClient.pipeline``, app/cache/guarded_client.py), one
+  round trip however many limits the key has. Each command is still atomic on its own; only
+  the waiting is shared.
+- ``incr`` on a missing item fails (NOT_FOUND) rather than creating it, so the missing
+  counters of a batch (the first call of a window) are created with ``add`` of ``0`` and
+  their TTL, then incremented: a second round trip, once per counter and window. Of two
+  processes creating one at once, one ``add`` fails and both increments count.
 - ``decr`` stops at 0 (Memcached's rule, which ``MemoryCounters`` copies), and may leave the
   number space-padded: a read strips it.
-- ``renew`` is one ``touch`` more: the stream slots' counter never rolls over, so each start
-  gives it its whole TTL again (app/tenancy/limits.py ``streams``).
+- ``renew`` is a ``touch`` after the ``incr``, in the same batch: the stream slots' counter
+  never rolls over, so each start gives it its whole TTL again (app/tenancy/limits.py
+  ``streams``).
 
-The commands of one call run together through the Memcached client (app/cache/memcached.py
+The batch for a node runs through the Memcached client (app/cache/memcached.py
 ``MemcachedBackend.run``): one connection, the node skipped while it is down, every failure
-counted in the client's stats. The app factory gives the counters a client of their own,
-on the cache's nodes with its timeouts.
+counted in the client's stats; a node down leaves the counts on the others counted. The app
+factory gives the counters a client of their own, on the cache's nodes with its timeouts.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, Protocol
 
 from app.cache.backends import clamp_ttl
 from app.cache.memcached import FLAG_COUNTER, MemcachedBackend
+
+
+class CountLike(Protocol):
+    """app/tenancy/limits.py's ``Count``, by its shape (the cache does not import tenancy)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def delta(self) -> int: ...
+    @property
+    def ttl(self) -> int: ...
+    @property
+    def renew(self) -> bool: ...
 
 
 class MemcachedCounters:
@@ -34,30 +55,21 @@ class MemcachedCounters:
     def __init__(self, memcached: MemcachedBackend) -> None:
         self.memcached = memcached
 
-    def incr(self, key: str, delta: int, ttl: int, *, renew: bool = False) -> int | None:
-        """Add ``delta`` to the counter ``key``, created at 0 to live ``ttl`` seconds when
-        absent (``renew``: an existing counter's TTL starts again). The new value, or None
-        when its node cannot be reached (counted)."""
-
-        def commands(mc: Any) -> int | None:
-            value = mc.incr(key, delta, noreply=False)
-            if value is None:  # NOT_FOUND: create it; a racing creator's add just fails
-                mc.add(key, b"0", expire=clamp_ttl(ttl), noreply=False, flags=FLAG_COUNTER)
-                value = mc.incr(key, delta, noreply=False)
-            elif renew:
-                mc.touch(key, expire=clamp_ttl(ttl), noreply=False)
-            return None if value is None else int(value)
-
-        return self.memcached.run([key], commands, None)
-
-    def decr(self, key: str, delta: int) -> int | None:
-        """Take ``delta`` off the counter (Memcached stops at 0); None on failure."""
-
-        def commands(mc: Any) -> int | None:
-            value = mc.decr(key, delta, noreply=False)
-            return 0 if value is None else int(value)
-
-        return self.memcached.run([key], commands, None)
+    def apply(self, counts: Sequence[CountLike]) -> list[int | None]:
+        """Each count's new value, in order (0 for a ``decr`` of a counter that is gone);
+        None for the counts on a node that cannot be reached (counted)."""
+        by_node: dict[str | None, list[int]] = {}
+        for i, count in enumerate(counts):
+            by_node.setdefault(self.memcached.node_of(count.key), []).append(i)
+        values: list[int | None] = [None] * len(counts)
+        for indices in by_node.values():
+            batch = [counts[i] for i in indices]
+            found = self.memcached.run(
+                [c.key for c in batch], partial(_on_node, counts=batch), None
+            )
+            for i, value in zip(indices, found or [None] * len(indices), strict=True):
+                values[i] = value
+        return values
 
     def read(self, keys: list[str]) -> dict[str, int] | None:
         """The counters that exist among ``keys``; None when a node cannot be reached."""
@@ -74,3 +86,47 @@ class MemcachedCounters:
 
     def close(self) -> None:
         self.memcached.close()
+
+
+def _on_node(mc: Any, counts: list[CountLike]) -> list[int | None]:
+    """The counts of one node: one round trip, and one more when a counter must be made."""
+    commands = []
+    for count in counts:
+        key = count.key.encode()
+        verb = b"incr" if count.delta >= 0 else b"decr"
+        commands.append(b"%s %s %d\r\n" % (verb, key, abs(count.delta)))
+        if count.renew and count.delta >= 0:
+            commands.append(b"touch %s %d\r\n" % (key, clamp_ttl(count.ttl)))
+    replies = iter(mc.pipeline(counts[0].key, commands))
+    values: list[int | None] = []
+    missing = []
+    for i, count in enumerate(counts):
+        value = _number(next(replies))
+        if count.renew and count.delta >= 0:
+            next(replies)  # TOUCHED, or NOT_FOUND when the incr found nothing either
+        if value is None and count.delta >= 0:
+            missing.append(i)
+        values.append(0 if value is None and count.delta < 0 else value)
+    if missing:
+        for i, value in zip(missing, _create(mc, [counts[i] for i in missing]), strict=True):
+            values[i] = value
+    return values
+
+
+def _create(mc: Any, counts: list[CountLike]) -> list[int | None]:
+    """Make the missing counters at 0 with their TTL (``add``: a racing creator's fails) and
+    add their deltas; None for one gone again at once (evicted), as a failure."""
+    commands = []
+    for count in counts:
+        key = count.key.encode()
+        commands.append(b"add %s %d %d 1\r\n0\r\n" % (key, FLAG_COUNTER, clamp_ttl(count.ttl)))
+        commands.append(b"incr %s %d\r\n" % (key, count.delta))
+    replies = mc.pipeline(counts[0].key, commands)
+    return [_number(replies[i]) for i in range(1, len(replies), 2)]
+
+
+def _number(reply: bytes) -> int | None:
+    """An ``incr``/``decr`` reply: the new value, or None for NOT_FOUND."""
+    if reply == b"NOT_FOUND":
+        return None
+    return int(reply)  # anything else is not a count: ValueError, the batch failed

@@ -1,6 +1,7 @@
 """The shared cache level: Memcached nodes through pymemcache's HashClient. Fails open.
 
-The only module that talks to pymemcache (app/layers.toml); the limit counters
+With app/cache/guarded_client.py, the only module that talks to pymemcache (app/layers.toml),
+whose clients it runs; the limit counters
 (app/cache/counters.py) send their commands through it too (``run``). Built in the worker
 after gevent patched ``socket`` and ``threading``; no socket opens before the first command.
 What pymemcache does not give us, and how it is handled here (docs/stack-notes.md):
@@ -15,17 +16,11 @@ What pymemcache does not give us, and how it is handled here (docs/stack-notes.m
   the part count, total length and a BLAKE2b digest. The part keys depend on the content, so
   two writers of one key never mix their parts; a missing or mismatching part is a miss.
 - Node health is ours, not HashClient's (what its own would do: app/cache/node_breaker.py).
-  Our client turns ``OSError`` and unexpected closes into ``_NodeFailure`` (which HashClient
-  re-raises untouched with ``ignore_exc=False``), so its machinery never engages; a
-  ``NodeBreaker`` skips a failed node for ``dead_timeout`` seconds, then lets one probe.
-- pymemcache cleans up a connection only on ``Exception``: ``Client`` closes its socket in
-  ``except Exception`` (client/base.py ``_fetch_cmd``/``_store_cmd``/``_misc_cmd``) and the
-  pool's ``get_and_release(destroy_on_fail=True)`` handles only ``Exception`` (pool.py).
-  A ``gevent.Timeout`` or ``GreenletExit`` mid-reply leaves the unread reply on an open
-  socket and the client stuck in the pool's "used" list forever (after ``max_pool_size`` such
-  interruptions the node's pool refuses every call). Our client closes its socket on any
-  ``BaseException`` and marks itself poisoned; the backend then destroys it from its pool.
-  It is never used again, so no caller can read another caller's reply.
+  Our client (app/cache/guarded_client.py) turns ``OSError`` and unexpected closes into
+  ``NodeFailure``; a ``NodeBreaker`` skips a failed node for ``dead_timeout`` seconds, then
+  lets one probe.
+- A command interrupted mid-reply (``gevent.Timeout``) poisons its connection; the backend
+  destroys it from its pool (app/cache/guarded_client.py says why pymemcache does not).
 - ``max_pool_size`` raises instead of waiting: a semaphore of ``pool_size`` slots (each call
   holds one connection at a time) makes callers wait up to ``timeout`` for a slot first.
 """
@@ -40,11 +35,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pymemcache.client.base import Client
-from pymemcache.client.hash import HashClient
-from pymemcache.exceptions import MemcacheError, MemcacheUnexpectedCloseError
+from pymemcache.exceptions import MemcacheError
 
 from app.cache.backends import check_value, clamp_ttl, validate_key
+from app.cache.guarded_client import GuardedHashClient, NodeFailure, RememberedRing, node_name
 from app.cache.node_breaker import NodeBreaker
 from app.core.reasons import reason
 
@@ -69,14 +63,6 @@ DEFAULT_MAX_VALUE_BYTES = 8 * 1024 * 1024
 _FAILED: Any = object()  # a call that did not happen or did not finish
 
 
-class _NodeFailure(MemcacheError):
-    """The node could not be reached or dropped the connection (not an OSError on purpose)."""
-
-    def __init__(self, node: str) -> None:
-        super().__init__(f"memcached node {node} failed")
-        self.node = node
-
-
 class _BytesSerde:
     """Bytes only, never pickle; a read returns ``(flags, value)`` so the caller can check."""
 
@@ -87,80 +73,6 @@ class _BytesSerde:
 
     def deserialize(self, key: bytes, value: bytes, flags: int) -> tuple[int, bytes]:
         return flags, value
-
-
-def _node_name(server: Any) -> str:
-    # The same spelling HashClient uses for its ring (client/hash.py _make_client_key).
-    if isinstance(server, list | tuple) and len(server) == 2:
-        return f"{server[0]}:{server[1]}"
-    return str(server)
-
-
-class _GuardedClient(Client):
-    """A pymemcache ``Client`` that never survives an interrupted command."""
-
-    poisoned = False
-
-    def _guard(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        try:
-            return call(*args, **kwargs)
-        except (OSError, MemcacheUnexpectedCloseError) as exc:
-            self.close()
-            raise _NodeFailure(_node_name(self.server)) from exc
-        except Exception:
-            raise  # pymemcache already closed the socket (base.py `except Exception`)
-        except BaseException:
-            # gevent.Timeout, GreenletExit, KeyboardInterrupt: the request may be half
-            # sent or its reply unread. Nothing may read this socket again.
-            self.poisoned = True
-            self.close()
-            raise
-
-    def get(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().get, *args, **kwargs)
-
-    def get_many(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().get_many, *args, **kwargs)
-
-    def set(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().set, *args, **kwargs)
-
-    def set_many(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().set_many, *args, **kwargs)
-
-    def add(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().add, *args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().delete, *args, **kwargs)
-
-    def delete_many(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().delete_many, *args, **kwargs)
-
-    def incr(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().incr, *args, **kwargs)
-
-    def decr(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().decr, *args, **kwargs)
-
-    def touch(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().touch, *args, **kwargs)
-
-
-class _HashClient(HashClient):
-    client_class = _GuardedClient  # PooledClient builds its connections from this class
-
-    def drop_server(self, server: tuple[str, int]) -> None:
-        """Take a node out of the ring for good. HashClient's own ``remove_server`` only
-        marks it dead (it comes back after ``dead_timeout``) and raises KeyError for a node
-        that never failed (client/hash.py)."""
-        key = self._make_client_key(server)
-        self.hasher.remove_node(key)
-        self._failed_clients.pop(server, None)
-        self._dead_clients.pop(server, None)
-        client = self.clients.pop(key, None)
-        if client is not None:
-            client.close()
 
 
 class MemcachedBackend:
@@ -188,8 +100,9 @@ class MemcachedBackend:
         self.timeout = timeout
         self.max_value_bytes = max_value_bytes
         self.part_bytes = part_bytes
-        self._client = _HashClient(
+        self._client = GuardedHashClient(
             self.nodes,
+            hasher=RememberedRing,
             serde=_BytesSerde(),
             connect_timeout=connect_timeout,
             timeout=timeout,
@@ -243,7 +156,7 @@ class MemcachedBackend:
         for node in self.nodes:
             if node not in wanted:
                 self._client.drop_server(node)
-                self._breaker.forget(_node_name(node))
+                self._breaker.forget(node_name(node))
         self.nodes = wanted
 
     def close(self) -> None:
@@ -272,6 +185,12 @@ class MemcachedBackend:
         for key in keys:
             validate_key(key)
         return self._call(keys, lambda: commands(self._client), failed)
+
+    def node_of(self, key: str) -> str | None:
+        """The node ``key`` lives on (None while the ring is empty): the commands of one
+        ``run`` that go to one node can be pipelined (``GuardedHashClient.pipeline``)."""
+        node: str | None = self._client.hasher.get_node(key)
+        return node
 
     # -- storing ----------------------------------------------------------------------------
     def _store(self, key: str, value: bytes, ttl: int, *, only_if_absent: bool) -> bool:
@@ -356,7 +275,7 @@ class MemcachedBackend:
             return failed
         try:
             result = op()
-        except _NodeFailure as exc:
+        except NodeFailure as exc:
             self._count("errors")
             if self._breaker.failed(exc.node):
                 why = reason(exc.__cause__) if exc.__cause__ is not None else "no reason given"

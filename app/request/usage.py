@@ -116,8 +116,11 @@ def usage_in_event(raw: bytes) -> Usage | None:
 
 def usage_chunk(raw: bytes) -> Usage | None:
     """The usage of a chat/completions stream's usage chunk (``"choices": []`` and a usage
-    object), None for any other bytes. Cheap for the chunks that are not it."""
-    if not raw.startswith(b"data: {") or b'"usage"' not in raw:
+    object), None for any other bytes. Cheap for the chunks that are not it: asked for the
+    usage chunk, OpenAI writes ``"usage":null`` into every other chunk, and in compact JSON
+    those bytes can only be a member (in a string the quotes would be escaped), so such a
+    chunk is not parsed."""
+    if not raw.startswith(b"data: {") or b'"usage"' not in raw or b'"usage":null' in raw:
         return None
     try:
         doc = json.loads(raw[6:])

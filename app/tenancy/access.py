@@ -24,7 +24,7 @@ from app.request.usage import Usage
 from app.tenancy import limits
 from app.tenancy.key_source import KeySource
 from app.tenancy.keyring import GatewayKey
-from app.tenancy.limits import Counters, Window
+from app.tenancy.limits import Count, Counters, Window
 from app.tenancy.prices import Price, PriceTable, to_pico, usd
 
 log = logging.getLogger("llmgate.access")
@@ -50,10 +50,17 @@ class Grant:
 
 
 @dataclass(frozen=True)
-class _Budget:
+class _Want:
+    """The call's share of one limit: ``delta`` taken from ``window``'s counter."""
+
     window: Window
     limit: int
-    quota: bool  # a day's or a month's: spent until it resets, hours away
+    delta: int
+    quota: bool = False  # a day's or a month's budget: spent until it resets, hours away
+
+    def count(self, name: str, now: float) -> Count:
+        window = self.window
+        return Count(window.key(name), self.delta, window.ttl(now), renew=bool(window.hold))
 
 
 class Access:
@@ -111,31 +118,92 @@ class Access:
             )
         if body is not None:
             self._reserve(grant, route, body, size)
-        taken: list[tuple[str, int]] = []  # given back if a later limit refuses the call
+        wanted = self._wanted(grant, stream, now)
+        if not wanted:
+            return grant
+        counts = [want.count(key.name, now) for want in wanted]
+        values = self.counters.apply(counts)
         try:
-            if stream and key.max_streams:
-                window = limits.streams(self.stream_hold_s)
-                count = self._take(key.name, window, 1, now, taken)
-                if count is not None and count > key.max_streams:
-                    raise RateLimited(
-                        f"The key {key.name!r} has {key.max_streams} streams open already.",
-                        kind="requests",
-                        retry_after_s=1,
-                    )
-                grant.stream_window = window if count is not None else None
-            if key.requests_per_minute:
-                self._take_request(grant, now, taken)
-            grant.token_windows = self._take_budgets(
-                grant, _token_budgets(key, now), grant.tokens, now, taken
-            )
-            grant.cost_windows = self._take_budgets(
-                grant, _cost_budgets(key, now), grant.cost, now, taken
-            )
+            for want, value in zip(wanted, values, strict=True):
+                if value is None:
+                    self._counters_down(now)
+                else:
+                    self._check(grant, want, value, now)
         except BaseException:
-            for counter, delta in taken:
-                self.counters.decr(counter, delta)
+            # Refused: every share the call took is given back, together.
+            taken = zip(counts, values, strict=True)
+            back = [Count(c.key, -c.delta) for c, value in taken if value is not None and c.delta]
+            if back:
+                self.counters.apply(back)
             raise
         return grant
+
+    def _wanted(self, grant: Grant, stream: bool, now: float) -> list[_Want]:
+        """What the call takes, from each limit its key has (none: nothing is counted), in
+        the order a refusal names them. A call that could never fit a budget is refused here,
+        before anything is counted."""
+        key = grant.key
+        wanted = []
+        if stream and key.max_streams:
+            wanted.append(_Want(limits.streams(self.stream_hold_s), key.max_streams, 1))
+        if key.requests_per_minute:
+            wanted.append(_Want(limits.minute("requests", now), key.requests_per_minute, 1))
+        budgets = _token_budgets(key, now, grant.tokens) + _cost_budgets(key, now, grant.cost)
+        for budget in budgets:
+            if budget.delta > budget.limit:
+                raise _too_large(key.name, budget.window, budget.limit, budget.delta)
+        return wanted + budgets
+
+    def _check(self, grant: Grant, want: _Want, value: int, now: float) -> None:
+        """One limit's count after the call's share: RateLimited when over; else the grant
+        remembers the window (given back or settled at the end) and its headers."""
+        key, window, limit = grant.key, want.window, want.limit
+        reset = window.reset_s(now)
+        if window.what == "streams":
+            if value > limit:
+                raise RateLimited(
+                    f"The key {key.name!r} has {limit} streams open already.",
+                    kind="requests",
+                    retry_after_s=1,
+                )
+            grant.stream_window = window
+        elif window.what == "requests":
+            if value > limit:
+                raise RateLimited(
+                    f"Rate limit reached for key {key.name!r}: "
+                    f"{key.requests_per_minute} requests per minute.",
+                    kind="requests",
+                    retry_after_s=int(reset + 0.999),
+                )
+            grant.request_window = window
+            grant.headers += _trio("requests", limit, max(0, limit - value), reset)
+        else:
+            # Refused: a call that would cross the limit, or any once it is reached.
+            if value > limit or (want.delta == 0 and value >= limit):
+                raise RateLimited(
+                    f"{_PER[window.what]} reached for key {key.name!r}: "
+                    f"{_amount(window, limit)} ({_amount(window, value - want.delta)} used, "
+                    f"{_amount(window, want.delta)} held for this call).",
+                    kind="tokens",
+                    retry_after_s=int(reset + 0.999),
+                    quota=want.quota,
+                )
+            is_money = window.what.startswith("usd")
+            (grant.cost_windows if is_money else grant.token_windows).append(window)
+            if window.what == "tokens":
+                grant.headers += _trio("tokens", limit, max(0, limit - value), reset)
+
+    def _counters_down(self, now: float) -> None:
+        """A count that could not be made: the call passes it uncounted when limits fail
+        open, and is refused (LimitsUnavailable) when they fail closed."""
+        if self._on_counter_error is not None:
+            self._on_counter_error()
+        if now - self._warned >= _WARN_EVERY_S:
+            self._warned = now
+            state = "open: calls pass uncounted" if self.fail_open else "closed: calls refused"
+            log.warning("limit counters unreachable; limits fail %s", state)
+        if not self.fail_open:
+            raise LimitsUnavailable("Limits cannot be checked right now; retry shortly.")
 
     def _reserve(self, grant: Grant, route: str, body: Mapping[str, Any], size: int) -> None:
         """The most the call can be billed, in tokens and money; the cap it is sent."""
@@ -154,79 +222,6 @@ class Access:
         grant.tokens = prompt + output
         if key.counts_money and price is not None:
             grant.cost = price.bound(prompt, output)
-
-    def _take_request(self, grant: Grant, now: float, taken: list[tuple[str, int]]) -> None:
-        key = grant.key
-        window = limits.minute("requests", now)
-        count = self._take(key.name, window, 1, now, taken)
-        if count is None:
-            return
-        grant.request_window = window
-        reset = window.reset_s(now)
-        if count > key.requests_per_minute:
-            raise RateLimited(
-                f"Rate limit reached for key {key.name!r}: "
-                f"{key.requests_per_minute} requests per minute.",
-                kind="requests",
-                retry_after_s=int(reset + 0.999),
-            )
-        remaining = max(0, key.requests_per_minute - count)
-        grant.headers += _trio("requests", key.requests_per_minute, remaining, reset)
-
-    def _take_budgets(
-        self,
-        grant: Grant,
-        budgets: list[_Budget],
-        want: int,
-        now: float,
-        taken: list[tuple[str, int]],
-    ) -> list[Window]:
-        """Take ``want`` from each budget (tokens or picodollars): the windows counted in, or
-        RateLimited for the first that cannot hold it."""
-        counted = []
-        for budget in budgets:
-            window, limit = budget.window, budget.limit
-            if want > limit:
-                raise _too_large(grant.key.name, window, limit, want)
-            used = self._take(grant.key.name, window, want, now, taken)
-            if used is None:
-                continue
-            counted.append(window)
-            # Refused: a call that would cross the limit, or any once it is reached.
-            if used > limit or (want == 0 and used >= limit):
-                raise RateLimited(
-                    f"{_PER[window.what]} reached for key {grant.key.name!r}: "
-                    f"{_amount(window, limit)} ({_amount(window, used - want)} used, "
-                    f"{_amount(window, want)} held for this call).",
-                    kind="tokens",
-                    retry_after_s=int(window.reset_s(now) + 0.999),
-                    quota=budget.quota,
-                )
-            if window.what == "tokens":
-                reset = window.reset_s(now)
-                grant.headers += _trio("tokens", limit, max(0, limit - used), reset)
-        return counted
-
-    def _take(
-        self, name: str, window: Window, delta: int, now: float, taken: list[tuple[str, int]]
-    ) -> int | None:
-        """Add ``delta`` to the key's counter of ``window``: its new value, or None when the
-        counters are down and limits fail open (LimitsUnavailable when they fail closed)."""
-        counter = window.key(name)
-        value = self.counters.incr(counter, delta, window.ttl(now), renew=bool(window.hold))
-        if value is None:
-            if self._on_counter_error is not None:
-                self._on_counter_error()
-            if now - self._warned >= _WARN_EVERY_S:
-                self._warned = now
-                state = "open: calls pass uncounted" if self.fail_open else "closed: calls refused"
-                log.warning("limit counters unreachable; limits fail %s", state)
-            if not self.fail_open:
-                raise LimitsUnavailable("Limits cannot be checked right now; retry shortly.")
-            return None
-        if delta:
-            taken.append((counter, delta))
-        return value
 
     def settle(
         self, grant: Grant, usage: Usage | None, billed: bool, *, served: bool = True
@@ -249,17 +244,22 @@ class Access:
         elif billed:
             spent, cost = grant.tokens, grant.cost
         name, now = grant.key.name, self._clock()
-        for windows, delta in ((grant.token_windows, spent - grant.tokens),
-                               (grant.cost_windows, cost - grant.cost)):  # fmt: skip
-            for window in windows:
-                if delta > 0:
-                    self.counters.incr(window.key(name), delta, window.ttl(now))
-                elif delta < 0:
-                    self.counters.decr(window.key(name), -delta)
+        changes = (
+            (grant.token_windows, spent - grant.tokens),
+            (grant.cost_windows, cost - grant.cost),
+        )
+        counts = [
+            Count(window.key(name), delta, window.ttl(now))
+            for windows, delta in changes
+            for window in windows
+            if delta
+        ]
         if grant.stream_window is not None:
-            self.counters.decr(grant.stream_window.key(name), 1)
+            counts.append(Count(grant.stream_window.key(name), -1))
         if not served and grant.request_window is not None:
-            self.counters.decr(grant.request_window.key(name), 1)
+            counts.append(Count(grant.request_window.key(name), -1))
+        if counts:
+            self.counters.apply(counts)  # all at once; what they come to, nobody reads
         if self._on_usage is not None:
             self._on_usage(grant.key, usage if billed else None, cost)
 
@@ -305,19 +305,19 @@ _PER = {
 }
 
 
-def _token_budgets(key: GatewayKey, now: float) -> list[_Budget]:
+def _token_budgets(key: GatewayKey, now: float, want: int) -> list[_Want]:
     budgets = [
-        _Budget(limits.minute("tokens", now), key.tokens_per_minute, False),
-        _Budget(limits.day("tokens_day", now), key.tokens_per_day, True),
-        _Budget(limits.month("tokens_month", now), key.tokens_per_month, True),
+        _Want(limits.minute("tokens", now), key.tokens_per_minute, want),
+        _Want(limits.day("tokens_day", now), key.tokens_per_day, want, quota=True),
+        _Want(limits.month("tokens_month", now), key.tokens_per_month, want, quota=True),
     ]
     return [b for b in budgets if b.limit]
 
 
-def _cost_budgets(key: GatewayKey, now: float) -> list[_Budget]:
+def _cost_budgets(key: GatewayKey, now: float, want: int) -> list[_Want]:
     budgets = [
-        _Budget(limits.day("usd_day", now), to_pico(key.usd_per_day), True),
-        _Budget(limits.month("usd_month", now), to_pico(key.usd_per_month), True),
+        _Want(limits.day("usd_day", now), to_pico(key.usd_per_day), want, quota=True),
+        _Want(limits.month("usd_month", now), to_pico(key.usd_per_month), want, quota=True),
     ]
     return [b for b in budgets if b.limit]
 

@@ -4,9 +4,11 @@ Every limit is a counter under a key naming the gateway key, what is counted and
 it counts in (``llmgate:rl:v1:<key name>:<what>:<window start>``), kept in Memcached so all
 workers of all instances count together (app/cache/counters.py ``MemcachedCounters``,
 wired by the app factory; without Memcached, ``MemoryCounters`` counts per worker only). A
-request takes its share with one ``incr`` and is refused when the new value is over the
-limit, giving the share back with ``decr``: two processes can never both take the last slot
-(at worst a refused call's share was briefly held, refusing a third that would have fitted).
+call takes its share of every limit its key has with one ``incr`` each, all sent together
+(``Counters.apply``: one round trip to each node), and is refused when a new value is over
+its limit, giving every share back with ``decr``: two processes can never both take the last
+slot (at worst a refused call's shares were briefly held, refusing a third that would have
+fitted). A limit the key does not have is not counted at all.
 
 The trade-offs, written down because they are real:
 
@@ -30,22 +32,32 @@ from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 PREFIX = "llmgate:rl:v1:"
 
 
+@dataclass(frozen=True)
+class Count:
+    """One change to one counter: ``delta`` added, or taken off when negative (a counter stops
+    at 0, and one that is gone stays gone). A counter this count creates lives ``ttl``
+    seconds; ``renew``: an existing one's TTL starts again too (the stream slots')."""
+
+    key: str
+    delta: int
+    ttl: int = 0
+    renew: bool = False
+
+
 class Counters(Protocol):
-    """Shared integer counters; None from a call: the store could not be reached."""
+    """Shared integer counters; None for a value: the store could not be reached."""
 
-    def incr(self, key: str, delta: int, ttl: int, *, renew: bool = False) -> int | None:
-        """Add ``delta``; a counter created here lives ``ttl`` seconds (``renew``: an
-        existing one's TTL starts again too)."""
+    def apply(self, counts: Sequence[Count]) -> list[int | None]:
+        """Each count's new value, in order (0 for one taken off a counter that is gone), sent
+        together: one round trip to each node they live on."""
         ...
-
-    def decr(self, key: str, delta: int) -> int | None: ...
 
     def read(self, keys: list[str]) -> dict[str, int] | None: ...
 
@@ -118,7 +130,15 @@ class MemoryCounters:
         self._clock = clock
         self._values: dict[str, tuple[int, float]] = {}
 
-    def incr(self, key: str, delta: int, ttl: int, *, renew: bool = False) -> int:
+    def apply(self, counts: Sequence[Count]) -> list[int | None]:
+        return [
+            self._incr(c.key, c.delta, c.ttl, c.renew)
+            if c.delta >= 0
+            else self._decr(c.key, -c.delta)
+            for c in counts
+        ]
+
+    def _incr(self, key: str, delta: int, ttl: int, renew: bool) -> int:
         now = self._clock()
         value, expires = self._values.get(key, (0, now + ttl))
         if expires <= now:
@@ -131,7 +151,7 @@ class MemoryCounters:
             self._values = {k: v for k, v in self._values.items() if v[1] > now}
         return value
 
-    def decr(self, key: str, delta: int) -> int:
+    def _decr(self, key: str, delta: int) -> int:
         value, expires = self._values.get(key, (0, self._clock()))
         value = max(0, value - delta)  # like Memcached: never below zero
         self._values[key] = (value, expires)

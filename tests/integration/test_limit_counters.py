@@ -16,9 +16,10 @@ from pymemcache.client.base import Client
 
 from app.cache.counters import MemcachedCounters
 from app.cache.memcached import MemcachedBackend
-from app.tenancy.limits import MemoryCounters
+from app.tenancy.limits import Count, MemoryCounters
 from runner.procs import free_port
-from tests.support.memcached import start_memcached
+from tests.support.memcached import memcached_stats, start_memcached
+from tests.support.trips import TripCounter
 
 
 @pytest.fixture(scope="module")
@@ -45,28 +46,32 @@ def counters(request, mc):
     backend.close()
 
 
+def _one(counters, key: str, delta: int, ttl: int = 0, *, renew: bool = False) -> int | None:
+    return counters.apply([Count(key, delta, ttl, renew)])[0]
+
+
 def test_incr_creates_counts_and_decr_stops_at_zero(counters, request) -> None:
     key = f"llmgate:rl:v1:t:{request.node.callspec.id}:requests:0"
     assert counters.read([key]) == {}
-    assert counters.incr(key, 1, ttl=60) == 1
-    assert counters.incr(key, 5, ttl=60) == 6
-    assert counters.incr(key, 0, ttl=60) == 6  # a read that counts nothing
-    assert counters.decr(key, 2) == 4
-    assert counters.decr(key, 10) == 0
-    assert counters.incr(key, 7, ttl=60) == 7
+    assert _one(counters, key, 1, ttl=60) == 1
+    assert _one(counters, key, 5, ttl=60) == 6
+    assert _one(counters, key, 0, ttl=60) == 6  # a read that counts nothing
+    assert _one(counters, key, -2) == 4
+    assert _one(counters, key, -10) == 0
+    assert _one(counters, key, 7, ttl=60) == 7
     assert counters.read([key, key + "x"]) == {key: 7}
 
 
 def test_memcached_holds_the_count_as_a_plain_decimal_with_its_ttl(mc) -> None:
     counters = _counters(mc, timeout=1.0)
     key = "llmgate:rl:v1:t:raw:requests:0"
-    counters.incr(key, 12, ttl=120)
-    counters.decr(key, 3)  # 12 -> 9: memcached may pad the shorter number with a space
+    _one(counters, key, 12, ttl=120)
+    _one(counters, key, -3)  # 12 -> 9: memcached may pad the shorter number with a space
     raw = Client(("127.0.0.1", mc))
     assert raw.get(key).strip() == b"9"
     assert counters.read([key]) == {key: 9}
     other = _counters(mc, timeout=1.0)
-    assert other.incr(key, 1, ttl=120) == 10  # another process's client: the same counter
+    assert _one(other, key, 1, ttl=120) == 10  # another process's client: the same counter
     for client in (raw, counters, other):
         client.close()
 
@@ -74,8 +79,7 @@ def test_memcached_holds_the_count_as_a_plain_decimal_with_its_ttl(mc) -> None:
 def test_an_unreachable_node_is_none_never_an_exception() -> None:
     down = _counters(free_port(), timeout=0.2, connect_timeout=0.2)
     key = "llmgate:rl:v1:t:down:requests:0"
-    assert down.incr(key, 1, ttl=60) is None
-    assert down.decr(key, 1) is None
+    assert down.apply([Count(key, 1, 60), Count(key, -1)]) == [None, None]
     assert down.read([key]) is None
     down.close()
 
@@ -93,10 +97,85 @@ def _ttl(port: int, key: str) -> int:
 def test_a_renewed_counter_lives_its_whole_ttl_again(mc) -> None:
     counters = _counters(mc, timeout=1.0)
     key = "llmgate:rl:v1:t:renew:streams:0"
-    counters.incr(key, 1, ttl=5)
-    counters.incr(key, 1, ttl=700)  # not renewed: the TTL it was made with stays
+    _one(counters, key, 1, ttl=5)
+    _one(counters, key, 1, ttl=700)  # not renewed: the TTL it was made with stays
     assert _ttl(mc, key) <= 5
-    counters.incr(key, 1, ttl=700, renew=True)
+    _one(counters, key, 1, ttl=700, renew=True)
     assert 690 <= _ttl(mc, key) <= 700
     assert counters.read([key]) == {key: 3}
+    counters.close()
+
+
+def test_a_batch_gives_each_count_its_own_value_in_order(counters, request) -> None:
+    key = f"llmgate:rl:v1:t:{request.node.callspec.id}:batch:"
+    a, b, gone = key + "a", key + "b", key + "gone"
+    assert counters.apply([Count(a, 4, 60), Count(b, 2, 60, renew=True)]) == [4, 2]
+    batch = [Count(a, 1, 60), Count(b, 5, 60, renew=True), Count(gone, -3), Count(a, -2),
+             Count(b, 0, 60)]  # fmt: skip
+    assert counters.apply(batch) == [5, 7, 0, 3, 7]
+    assert counters.read([a, b, gone]) == {a: 3, b: 7}  # a decr makes no counter
+
+
+@pytest.fixture
+def trips(mc) -> Iterator[tuple[MemcachedCounters, TripCounter]]:
+    proxy = TripCounter(("127.0.0.1", mc))
+    counters = _counters(proxy.port, timeout=1.0)
+    yield counters, proxy
+    counters.close()
+    proxy.close()
+
+
+def test_a_batch_on_one_node_is_one_round_trip(trips, mc) -> None:
+    """Counted by a proxy between the client and memcached, and by memcached's stats: every
+    count is its own command, all written before the first reply is read."""
+    counters, proxy = trips
+    key = "llmgate:rl:v1:t:trips:"
+    existing = [Count(key + what, 1, 60) for what in ("requests", "tokens", "tokens_day")]
+    counters.apply(existing)  # made: a round trip, then one more to create them
+    before, stats = proxy.counts(), memcached_stats(mc)
+    batch = [*existing, Count(key + "streams", 1, 700, renew=True)]
+    assert counters.apply(batch) == [2, 2, 2, 1]  # the streams counter is made here
+    assert counters.apply([Count(c.key, -1) for c in batch]) == [1, 1, 1, 0]
+    waits = proxy.counts()[1] - before[1]
+    after = memcached_stats(mc)
+    assert waits == 3  # the batch, the streams counter's creation, the decrements
+    assert after["incr_hits"] - stats["incr_hits"] == 4  # three, then the made one
+    assert after["incr_misses"] - stats["incr_misses"] == 1
+    assert after["decr_hits"] - stats["decr_hits"] == 4
+    # Sent with its incr before the reply says the counter is missing: a miss, harmless (the
+    # add that makes it gives the TTL).
+    assert after["touch_misses"] - stats["touch_misses"] == 1
+    assert counters.apply([batch[3]]) == [1] and _ttl(mc, batch[3].key) > 600
+
+
+def test_counts_on_a_node_that_is_down_fail_alone(mc) -> None:
+    """Two nodes, one of them down: the counts on the other are made, in one round trip."""
+    nodes = [("127.0.0.1", mc), ("127.0.0.1", free_port())]
+    counters = MemcachedCounters(MemcachedBackend(nodes, timeout=0.5, connect_timeout=0.2))
+    live, dead = f"127.0.0.1:{mc}", f"127.0.0.1:{nodes[1][1]}"
+    keys = [f"llmgate:rl:v1:t:two:{i}:requests:0" for i in range(40)]
+    on = {node: [k for k in keys if counters.memcached.node_of(k) == node] for node in (live, dead)}
+    assert on[live] and on[dead]
+    batch = [Count(k, 1, 60) for k in (on[live][0], on[dead][0], on[live][1], on[dead][1])]
+    assert counters.apply(batch) == [1, None, 1, None]
+    assert counters.read(on[live][:2]) == {on[live][0]: 1, on[live][1]: 1}
+    counters.close()
+
+
+def test_an_error_reply_fails_its_batch_and_the_next_reads_its_own_replies(mc) -> None:
+    """An item under a counter's key that is not a number: memcached answers CLIENT_ERROR in
+    the middle of the batch. The batch fails (counted); the connection reads nothing of it
+    after, so the next batch's values are its own."""
+    counters = _counters(mc, timeout=1.0)
+    good, bad = "llmgate:rl:v1:t:err:requests:0", "llmgate:rl:v1:t:err:tokens:0"
+    raw = Client(("127.0.0.1", mc))
+    raw.set(bad, b"not a number")
+    assert counters.apply([Count(good, 1, 60)]) == [1]
+    errors = counters.memcached.stats()["errors"]
+    assert counters.apply([Count(good, 1, 60), Count(bad, 1, 60), Count(good, 1, 60)]) == [
+        None, None, None]  # fmt: skip
+    assert counters.memcached.stats()["errors"] == errors + 1
+    for expected in (4, 5, 6):  # the batch's increments were made; memcached says so
+        assert counters.apply([Count(good, 1, 60)]) == [expected]
+    raw.close()
     counters.close()

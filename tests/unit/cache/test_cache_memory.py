@@ -111,6 +111,16 @@ def test_invalid_keys_are_programming_errors(key: str) -> None:
         cache.set(key, b"v", 1)
 
 
+def test_a_key_may_hold_exactly_the_characters_33_to_126() -> None:
+    for code in [*range(0, 300), 0x2028, 0xFEFF]:
+        key = f"llmgate:{chr(code)}:k"
+        if 33 <= code <= 126:
+            assert validate_key(key) == key
+        else:
+            with pytest.raises(ValueError):
+                validate_key(key)
+
+
 def test_counters(clock: FakeClock) -> None:
     cache = MemoryBackend(1024, clock=clock)
     cache.get("a")

@@ -96,3 +96,21 @@ def test_the_usage_chunk_is_the_one_without_choices() -> None:
     assert usage_chunk(_event({"choices": [], "usage": None})) is None
     assert usage_chunk(b'data: {"choices":[],"usage":{\n\n') is None
     assert usage_chunk(b": ping\n\n") is None
+
+
+def test_a_chunk_with_a_null_usage_is_not_parsed(monkeypatch) -> None:
+    """OpenAI's chunks before the usage chunk carry ``"usage":null`` once it is asked for:
+    each is told apart by its bytes, not by parsing it (a JSON parse per event)."""
+    parsed = []
+    real = json.loads
+
+    def loads(text):
+        parsed.append(text)
+        return real(text)
+
+    monkeypatch.setattr(json, "loads", loads)
+    chunk = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}],"usage":null}\n\n'
+    assert usage_chunk(chunk) is None and parsed == []
+    said = b'data: {"id":"c","choices":[],"usage":{"total_tokens":3},"x":"\\"usage\\":null"}\n\n'
+    assert usage_chunk(said) == Usage({"total_tokens": 3})  # the member, not a string's text
+    assert len(parsed) == 1

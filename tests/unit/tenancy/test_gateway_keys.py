@@ -159,10 +159,10 @@ def test_windows_and_reset_texts() -> None:
 def test_memory_counters_expire_and_stop_at_zero() -> None:
     now = [0.0]
     counters = limits.MemoryCounters(clock=lambda: now[0])
-    assert counters.incr("k", 2, ttl=10) == 2 and counters.incr("k", 3, ttl=10) == 5
-    assert counters.decr("k", 9) == 0
+    assert counters.apply([limits.Count("k", 2, ttl=10), limits.Count("k", 3, ttl=10)]) == [2, 5]
+    assert counters.apply([limits.Count("k", -9)]) == [0]
     now[0] = 11.0
-    assert counters.read(["k"]) == {} and counters.incr("k", 1, ttl=10) == 1
+    assert counters.read(["k"]) == {} and counters.apply([limits.Count("k", 1, ttl=10)]) == [1]
 
 
 # -- the gate --------------------------------------------------------------------------------
@@ -175,11 +175,8 @@ class FixedSource(KeySource):
 
 
 class DownCounters:
-    def incr(self, key, delta, ttl, *, renew=False):
-        return None
-
-    def decr(self, key, delta):
-        return None
+    def apply(self, counts):
+        return [None] * len(counts)
 
     def read(self, keys):
         return None
@@ -384,6 +381,55 @@ def test_concurrent_streams_are_counted_until_settled() -> None:
         gate.admit(key, "m", {}, stream=True)
     gate.settle(grants[0], None, False)
     gate.admit(key, "m", {}, stream=True)
+
+
+class Recorded(limits.MemoryCounters):
+    """The stand-in counters, recording each batch a call sends them (a round trip each to
+    Memcached): the counters' keys' kinds and deltas."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[tuple[str, int]]] = []
+
+    def apply(self, counts):
+        self.batches.append([(c.key.split(":")[4], c.delta) for c in counts])
+        return super().apply(counts)
+
+
+def test_a_call_counts_in_one_batch_only_the_limits_its_key_has() -> None:
+    counters = Recorded()
+    gate = _gate(_key(requests_per_minute=9, tokens_per_day=10_000, max_streams=3), counters)
+    key = gate.authenticate(_bearer())
+    grant = gate.admit(key, "m", {"max_tokens": 100}, stream=True, route="chat", size=36)
+    gate.settle(grant, Usage({"total_tokens": 30}), True)
+    held = 36 + OVER + 100
+    assert counters.batches == [
+        [("streams", 1), ("requests", 1), ("tokens_day", held)],  # the grant
+        [("tokens_day", 30 - held), ("streams", -1)],  # the settlement
+    ]
+    counters.batches.clear()
+    for gate in (_gate(_key(requests_per_minute=9), counters), _gate(_key(), counters)):
+        key = gate.authenticate(_bearer())
+        grant = gate.admit(key, "m", {"max_tokens": 100}, stream=True, route="chat")
+        gate.settle(grant, Usage({"total_tokens": 30}), True)
+    assert counters.batches == [[("requests", 1)]]  # nothing to settle; nothing at all
+
+
+def test_a_refusal_gives_back_every_share_in_one_batch() -> None:
+    counters = Recorded()
+    gate = _gate(_key(requests_per_minute=1, tokens_per_minute=1000), counters)
+    key = gate.authenticate(_bearer())
+    gate.admit(key, "m", {"max_tokens": 10}, stream=False, route="chat")
+    with pytest.raises(RateLimited, match="requests per minute"):
+        gate.admit(key, "m", {"max_tokens": 10}, stream=False, route="chat")
+    with pytest.raises(RateLimited, match="Request too large"):  # refused before counting
+        gate.admit(key, "m", {"max_tokens": 5000}, stream=False, route="chat")
+    want = OVER + 10
+    assert counters.batches == [
+        [("requests", 1), ("tokens", want)],
+        [("requests", 1), ("tokens", want)],
+        [("requests", -1), ("tokens", -want)],
+    ]
 
 
 def test_counters_down_fail_open_or_closed() -> None:

@@ -1,0 +1,173 @@
+"""The pymemcache clients the Memcached backend (app/cache/memcached.py) runs on: a connection
+that never survives an interrupted command, and a hash ring that can pipeline.
+
+- pymemcache cleans up a connection only on ``Exception``: ``Client`` closes its socket in
+  ``except Exception`` (client/base.py ``_fetch_cmd``/``_store_cmd``/``_misc_cmd``) and the
+  pool's ``get_and_release(destroy_on_fail=True)`` handles only ``Exception`` (pool.py).
+  A ``gevent.Timeout`` or ``GreenletExit`` mid-reply leaves the unread reply on an open
+  socket and the client stuck in the pool's "used" list forever (after ``max_pool_size`` such
+  interruptions the node's pool refuses every call). ``GuardedClient`` closes its socket on
+  any ``BaseException`` and marks itself poisoned; the backend then destroys it from its
+  pool. It is never used again, so no caller can read another caller's reply.
+- Node health is the backend's, not HashClient's: ``GuardedClient`` turns ``OSError`` and
+  unexpected closes into ``NodeFailure``, which HashClient re-raises untouched with
+  ``ignore_exc=False``, so its own dead-node machinery never engages.
+- pymemcache's ring (``RendezvousHash``) scores every node for every key with a pure-Python
+  murmur3, about 10 us a node, and a command looks its key up twice (the backend's breaker
+  and HashClient); a call's limit counters asked it a dozen times for the same few keys.
+  ``RememberedRing`` keeps each key's node until a node joins or leaves.
+- pymemcache sends one command and waits for its reply before the next. ``pipeline`` writes
+  several commands at once and reads their replies after, through pymemcache's public
+  ``raw_command``: the batch ends with the meta no-op ``mn`` (Memcached 1.6 and later), whose
+  ``MN`` line marks the last reply, so the batch is one round trip however long it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pymemcache.client.base import Client
+from pymemcache.client.hash import HashClient
+from pymemcache.client.rendezvous import RendezvousHash
+from pymemcache.exceptions import (
+    MemcacheClientError,
+    MemcacheError,
+    MemcacheServerError,
+    MemcacheUnexpectedCloseError,
+    MemcacheUnknownError,
+)
+
+T = TypeVar("T")
+
+_END = b"MN\r\n"  # the reply of the meta no-op that ends every pipeline
+
+
+class NodeFailure(MemcacheError):
+    """The node could not be reached or dropped the connection (not an OSError on purpose)."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(f"memcached node {node} failed")
+        self.node = node
+
+
+def node_name(server: Any) -> str:
+    # The same spelling HashClient uses for its ring (client/hash.py _make_client_key).
+    if isinstance(server, list | tuple) and len(server) == 2:
+        return f"{server[0]}:{server[1]}"
+    return str(server)
+
+
+class RememberedRing(RendezvousHash):
+    """pymemcache's rendezvous hashing, the same node for every key, each key's remembered
+    (up to ``KEEP`` keys, then all forgotten at once) until the ring changes."""
+
+    KEEP = 4096
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._nodes_of: dict[str, str] = {}
+
+    def add_node(self, node: str) -> None:
+        super().add_node(node)
+        self._nodes_of = {}
+
+    def remove_node(self, node: str) -> None:
+        super().remove_node(node)
+        self._nodes_of = {}
+
+    def get_node(self, key: str) -> str | None:
+        node = self._nodes_of.get(key)
+        if node is None:
+            node = super().get_node(key)
+            if node is not None:  # an empty ring is not remembered
+                if len(self._nodes_of) >= self.KEEP:
+                    self._nodes_of = {}
+                self._nodes_of[key] = node
+        return node
+
+
+class GuardedClient(Client):
+    """A pymemcache ``Client`` that never survives an interrupted command."""
+
+    poisoned = False
+
+    def _guard(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return call(*args, **kwargs)
+        except (OSError, MemcacheUnexpectedCloseError) as exc:
+            self.close()
+            raise NodeFailure(node_name(self.server)) from exc
+        except Exception:
+            raise  # pymemcache already closed the socket (base.py `except Exception`)
+        except BaseException:
+            # gevent.Timeout, GreenletExit, KeyboardInterrupt: the request may be half
+            # sent or its reply unread. Nothing may read this socket again.
+            self.poisoned = True
+            self.close()
+            raise
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().get, *args, **kwargs)
+
+    def get_many(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().get_many, *args, **kwargs)
+
+    def set(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().set, *args, **kwargs)
+
+    def set_many(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().set_many, *args, **kwargs)
+
+    def add(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().add, *args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().delete, *args, **kwargs)
+
+    def delete_many(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().delete_many, *args, **kwargs)
+
+    def incr(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().incr, *args, **kwargs)
+
+    def decr(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().decr, *args, **kwargs)
+
+    def touch(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().touch, *args, **kwargs)
+
+    def raw_command(self, *args: Any, **kwargs: Any) -> Any:
+        return self._guard(super().raw_command, *args, **kwargs)
+
+
+class GuardedHashClient(HashClient):
+    client_class = GuardedClient  # PooledClient builds its connections from this class
+
+    def drop_server(self, server: tuple[str, int]) -> None:
+        """Take a node out of the ring for good. HashClient's own ``remove_server`` only
+        marks it dead (it comes back after ``dead_timeout``) and raises KeyError for a node
+        that never failed (client/hash.py)."""
+        key = self._make_client_key(server)
+        self.hasher.remove_node(key)
+        self._failed_clients.pop(server, None)
+        self._dead_clients.pop(server, None)
+        client = self.clients.pop(key, None)
+        if client is not None:
+            client.close()
+
+    def pipeline(self, key: str, commands: list[bytes]) -> list[bytes]:
+        """``commands``, each with its CRLFs and all on ``key``'s node, sent in one write; their
+        replies, one line each (so storage, ``incr``/``decr``, ``touch``; never a ``get``).
+        An error reply raises, as pymemcache's own commands do."""
+        client = self._get_client(key)
+        reply = client.raw_command(b"".join(commands) + b"mn", _END)
+        lines = reply.split(b"\r\n")[:-1]  # every reply line ends with CRLF
+        for line in lines:
+            if line.startswith((b"ERROR", b"CLIENT_ERROR")):
+                raise MemcacheClientError(line)
+            if line.startswith(b"SERVER_ERROR"):
+                raise MemcacheServerError(line)
+        if len(lines) != len(commands):
+            raise MemcacheUnknownError(f"{len(lines)} replies to {len(commands)} commands")
+        return lines
