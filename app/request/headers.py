@@ -98,6 +98,17 @@ def upstream_request_headers(
     return out
 
 
+def check_header_values(incoming: list[tuple[str, str]]) -> None:
+    """BadRequest (400) for what ``upstream_request_headers`` refuses, without building the
+    headers: a call answered from the cache sends none, yet is refused as one that goes
+    upstream. Almost no call has a CR, LF or NUL anywhere, and one pass over all the values
+    says so; one that does is judged by the builder itself (a header that never goes
+    upstream may have one)."""
+    values = "".join(value for _, value in incoming)
+    if "\r" in values or "\n" in values or "\x00" in values:
+        upstream_request_headers(incoming, stream=False)
+
+
 def without_credentials(headers: dict[str, str]) -> dict[str, str]:
     """``headers`` without the caller's identity (TENANT_HEADERS): with gateway keys the
     caller's key is the gateway's, and only an upstream's configured key may go upstream."""
