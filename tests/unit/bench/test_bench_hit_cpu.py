@@ -1,0 +1,30 @@
+"""bench/hit_cpu.py: the environ of a hit as gunicorn builds it, and the summary (each side's
+best round, its rounds and the collector's share; B over A)."""
+
+from __future__ import annotations
+
+import json
+
+from bench.hit_cpu import BODY, environ_for, summarize
+
+
+def test_the_environ_is_the_request_nginx_sends_for_bench_abs_hit() -> None:
+    body = json.dumps(BODY).encode()
+    environ = environ_for(body)
+    assert (environ["REQUEST_METHOD"], environ["PATH_INFO"]) == ("POST", "/v1/chat/completions")
+    assert environ["CONTENT_LENGTH"] == str(len(body)) and environ["wsgi.input"].read() == body
+    assert environ["HTTP_X_REQUEST_ID"] and environ["HTTP_X_FORWARDED_FOR"] == "127.0.0.1"
+    assert BODY["temperature"] == 0  # deterministic: cached by the default cache mode
+
+
+def test_the_summary_gives_each_sides_best_round_and_b_over_a() -> None:
+    def run(*rounds: float, gc_us: float = 1.0) -> dict:
+        return {"us": min(rounds), "rounds": list(rounds), "gc_us": gc_us, "gc_passes": 3}
+
+    lines = summarize({"A": [run(210.0, 200.0), run(205.0)], "B": [run(190.0, gc_us=0.5)]})
+    assert lines[0] == (
+        "A             200.0 us/hit (best)  [210.0, 200.0, 205.0]  collector 1.0 us/hit"
+    )
+    assert lines[1].startswith("B             190.0 us/hit (best)  [190.0]")
+    assert lines[2] == "B / A: 0.950 (-10.0 us/hit)"
+    assert len(summarize({"working tree": [run(200.0)]})) == 1
