@@ -111,6 +111,19 @@ def test_invalid_keys_are_programming_errors(key: str) -> None:
         cache.set(key, b"v", 1)
 
 
+def test_a_key_may_hold_exactly_the_characters_33_to_126() -> None:
+    """Every code point, alone and inside an otherwise valid key."""
+    for point in range(0x110000):
+        ch = chr(point)
+        for key in (ch, f"llmgate:{ch}:0"):
+            try:
+                validate_key(key)
+                valid = True
+            except ValueError:
+                valid = False
+            assert valid == (33 <= point <= 126), (point, key)
+
+
 def test_counters(clock: FakeClock) -> None:
     cache = MemoryBackend(1024, clock=clock)
     cache.get("a")
