@@ -8,6 +8,7 @@ server sets itself and what we changed (length, encoding after decoding).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 
 from app.core.errors import BadRequest
@@ -38,6 +39,10 @@ TENANT_HEADERS = (*AUTH_HEADERS, "openai-organization", "openai-project")
 _CREDENTIAL_MARKERS = ("auth", "key", "token", "secret", "credential", "signature")
 
 
+# Asked of every header of every cached call (its key's tenant, app/cache/keys.py), a cache
+# hit's too: a few names recur, each answer is the name's alone, and the names remembered
+# are bounded (a caller inventing names only pushes older ones out).
+@functools.lru_cache(maxsize=1024)
 def is_tenant_header(name: str) -> bool:
     """True for a header that identifies the caller to the upstream (keyed in the tenant)."""
     lower = name.lower()
