@@ -1,11 +1,11 @@
-"""bench/hit_cpu.py: the environ of a hit as gunicorn builds it, and the summary (each side's
-best round, its rounds and the collector's share; B over A)."""
+"""bench/hit_cpu.py: the environ of a hit as gunicorn builds it, the summary (each side's
+best round, its rounds and the collector's share; B over A), and the instruction counts."""
 
 from __future__ import annotations
 
 import json
 
-from bench.hit_cpu import BODY, environ_for, summarize
+from bench.hit_cpu import BODY, counted_lines, environ_for, instructions_in, summarize
 
 
 def test_the_environ_is_the_request_nginx_sends_for_bench_abs_hit() -> None:
@@ -28,3 +28,11 @@ def test_the_summary_gives_each_sides_best_round_and_b_over_a() -> None:
     assert lines[1].startswith("B             190.0 us/hit (best)  [190.0]")
     assert lines[2] == "B / A: 0.950 (-10.0 us/hit)"
     assert len(summarize({"working tree": [run(200.0)]})) == 1
+
+
+def test_instructions_are_read_from_cachegrinds_summary_and_compared() -> None:
+    report = "==15310== Collected : 4059731241\n==15310==\n==15310== I   refs:      4,059,731,241\n"
+    assert instructions_in(report) == 4_059_731_241
+    lines = counted_lines({"A": 1_410_000.0, "B": 1_382_000.0})
+    assert lines[0] == "A              1410.0 thousand instructions/hit"
+    assert lines[2] == "B / A: 0.980 (-28.0 thousand/hit)"
