@@ -17,6 +17,9 @@ measured in a process of its own, in turns, A, B, A, B: the best of each side an
 Without, the working tree alone. The whole hit through gunicorn and nginx, and the floor
 beside it, stay bench.ab's and bench.floor's.
 
+``--floor`` measures bench/floor_app.py's hit the same way (Flask, and the answer kept in a
+dict by the request's bytes): the least a hit costs an app of this shape, beside the gateway's.
+
 ``--instructions N`` counts instead of timing: the same process run under valgrind's
 cachegrind twice, once with N hits more than the other, and the difference in instructions
 executed divided by N (start-up and warm-up cancel out; PYTHONHASHSEED fixed). Slow (a
@@ -37,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -117,7 +121,7 @@ class CollectorClock:
             self.seconds += time.perf_counter() - self._began
 
 
-def measure(calls: int, rounds: int) -> dict[str, Any]:
+def measure(calls: int, rounds: int, *, floor: bool = False) -> dict[str, Any]:
     """This tree's hits: the best round's CPU per hit, every round, the collector's share."""
     from gevent import monkey
 
@@ -130,13 +134,18 @@ def measure(calls: int, rounds: int) -> dict[str, Any]:
     sim = Proc("simulator", argv, log_path=run_dir / "simulator.log")
     try:
         sim.wait_http(f"http://127.0.0.1:{port}/healthz")
-        return _timed_hits(f"http://127.0.0.1:{port}/v1", run_dir / "metrics", calls, rounds)
+        upstream = f"http://127.0.0.1:{port}/v1"
+        app = _floor_app(upstream) if floor else _gateway_app(upstream, run_dir / "metrics")
+        return _timed_hits(app, upstream, calls, rounds)
     finally:
         sim.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _timed_hits(upstream: str, metrics_dir: Path, calls: int, rounds: int) -> dict[str, Any]:
+App = Callable[..., Iterable[bytes]]
+
+
+def _gateway_app(upstream: str, metrics_dir: Path) -> App:
     metrics_dir.mkdir()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     env = {"LLMGATE_UPSTREAM_URL": upstream, "LLMGATE_CACHE_MODE": "deterministic"}
@@ -145,12 +154,24 @@ def _timed_hits(upstream: str, metrics_dir: Path, calls: int, rounds: int) -> di
     app = create_app(environ=env)
     for name in ("llmgate", "llmgate.access"):  # the log line is built; not written out
         logging_off(name)
+    return app
+
+
+def _floor_app(upstream: str) -> App:
+    os.environ["LLMGATE_UPSTREAM_URL"] = upstream  # read as the module is imported
+    from bench.floor_app import app
+
+    return app
+
+
+def _timed_hits(app: App, upstream: str, calls: int, rounds: int) -> dict[str, Any]:
     body = json.dumps(BODY).encode()
     call_once(app, body)  # the miss that stores the answer
     status, headers = call_once(app, body)
-    cache = headers.get("X-LLMGate-Cache", "")
-    if not (status.startswith("200") and cache.startswith("HIT")):
-        raise SystemExit(f"the second call was not a hit: {status} {cache!r}")
+    cache = headers.get("X-LLMGate-Cache", "HIT (the floor's dict)")
+    asked = json.loads(urllib.request.urlopen(upstream.removesuffix("/v1") + "/sim/stats").read())
+    if not (status.startswith("200") and cache.startswith("HIT")) or asked["requests"] != 1:
+        raise SystemExit(f"the second call was not a hit: {status} {cache!r}, {asked}")
     for _ in range(1000):  # the same for any ``calls``: --instructions subtracts two runs
         call_once(app, body)
     gc.collect()
@@ -199,38 +220,47 @@ def main() -> None:
     parser.add_argument(
         "--instructions", type=int, metavar="N", help="instructions per hit over N hits, counted"
     )
+    parser.add_argument("--floor", action="store_true", help="bench/floor_app.py's hits")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.calls, args.rounds)))
+        print(json.dumps(measure(args.calls, args.rounds, floor=args.floor)))
         return
     if len(args.revs) not in (0, 2):
         parser.error("give two revisions, or none for the working tree")
     work = Path(tempfile.mkdtemp(prefix="llmgate-hit-cpu-trees-"))
     try:
-        trees = {"working tree": Path.cwd()} if not args.revs else {
+        here = "floor" if args.floor else "working tree"
+        trees = {here: Path.cwd()} if not args.revs else {
             rev: _export(rev, work / str(i)) for i, rev in enumerate(args.revs)
         }  # fmt: skip
         if args.instructions:
             hits = args.instructions
-            counted = {rev: instructions_per_hit(tree, hits) for rev, tree in trees.items()}
+            counted = {
+                rev: instructions_per_hit(tree, hits, floor=args.floor)
+                for rev, tree in trees.items()
+            }
             print("\n".join(counted_lines(counted)))
             return
-        results: dict[str, list[dict[str, Any]]] = {rev: [] for rev in trees}
-        for turn in range(1, args.turns + 1):
-            for rev, tree in trees.items():
-                out = subprocess.run(
-                    [sys.executable, "-m", "bench.hit_cpu", "--measure",
-                     "--calls", str(args.calls), "--rounds", str(args.rounds)],
-                    cwd=tree, check=True, capture_output=True, text=True,
-                ).stdout  # fmt: skip
-                run = json.loads(out.splitlines()[-1])
-                results[rev].append(run)
-                print(f"turn {turn}: {rev} {run['us']:.1f} us/hit (best of {args.rounds})",
-                      flush=True)  # fmt: skip
-        print("\n".join(summarize(results)))
+        print("\n".join(_timed(trees, args.calls, args.rounds, args.turns, args.floor)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _timed(trees: dict[str, Path], calls: int, rounds: int, turns: int, floor: bool) -> list[str]:
+    """Each tree measured in a process of its own, in turns; the summary."""
+    results: dict[str, list[dict[str, Any]]] = {rev: [] for rev in trees}
+    for turn in range(1, turns + 1):
+        for rev, tree in trees.items():
+            out = subprocess.run(
+                [sys.executable, "-m", "bench.hit_cpu", "--measure", "--calls", str(calls),
+                 "--rounds", str(rounds), *(["--floor"] if floor else [])],
+                cwd=tree, check=True, capture_output=True, text=True,
+            ).stdout  # fmt: skip
+            run = json.loads(out.splitlines()[-1])
+            results[rev].append(run)
+            print(f"turn {turn}: {rev} {run['us']:.1f} us/hit (best of {rounds})", flush=True)
+    return summarize(results)
 
 
 def counted_lines(counted: dict[str, float]) -> list[str]:
@@ -242,13 +272,14 @@ def counted_lines(counted: dict[str, float]) -> list[str]:
     return lines
 
 
-def instructions_per_hit(tree: Path, hits: int) -> float:
+def instructions_per_hit(tree: Path, hits: int, *, floor: bool = False) -> float:
     """What one hit executes, in instructions (valgrind's cachegrind; see the docstring)."""
     counts = []
     for calls in (200, 200 + hits):
         argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
                 "--cachegrind-out-file=/dev/null", sys.executable, "-m", "bench.hit_cpu",
-                "--measure", "--calls", str(calls), "--rounds", "1"]  # fmt: skip
+                "--measure", "--calls", str(calls), "--rounds", "1",
+                *(["--floor"] if floor else [])]  # fmt: skip
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(argv, cwd=tree, env=env, check=True, capture_output=True, text=True)
         counts.append(instructions_in(done.stderr))
