@@ -151,10 +151,8 @@ def _gateway_app(upstream: str, metrics_dir: Path) -> App:
     env = {"LLMGATE_UPSTREAM_URL": upstream, "LLMGATE_CACHE_MODE": "deterministic"}
     from app.factory import create_app
 
-    app = create_app(environ=env)
-    for name in ("llmgate", "llmgate.access"):  # the log line is built; not written out
-        logging_off(name)
-    return app
+    # Each hit's log line is written to stderr, as in a worker: the caller sends it to a file.
+    return create_app(environ=env)
 
 
 def _floor_app(upstream: str) -> App:
@@ -186,12 +184,6 @@ def _timed_hits(app: App, upstream: str, calls: int, rounds: int) -> dict[str, A
     hits = calls * rounds
     return {"us": min(per_hit), "rounds": per_hit, "cache": cache,
             "gc_us": collector.seconds / hits * 1e6, "gc_passes": collector.passes}  # fmt: skip
-
-
-def logging_off(name: str) -> None:
-    import logging
-
-    logging.getLogger(name).disabled = True
 
 
 def summarize(results: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -252,12 +244,9 @@ def _timed(trees: dict[str, Path], calls: int, rounds: int, turns: int, floor: b
     results: dict[str, list[dict[str, Any]]] = {rev: [] for rev in trees}
     for turn in range(1, turns + 1):
         for rev, tree in trees.items():
-            out = subprocess.run(
-                [sys.executable, "-m", "bench.hit_cpu", "--measure", "--calls", str(calls),
-                 "--rounds", str(rounds), *(["--floor"] if floor else [])],
-                cwd=tree, check=True, capture_output=True, text=True,
-            ).stdout  # fmt: skip
-            run = json.loads(out.splitlines()[-1])
+            argv = [sys.executable, "-m", "bench.hit_cpu", "--measure", "--calls", str(calls),
+                    "--rounds", str(rounds), *(["--floor"] if floor else [])]  # fmt: skip
+            run = json.loads(_run(argv, tree).splitlines()[-1])
             results[rev].append(run)
             print(f"turn {turn}: {rev} {run['us']:.1f} us/hit (best of {rounds})", flush=True)
     return summarize(results)
@@ -276,14 +265,26 @@ def instructions_per_hit(tree: Path, hits: int, *, floor: bool = False) -> float
     """What one hit executes, in instructions (valgrind's cachegrind; see the docstring)."""
     counts = []
     for calls in (200, 200 + hits):
-        argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
-                "--cachegrind-out-file=/dev/null", sys.executable, "-m", "bench.hit_cpu",
-                "--measure", "--calls", str(calls), "--rounds", "1",
-                *(["--floor"] if floor else [])]  # fmt: skip
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        done = subprocess.run(argv, cwd=tree, env=env, check=True, capture_output=True, text=True)
-        counts.append(instructions_in(done.stderr))
+        with tempfile.NamedTemporaryFile("r", prefix="llmgate-cachegrind-") as report:
+            argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
+                    "--cachegrind-out-file=/dev/null", f"--log-file={report.name}",
+                    sys.executable, "-m", "bench.hit_cpu", "--measure", "--calls", str(calls),
+                    "--rounds", "1", *(["--floor"] if floor else [])]  # fmt: skip
+            _run(argv, tree, {"PYTHONHASHSEED": "0"})
+            counts.append(instructions_in(report.read()))
     return (counts[1] - counts[0]) / hits
+
+
+def _run(argv: list[str], tree: Path, env: dict[str, str] | None = None) -> str:
+    """``argv``'s output, run in ``tree``; its stderr (a log line per hit) to a file, whose
+    end is shown if it fails."""
+    with tempfile.TemporaryFile("w+") as stderr:
+        done = subprocess.run(argv, cwd=tree, env={**os.environ, **(env or {})},
+                              stdout=subprocess.PIPE, stderr=stderr, text=True)  # fmt: skip
+        if done.returncode:
+            stderr.seek(0)
+            raise SystemExit(f"{' '.join(argv)} failed:\n{stderr.read()[-3000:]}")
+        return done.stdout
 
 
 def instructions_in(report: str) -> int:
