@@ -23,8 +23,8 @@ dict by the request's bytes): the least a hit costs an app of this shape, beside
 ``--instructions N`` counts instead of timing: the same process run under valgrind's
 cachegrind twice, once with N hits more than the other, and the difference in instructions
 executed divided by N (start-up and warm-up cancel out; PYTHONHASHSEED fixed). Slow (a
-minute or two a revision), but other processes do not change it: two counts of one tree
-differ by about 0.3 %, where a timed round beside other engineers' tests moves by 10 %.
+minute or two a revision), and other processes barely change it: two counts of one tree
+differed by up to 1.3 %, where a timed round beside other engineers' tests moved by 10 %.
 """
 
 from __future__ import annotations
