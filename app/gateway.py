@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from app.cache.coalesce import Coalescer
@@ -33,7 +34,7 @@ from app.observe.metrics import Metrics
 from app.observe.tracing import Tracer, Value
 from app.request import jsonedit, schema
 from app.request.call import CLIENT_CLOSED, Call, Reply
-from app.request.headers import upstream_request_headers, without_credentials
+from app.request.headers import check_header_values
 from app.resume.service import Resumes, owner_of
 from app.resume.writer import Store
 from app.streams.drain import Lifecycle
@@ -46,7 +47,8 @@ from app.tenancy.call_grant import KeySettlement, granted_body
 from app.tenancy.keyring import GatewayKey
 from app.tenancy.prices import PriceTable
 from app.upstream import spans
-from app.upstream.exchange import Upstream, UpstreamRequest
+from app.upstream.call_request import request_for
+from app.upstream.exchange import Upstream
 from app.upstream.retry import Deadline
 
 # Routes whose body we parse and check; everything else under /v1 is forwarded as is.
@@ -67,7 +69,8 @@ class Caller:
 class Plan:
     """One call, decided once: what it asks (``body``: the validated body, None for a
     forwarded route), where it goes (``compute``: its upstream exchange as a flight's
-    producer, within ``deadline``) and how it is cached (``cache``: None when it is not)."""
+    producer, within ``deadline``; its request built only if it runs, so a hit builds none)
+    and how it is cached (``cache``: None when it is not)."""
 
     call: Call
     body: dict[str, Any] | None
@@ -145,23 +148,14 @@ class Gateway:
         grant = None
         if caller.key is not None:
             forward, grant = self._grant(call, caller.key, body, stream, forward)
-        headers = upstream_request_headers(call.headers, stream=stream)
-        req = UpstreamRequest(
-            method=call.method,
-            path=call.path.removeprefix("/v1"),
-            query=call.query,
-            # The upstream's own key (or the operator's fallback) is added per upstream; with
-            # gateway keys the caller's credentials never leave (its key is ours, not theirs).
-            headers=headers if grant is None else without_credentials(headers),
-            body=forward if forward or call.method not in ("GET", "HEAD") else None,
-            stream=stream,
-            model=schema.model_of(body),
-            upstreams=None if grant is None else grant.key.upstreams,
-            route=call.route,
-            span=call.trace.span,
-        )
+        # A header no upstream request could carry is refused now, even when the answer is
+        # stored; the request itself is built only when the call goes upstream (a miss, a
+        # bypass, a refresh: app/upstream/call_request.py).
+        check_header_values(call.headers)
+        request = partial(request_for, call, forward, body=body, stream=stream,
+                          key=None if grant is None else grant.key)  # fmt: skip
         deadline = Deadline.start(self.settings.deadline_s)
-        compute = upstream_producer(self.upstream, req, deadline,
+        compute = upstream_producer(self.upstream, request, deadline,
                                     max_body=self.settings.max_body_bytes,
                                     max_event_bytes=self.settings.max_event_bytes,
                                     route=call.route)  # fmt: skip

@@ -18,7 +18,9 @@ first two with a gateway key whose limits are counted in Memcached (bench/compar
 "features on": requests and tokens a minute, tokens a day, concurrent streams), limits too
 high to refuse anything. Read the result as the mean of each side with
 every run listed: on a 2-core VM runs of one tree spread by about ±5 %, so a difference
-smaller than that is noise, whatever its sign.
+smaller than that is noise, whatever its sign. Each run also says how much of the cores
+other processes used meanwhile (``others``, bench/machine.py): a run beside another
+engineer's test suite shows as one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -66,6 +69,7 @@ class Run:
     cpu_ms: float  # gateway CPU per answered call
     rps: float
     errors: int
+    others: float = 0.0  # the share of all cores other processes used during the run
 
 
 def measure(
@@ -75,7 +79,7 @@ def measure(
     path): its stack, warm-up, measurement. ``wsgi_app``: another app in the gateway's
     place (bench/floor.py; only in a tree whose runner knows the option); ``env``: more of
     the stack's environment."""
-    from bench import loadgen, proctree
+    from bench import loadgen, machine, proctree
     from runner.stack import Stack, StackOptions
 
     fields, headers = KINDS[kind]
@@ -103,11 +107,13 @@ def measure(
         body = {"model": "sim-model", "messages": [{"role": "user", "content": "ab"}], **fields}
         request = loadgen.request_bytes("/v1/chat/completions", body, headers)
         loadgen.run(host, int(port), request, callers, max(callers * 2, calls // 4))
-        before = proctree.cpu_s(gateway)
+        ours = [os.getpid()] + [p for proc in stack.procs for p in proctree.tree(proc.popen.pid)]
+        before, others = proctree.cpu_s(gateway), machine.Others(ours)
         result = loadgen.run(host, int(port), request, callers, calls)
         cpu = proctree.cpu_s(gateway) - before
         answered = max(1, len(result.total))
-        return Run("", kind, 1000 * cpu / answered, result.rps, len(result.errors))
+        share = others.share()
+        return Run("", kind, 1000 * cpu / answered, result.rps, len(result.errors), share)
     finally:
         stack.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -121,10 +127,13 @@ def summarize(runs: list[Run], a: str, b: str) -> list[str]:
         for rev in (a, b):
             cpu = [r.cpu_ms for r in runs if r.kind == kind and r.rev == rev]
             errors = sum(r.errors for r in runs if r.kind == kind and r.rev == rev)
+            others = [r.others for r in runs if r.kind == kind and r.rev == rev]
             means[rev] = statistics.fmean(cpu) if cpu else float("nan")
             shown = ", ".join(f"{c:.2f}" for c in cpu)
+            busy = ", ".join(f"{o * 100:.0f}" for o in others)
             lines.append(
                 f"{kind:10} {rev:12} {means[rev]:6.2f} ms/call  [{shown}]  errors {errors}"
+                f"  others [{busy}] % of the cores"
             )
         ratio = means[b] / means[a] if means[a] else float("nan")
         lines.append(f"{kind:10} {b} / {a}: {ratio:.3f} ({(ratio - 1) * 100:+.1f} %)")
@@ -169,7 +178,9 @@ def main() -> None:
                     ).stdout  # fmt: skip
                     run = Run(**{**json.loads(out.splitlines()[-1]), "rev": rev})
                     runs.append(run)
-                    print(f"round {round_}: {kind} {rev} {run.cpu_ms:.2f} ms/call", flush=True)
+                    print(f"round {round_}: {kind} {rev} {run.cpu_ms:.2f} ms/call, "
+                          f"{run.rps:.0f} calls/s, others {run.others * 100:.0f} %",
+                          flush=True)  # fmt: skip
         print("\n".join(summarize(runs, a, b)))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -89,7 +89,7 @@ def main() -> None:
         for kind in kinds:
             for side, app in (("gateway", ""), ("floor", FLOOR_APP)):
                 run = measure(kind, args.callers, CALLS[kind], wsgi_app=app)
-                runs.append(Run(side, kind, run.cpu_ms, run.rps, run.errors))
+                runs.append(Run(side, kind, run.cpu_ms, run.rps, run.errors, run.others))
                 print(f"round {round_}: {kind} {side} {run.cpu_ms:.2f} ms/call", flush=True)
     print("\n".join(summarize(runs)))
 

@@ -37,7 +37,7 @@ def main() -> None:
         for kind in args.kinds.split(","):
             for side, env in SIDES.items():
                 run = measure(kind, args.callers, CALLS[kind], wsgi_app=FLOOR_APP, env=env)
-                runs.append(Run(side, kind, run.cpu_ms, run.rps, run.errors))
+                runs.append(Run(side, kind, run.cpu_ms, run.rps, run.errors, run.others))
                 print(f"round {round_}: {kind} {side} {run.cpu_ms:.3f} ms/call", flush=True)
     print("\n".join(ab.summarize(runs, "flask", "lane")))
     print("\n".join(ab.summarize(runs, "lane", "lane+headers")))

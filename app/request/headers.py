@@ -8,6 +8,7 @@ server sets itself and what we changed (length, encoding after decoding).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 
 from app.core.errors import BadRequest
@@ -38,6 +39,10 @@ TENANT_HEADERS = (*AUTH_HEADERS, "openai-organization", "openai-project")
 _CREDENTIAL_MARKERS = ("auth", "key", "token", "secret", "credential", "signature")
 
 
+# Asked of every header of every cached call (its key's tenant, app/cache/keys.py), a cache
+# hit's too: a few names recur, each answer is the name's alone, and the names remembered
+# are bounded (a caller inventing names only pushes older ones out).
+@functools.lru_cache(maxsize=1024)
 def is_tenant_header(name: str) -> bool:
     """True for a header that identifies the caller to the upstream (keyed in the tenant)."""
     lower = name.lower()
@@ -96,6 +101,17 @@ def upstream_request_headers(
     # gzip on an event stream holds events back in compressor buffers: ask for identity.
     out["Accept-Encoding"] = "identity" if stream else "gzip, deflate"
     return out
+
+
+def check_header_values(incoming: list[tuple[str, str]]) -> None:
+    """BadRequest (400) for what ``upstream_request_headers`` refuses, without building the
+    headers: a call answered from the cache sends none, yet is refused as one that goes
+    upstream. Almost no call has a CR, LF or NUL anywhere, and one pass over all the values
+    says so; one that does is judged by the builder itself (a header that never goes
+    upstream may have one)."""
+    values = "".join(value for _, value in incoming)
+    if "\r" in values or "\n" in values or "\x00" in values:
+        upstream_request_headers(incoming, stream=False)
 
 
 def without_credentials(headers: dict[str, str]) -> dict[str, str]:

@@ -34,14 +34,14 @@ from app.core.errors import (
 from app.observe import tracing
 from app.request.events import StreamEnd, is_error_event, typed
 from app.streams.flight import ClientGone, Finished, Flight, Head, Producer
-from app.upstream.exchange import Reading, Upstream, UpstreamRequest
+from app.upstream.exchange import Exchange, Reading, Upstream, UpstreamRequest
 from app.upstream.retry import Deadline
 from llmgate_wire import sse
 
 
 def upstream_producer(
     upstream: Upstream,
-    req: UpstreamRequest,
+    request: Callable[[], UpstreamRequest],
     deadline: Deadline,
     *,
     max_body: int,
@@ -49,10 +49,21 @@ def upstream_producer(
     route: str = "passthrough",
 ) -> Producer:
     """A producer that makes the upstream call and publishes what it answers, once (run
-    again, it fails: the exchange holds the request only until its answer started)."""
-    exchange = upstream.exchange(req, deadline, Reading(max_body, max_event_bytes, route))
+    again, it fails: the exchange holds the request only until its answer started).
+    ``request`` builds the request when the producer first runs, and is let go then: a
+    call that never goes upstream (a cache hit) builds none."""
+    build: Callable[[], UpstreamRequest] | None = request
+    exchange: Exchange | None = None
 
     def produce(flight: Flight) -> None:
+        nonlocal build, exchange
+        if build is not None:
+            reading = Reading(max_body, max_event_bytes, route)
+            exchange = upstream.exchange(build(), deadline, reading)
+            # What the builder holds (the caller's prompt) goes with the request, which the
+            # exchange lets go of once the answer started: not kept for a long stream.
+            build = None
+        assert exchange is not None
         with exchange.run(began=flight.started, request_id=flight.request_id) as answer:
             head = Head(
                 answer.status, answer.headers, answer.attempts, answer.body, answer.upstream

@@ -11,6 +11,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
+from tests.support.raw_http import assert_json_error, request_head, send_raw
 from tests.support.sse_reader import content_of, data_events, read_events
 
 STATUS = "X-LLMGate-Cache"
@@ -87,6 +88,30 @@ def test_one_stored_answer_serves_both_shapes_to_the_sdk(gw) -> None:
         assert statuses[0] == "MISS" and statuses[1].startswith("HIT")
         assert texts[0] == texts[1] and len(texts[0].split()) == 6
     assert gw.sim_stats()["requests"] == 2
+
+
+@pytest.mark.parametrize("line", [b"X-Custom: a\rb", b"X-Custom: a\x00b", b"X-Custom: a\r\n b"])
+def test_a_header_no_request_could_carry_is_refused_even_when_the_answer_is_stored(
+    gw, line: bytes
+) -> None:
+    """A hit builds no upstream request (app/upstream/call_request.py), yet a header value
+    with a CR, NUL or a folded line is a JSON 400 before any answer, a stored one too,
+    through nginx and straight to gunicorn; the upstream is called once, for the first call.
+    On this stack nginx and gunicorn refuse it before the app sees it; the app's own refusal
+    of it on a hit is tests/unit/gateway/test_gateway_store.py's."""
+    payload = body()
+    raw = json.dumps(payload).encode()
+    assert ask(gw, payload).headers[STATUS] == "MISS"
+    sent = [("Authorization", "Bearer sk-alice"), ("Content-Type", "application/json")]
+    for name, url in (("nginx", gw.url), ("gunicorn", gw.app_url)):
+        fine = request_head("POST", "/v1/chat/completions", [*sent, ("X-Custom", "a b")], body=raw)
+        status, headers, _ = send_raw(url, fine, raw)
+        assert status == 200 and headers[STATUS.lower()].startswith("HIT"), name
+        head = request_head("POST", "/v1/chat/completions", sent, body=raw)
+        answer = send_raw(url, head.replace(b"\r\n\r\n", b"\r\n" + line + b"\r\n\r\n"), raw)
+        assert_json_error(answer, 400, "bad_request")
+        assert STATUS.lower() not in answer[1], name
+    assert gw.sim_stats()["requests"] == 1
 
 
 def test_two_api_keys_never_share_an_entry(gw) -> None:

@@ -84,15 +84,31 @@ def test_a_kept_connection_the_upstream_closed_is_not_used_again() -> None:
     assert (server.stats.requests, server.stats.connections) == (2, 2)
 
 
+class _Builder:
+    """Builds the request as the gateway's plan does (app/upstream/call_request.py), holding
+    what the caller sent; ``built``: a weak reference to each request it built."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.built: list[weakref.ref[UpstreamRequest]] = []
+
+    def __call__(self) -> UpstreamRequest:
+        req = UpstreamRequest("POST", "/chat/completions", "", {}, self.body, False)
+        self.built.append(weakref.ref(req))
+        return req
+
+
 def test_a_producer_makes_its_call_once_and_lets_go_of_the_request(sim: SimProcess) -> None:
-    """The producer keeps the request (the caller's prompt) only until the answer started;
-    run again, it has none to send and says so instead of sending something else."""
+    """The producer builds the request only when it runs, and keeps it (the caller's prompt)
+    only until the answer started, nor what built it; run again, it has none to send and
+    says so instead of sending something else."""
     upstream = Upstream(Settings(upstream_url=sim.url + "/v1"))
     body = {"model": "sim-model", "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]}
-    req = UpstreamRequest("POST", "/chat/completions", "", {}, json.dumps(body).encode(), False)
-    produce = upstream_producer(upstream, req, Deadline.start(30), max_body=1 << 20)
-    sent = weakref.ref(req)
-    del req
+    build = _Builder(json.dumps(body).encode())
+    produce = upstream_producer(upstream, build, Deadline.start(30), max_body=1 << 20)
+    built, builder = build.built, weakref.ref(build)
+    del build
+    assert built == []  # a producer that has not run has built nothing (a cache hit's)
     sim.reset()
     try:
         first = Flight(produce)
@@ -101,7 +117,8 @@ def test_a_producer_makes_its_call_once_and_lets_go_of_the_request(sim: SimProce
         listener.leave()
         assert first.head is not None and first.head.status == 200
         gc.collect()
-        assert sent() is None  # the producer (still referenced here) let go of it
+        # The producer (still referenced here) let go of the request and of its builder.
+        assert len(built) == 1 and built[0]() is None and builder() is None
         again = Flight(produce).join()
         with pytest.raises(UpstreamProtocolError, match="could not be relayed"):
             again.wait_complete()

@@ -8,9 +8,9 @@ from bench.ab import Run, summarize
 
 def test_the_summary_gives_each_sides_runs_mean_and_the_ratio() -> None:
     runs = [
-        Run("A", "stream", 10.0, 70.0, 0),
+        Run("A", "stream", 10.0, 70.0, 0, 0.25),
         Run("B", "stream", 9.0, 70.0, 0),
-        Run("A", "stream", 12.0, 69.0, 1),
+        Run("A", "stream", 12.0, 69.0, 1, 0.031),
         Run("B", "stream", 9.0, 71.0, 0),
         Run("A", "non-stream", 2.0, 600.0, 0),
         Run("B", "non-stream", 2.2, 610.0, 0),
@@ -18,6 +18,8 @@ def test_the_summary_gives_each_sides_runs_mean_and_the_ratio() -> None:
     lines = summarize(runs, "A", "B")
     assert lines[0].split()[:3] == ["stream", "A", "11.00"] and "[10.00, 12.00]" in lines[0]
     assert "errors 1" in lines[0] and "errors 0" in lines[1]
+    # How much of the cores other processes used during each run: the noise beside it.
+    assert lines[0].endswith("others [25, 3] % of the cores")
     assert lines[2].endswith("B / A: 0.818 (-18.2 %)")
     assert lines[5].endswith("B / A: 1.100 (+10.0 %)")
 

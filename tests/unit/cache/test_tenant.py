@@ -68,6 +68,17 @@ def test_every_tenant_header_is_forwarded_and_every_forwarded_credential_is_keye
     assert {n.lower() for n in forwarded} >= set(headers.TENANT_HEADERS)
 
 
+def test_the_names_remembered_are_bounded_and_each_keeps_its_answer() -> None:
+    """Whether a name is a tenant header is remembered (a hit asks it of every header), for
+    at most 1,024 names: a caller sending new names each call grows nothing, and a name
+    pushed out is answered the same when it comes back."""
+    names = [f"x-filler-{i}" for i in range(3000)] + [f"x-key-{i}" for i in range(3000)]
+    first = {name: headers.is_tenant_header(name) for name in names}
+    assert headers.is_tenant_header.cache_info().currsize <= 1024
+    assert {name: headers.is_tenant_header(name) for name in names} == first
+    assert not first["x-filler-0"] and first["x-key-0"]
+
+
 def _with_fallback(sent: list[tuple[str, str]], key: str) -> dict[str, str]:
     """What goes upstream with the operator's fallback key (transport.py's _prepare)."""
     forwarded = headers.upstream_request_headers(sent, stream=False)

@@ -16,11 +16,11 @@ import pytest
 
 from app.cache.coalesce import Coalescer
 from app.cache.memory import MemoryBackend
-from app.cache.policy import Directive
+from app.cache.policy import STATUS_HEADER, Directive
 from app.cache.store import AnswerCache, entry_from_flight
 from app.cache.tiered import TieredCache
 from app.core.config import Settings
-from app.core.errors import UpstreamReset
+from app.core.errors import BadRequest, UpstreamReset
 from app.gateway import Caller, Gateway
 from app.request.call import Call
 from app.streams.flight import ClientGone, Finished, Flight, Head
@@ -83,6 +83,27 @@ def test_plan_reads_cache_control() -> None:
     gateway, _ = _gateway()
     _, directive = _plan(gateway, headers=[("Cache-Control", "no-store")])
     assert directive.store is False and directive.lookup is True
+
+
+def test_a_header_no_request_could_carry_is_refused_even_when_the_answer_is_stored() -> None:
+    """A hit builds no upstream request (its headers are built only when the call goes
+    upstream), yet a header value with a CR, LF or NUL is still a 400 before any answer."""
+    gateway, l1 = _gateway()
+    sent = [("api-key", "a"), ("X-Custom", "fine")]
+    plan = gateway.plan(_call(headers=sent), Caller(None))
+    assert plan.cache is not None
+    answer = Head(200, [("Content-Type", "application/json")], 1, json.dumps(COMPLETION).encode())
+    _run(gateway, plan.cache.key, answer, stream=False)
+    assert l1.get(plan.cache.key) is not None
+    hit = gateway.handle(_call(headers=sent))
+    assert hit.status == 200 and dict(hit.headers)[STATUS_HEADER].startswith("HIT")
+    for value in ("a\rb", "a\nb", "a\x00b"):
+        with pytest.raises(BadRequest) as refused:
+            gateway.handle(_call(headers=[("api-key", "a"), ("X-Custom", value)]))
+        assert (refused.value.status, refused.value.code) == (400, "invalid_header_value")
+    # A header that never goes upstream is not judged: still the stored answer.
+    again = gateway.handle(_call(headers=[*sent, ("X-Forwarded-For", "a\rb")]))
+    assert dict(again.headers)[STATUS_HEADER].startswith("HIT")
 
 
 # -- storing: only complete, successful answers --------------------------------------------
