@@ -51,7 +51,7 @@ typecheck: setup
 check: lint typecheck test
 
 # The benchmark report (docs/performance.md): bench/results/<date>/report.md, results.json
-# and PNG plots; ~14 minutes on 2 cores. bench-smoke: the same code at tiny sizes in about a
+# and PNG plots; ~20 minutes on 2 cores. bench-smoke: the same code at tiny sizes in about a
 # minute (CI): it fails when a section is missing or a number is not finite, never on speed.
 bench: setup
 	$(PY) -m pip install -q -r requirements-bench.txt
