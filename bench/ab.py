@@ -140,12 +140,13 @@ def summarize(runs: list[Run], a: str, b: str) -> list[str]:
     return lines
 
 
-def export(rev: str, into: Path) -> Path:
-    """``rev``'s tree in ``into``, with this file as its bench/ab.py."""
+def export(rev: str, into: Path, tool: str = __file__) -> Path:
+    """``rev``'s tree in ``into``, with ``tool`` (this file unless another bench module
+    measures in turns this way: bench/hit_cpu.py) as its own in bench/."""
     into.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", rev], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    shutil.copy(__file__, into / "bench" / "ab.py")
+    shutil.copy(tool, into / "bench" / Path(tool).name)
     return into
 
 

@@ -220,11 +220,13 @@ def main() -> None:
         return
     if len(args.revs) not in (0, 2):
         parser.error("give two revisions, or none for the working tree")
+    from bench.ab import export  # here, not at the top: this file also runs in old trees
+
     work = Path(tempfile.mkdtemp(prefix="llmgate-hit-cpu-trees-"))
     try:
         here = "floor" if args.floor else "working tree"
         trees = {here: Path.cwd()} if not args.revs else {
-            rev: _export(rev, work / str(i)) for i, rev in enumerate(args.revs)
+            rev: export(rev, work / str(i), __file__) for i, rev in enumerate(args.revs)
         }  # fmt: skip
         if args.instructions:
             hits = args.instructions
@@ -293,15 +295,6 @@ def instructions_in(report: str) -> int:
     if found is None:
         raise SystemExit("valgrind gave no instruction count:\n" + report[-2000:])
     return int(found.group(1).replace(",", ""))
-
-
-def _export(rev: str, into: Path) -> Path:
-    """``rev``'s tree in ``into``, with this file as its bench/hit_cpu.py."""
-    into.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", rev], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    shutil.copy(__file__, into / "bench" / "hit_cpu.py")
-    return into
 
 
 if __name__ == "__main__":
