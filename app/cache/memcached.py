@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import gevent.lock
 from pymemcache.exceptions import MemcacheError
 
 from app.cache.backends import check_value, clamp_ttl, validate_key
@@ -114,7 +115,10 @@ class MemcachedBackend:
         )
         self._breaker = NodeBreaker(dead_timeout, time.monotonic)
         self.watcher: NodeWatcher | None = None  # the DNS lookups feeding set_nodes, if any
-        self._slots = threading.BoundedSemaphore(pool_size)
+        # gevent's semaphore: threading's is Python over a Condition (3.1 us to take and give
+        # back a free slot, and a new lock per waiter once all are taken, as at a saturated
+        # worker); gevent's takes 0.17 us and parks a waiter as any greenlet wait does.
+        self._slots = gevent.lock.BoundedSemaphore(pool_size)
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(
             ("hits", "misses", "sets", "errors", "too_large", "dead_skips", "parts", "busy"), 0
