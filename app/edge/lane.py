@@ -19,7 +19,7 @@ constrains, 1xx, 204 and 304, and a Location header still take Werkzeug's Respon
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from flask import Flask
@@ -27,7 +27,7 @@ from werkzeug.http import HTTP_STATUS_CODES
 
 from app.core.admission import Held, Ticket
 from app.edge.calls import API_ROUTES, answer
-from app.edge.routes import to_response
+from app.edge.routes import release_when_closed, to_response
 from app.request.call import Reply
 
 StartResponse = Callable[..., Any]
@@ -65,23 +65,22 @@ def install(app: Flask) -> None:
 
 def _send(
     reply: Reply,
-    body: bytes | Iterable[bytes],
+    body: bytes | Iterator[bytes],
     ticket: Ticket,
     environ: dict[str, Any],
     start_response: StartResponse,
 ) -> Iterable[bytes]:
     status = reply.status
     if status >= 200 and status not in (204, 304) and not _rewritten(reply):
-        headers = reply.headers
-        if isinstance(body, bytes):
+        headers, pieces = reply.headers, body
+        if isinstance(pieces, bytes):
             headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
-            headers.append(("Content-Length", str(len(body))))
-            body = [body]
+            headers.append(("Content-Length", str(len(pieces))))
+            pieces = iter([pieces])
         start_response(_status_line(status), headers)
-        return Held(body, ticket.release)
+        return Held(pieces, ticket.release)
     # 1xx, 204, 304 or a Location: Werkzeug's Response, as Flask's view sends it.
-    response = to_response(reply, body if isinstance(body, bytes) else iter(body))
-    response.response = Held(response.response, ticket.release)  # type: ignore[arg-type]
+    response = release_when_closed(lambda: to_response(reply, body), ticket)
     return response(environ, start_response)
 
 

@@ -87,10 +87,10 @@ def _forward(route: str) -> Response:
         ticket,
         current_app.config["MAX_CONTENT_LENGTH"],
     )
-    return _release_when_closed(lambda: to_response(reply, body), ticket)
+    return release_when_closed(lambda: to_response(reply, body), ticket)
 
 
-def _release_when_closed(respond: Callable[[], Response], ticket: Ticket) -> Response:
+def release_when_closed(respond: Callable[[], Response], ticket: Ticket) -> Response:
     """The response, whose body gives the call's admission slots back once the server has
     sent it or the caller left (the server closes it either way); at once if building the
     response fails."""
@@ -112,7 +112,7 @@ def to_response(reply: Reply, body: bytes | Iterator[bytes] | None = None) -> Re
         body = reply.body
     # Bytes, or an iterator of bytes already: passed through as it is, without Werkzeug's
     # two wrappers (an encoder and a closer) around every write of a stream. Held
-    # (_release_when_closed) is the body the server closes.
+    # (release_when_closed) is the body the server closes.
     response = Response(body, status=reply.status, direct_passthrough=True)
     response.headers.clear()
     for name, value in reply.headers:

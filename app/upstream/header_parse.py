@@ -21,7 +21,6 @@ from typing import Any
 # What email's FeedParser takes for a header line's name: printable ASCII but the colon.
 _NAME = re.compile(r"[\041-\071\073-\176]+")
 _END = (b"\r\n", b"\n", b"")
-_STANDARD = http.client.parse_headers
 
 
 def parse_headers(fp: Any, _class: type = http.client.HTTPMessage) -> http.client.HTTPMessage:
