@@ -23,17 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.tenancy.keyring import hash_key
 from bench import loadgen
+from bench.compare import write_keys
 from runner.stack import Stack, StackOptions
 from tests.support.memcached import memcached_stats, start_memcached
 from tests.support.trips import TripCounter
 
 SECRET = "llmg-bench-counter-trips"
-LIMITS = (
-    "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
-    "tokens_per_day = 1000000000\nmax_streams = 100000\n"
-)
 STATS = ("incr_hits", "incr_misses", "decr_hits", "decr_misses", "cmd_touch", "cmd_set",
          "cmd_get")  # fmt: skip
 
@@ -60,8 +56,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-trips-"))
-    keys = run_dir / "keys.toml"
-    keys.write_text(f'[[keys]]\nname = "bench"\nsha256 = "{hash_key(SECRET)}"\n{LIMITS}')
+    keys = write_keys(run_dir, SECRET)
     mc, mc_port = start_memcached(run_dir)
     proxy = TripCounter(("127.0.0.1", mc_port))
     env = {"LLMGATE_CACHE_MODE": "off", "LLMGATE_KEYS_FILE": str(keys),

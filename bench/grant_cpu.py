@@ -28,14 +28,10 @@ from app.cache.memcached import MemcachedBackend  # noqa: E402
 from app.request.usage import Usage  # noqa: E402
 from app.tenancy.access import Access  # noqa: E402
 from app.tenancy.key_source import KeySource  # noqa: E402
-from app.tenancy.keyring import hash_key  # noqa: E402
+from bench.compare import write_keys  # noqa: E402
 from tests.support.memcached import start_memcached  # noqa: E402
 
 SECRET = "llmg-bench-grant-cpu"
-LIMITS = (
-    "requests_per_minute = 100000000\ntokens_per_minute = 1000000000000\n"
-    "tokens_per_day = 1000000000000\nmax_streams = 100000\n"
-)
 BODY = {"model": "sim-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16}
 USAGE = Usage({"prompt_tokens": 9, "completion_tokens": 16, "total_tokens": 25})
 
@@ -55,8 +51,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-grant-cpu-"))
-    keys = run_dir / "keys.toml"
-    keys.write_text(f'[[keys]]\nname = "bench"\nsha256 = "{hash_key(SECRET)}"\n{LIMITS}')
+    keys = write_keys(run_dir, SECRET)
     mc, port = start_memcached(run_dir)
     try:
         backend = MemcachedBackend([("127.0.0.1", port)], name="limits")
