@@ -334,10 +334,12 @@ def test_status_page_on_the_stack_charts_live_traffic(gw, tmp_path) -> None:
             # gives the page samples at once, before any traffic of this test.
             charts = "document.getElementById('charts')?.dataset"
             cdp.wait_for(session, f"+{charts}.samples - +{charts}.history >= 4")
+            # Read while the traffic still flows: a poll after it stops charts a last rate of 0.
+            html = cdp.evaluate(session, "document.documentElement.outerHTML")
+            shot = cdp.call("Page.captureScreenshot", session, format="png")["data"]
         finally:
             traffic.stop()
-        html = cdp.evaluate(session, "document.documentElement.outerHTML")
-        png = base64.b64decode(cdp.call("Page.captureScreenshot", session, format="png")["data"])
+        png = base64.b64decode(shot)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "status-page.png").write_bytes(png)
     (ARTIFACTS / "status-page.html").write_text(html)
