@@ -37,10 +37,11 @@ from app.request.call import CLIENT_CLOSED, Call, Reply
 from app.request.headers import check_header_values
 from app.resume.service import Resumes, owner_of
 from app.resume.writer import Store
+from app.streams.alone import answer_alone
 from app.streams.drain import Lifecycle
-from app.streams.flight import LEASE, Flight, Producer
+from app.streams.flight import LEASE, Flight
 from app.streams.log_memory import LogBudget
-from app.streams.relay import upstream_producer
+from app.streams.relay import UpstreamCall
 from app.streams.reply import Replies, complete_reply, wait_whole
 from app.tenancy.access import Access, Grant
 from app.tenancy.call_grant import KeySettlement, granted_body
@@ -76,7 +77,7 @@ class Plan:
     body: dict[str, Any] | None
     stream: bool
     deadline: Deadline
-    compute: Producer
+    compute: UpstreamCall
     cache: CachePlan | None
 
 
@@ -155,7 +156,7 @@ class Gateway:
         request = partial(request_for, call, forward, body=body, stream=stream,
                           key=None if grant is None else grant.key)  # fmt: skip
         deadline = Deadline.start(self.settings.deadline_s)
-        compute = upstream_producer(self.upstream, request, deadline,
+        compute = UpstreamCall(self.upstream, request, deadline,
                                     max_body=self.settings.max_body_bytes,
                                     max_event_bytes=self.settings.max_event_bytes,
                                     route=call.route)  # fmt: skip
@@ -206,8 +207,10 @@ class Gateway:
     # -- the stages -------------------------------------------------------------------------
     def own_flight(self, plan: Plan) -> Reply:
         """The call's own upstream exchange, shared with nobody: no log beyond what the
-        caller has yet to read."""
+        caller has yet to read; a whole answer's made in the caller's own greenlet."""
         call = plan.call
+        if not plan.stream:
+            return answer_alone(call, plan.compute, self.lifecycle, self.replies)
         alone = self.lifecycle.flight(plan.compute, keep_log=False,
                                       request_id=call.trace.request_id)  # fmt: skip
         return self.replies.answer(call, alone.join(), plan.stream)

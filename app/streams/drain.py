@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import gevent
 
@@ -25,12 +25,23 @@ from app.streams.flight import Flight, Producer
 MARGIN_S = 2.0
 
 
+class Call(Protocol):
+    """What the drain ends: a flight, or a call made in its caller's greenlet
+    (app/streams/alone.py's ``Guard``)."""
+
+    def shut_down(self, exc: GatewayShutdown) -> None: ...
+
+
+Tracked = TypeVar("Tracked", bound=Call)
+
+
 class Lifecycle:
-    """The worker's flights, every one made here (``flight``) so the drain can end them."""
+    """The worker's calls in progress, each made here (``flight``) or tracked here
+    (``track``) so the drain can end them."""
 
     def __init__(self, buffer_limit: int | None = None, send_timeout: float | None = None):
         self.draining = False
-        self._flights: weakref.WeakSet[Flight] = weakref.WeakSet()
+        self._calls: weakref.WeakSet[Call] = weakref.WeakSet()
         # The per-stream bounds for slow callers (LLMGATE_STREAM_BUFFER_BYTES,
         # LLMGATE_SEND_TIMEOUT_S), the same for every flight of the worker.
         self.buffer_limit = buffer_limit
@@ -43,9 +54,9 @@ class Lifecycle:
         )
         return self.track(made)
 
-    def track(self, flight: Flight) -> Flight:
-        self._flights.add(flight)
-        return flight
+    def track(self, call: Tracked) -> Tracked:
+        self._calls.add(call)
+        return call
 
     def drain(self, grace_s: float, sleep: Callable[[float], None] = gevent.sleep) -> None:
         """Turn unready, wait out most of the grace period, then end every call left."""
@@ -54,7 +65,7 @@ class Lifecycle:
         self.stop_calls()
 
     def stop_calls(self) -> None:
-        for flight in list(self._flights):
-            flight.shut_down(
+        for call in list(self._calls):
+            call.shut_down(
                 GatewayShutdown("The gateway instance is shutting down; retry the request.")
             )

@@ -65,6 +65,13 @@ WAITING, STREAMING, COMPLETE, FAILED, CANCELLED = (
 UPSTREAM, CACHE, LEASE = "upstream", "cache", "lease"
 
 
+def producer_failed(request_id: str) -> GatewayError:
+    """A bug, or input nothing else caught, while producing an answer (call it in the
+    ``except`` block: the log gets the traceback): the callers get this error, never silence."""
+    log.exception("answer producer failed (request %s)", request_id or "-")
+    return UpstreamProtocolError("The answer could not be relayed; the log says why.")
+
+
 class Flight:
     """One answer in the making: a head, a log of events, an end; read by many listeners.
 
@@ -92,6 +99,7 @@ class Flight:
         source: str = UPSTREAM,
         lease_held: bool = False,
         span: Span | None = None,
+        started: float | None = None,
     ):
         self.head: Head | None = None
         self.log = EventLog(keep=keep_log, limit=log_limit, budget=log_budget)
@@ -106,7 +114,9 @@ class Flight:
         self.listeners = 0
         self._readers: set[Listener] = set()
         self.cancelled = False
-        self.started = time.monotonic()
+        # When the call began (monotonic): now, or earlier for a call that began outside a
+        # flight and goes on in one (app/streams/alone.py).
+        self.started = time.monotonic() if started is None else started
         self.finished_at: float | None = None
         # The producer ended and on_done ran: only now do listeners see the end (or a whole
         # body), so the answer is stored before any caller has all of it.
@@ -130,9 +140,7 @@ class Flight:
         except GatewayError as exc:
             self.fail(exc)
         except Exception:
-            # A bug, or input nothing else caught: the callers get an error, never silence.
-            log.exception("answer producer failed (request %s)", self.request_id or "-")
-            self.fail(UpstreamProtocolError("The answer could not be relayed; the log says why."))
+            self.fail(producer_failed(self.request_id))
         finally:
             self.finished_at = time.monotonic()
             if self.end is None and not self.complete:

@@ -1,11 +1,13 @@
 """A flight's producer from the upstream exchange, and a listener's bytes to the caller.
 
-``upstream_producer`` runs the upstream exchange (``Upstream.exchange`` in
+``UpstreamCall`` runs the upstream exchange (``Upstream.exchange`` in
 app/upstream/exchange.py, where the attempts, the reads and the closing and accounting of
-each all are) and turns what it hands over into flight calls: the head together with the
-first event (or with the whole body), each later batch of events, the end
-(app/streams/flight.py keeps them for the listeners). An error is the exchange's to raise
-and the flight's to announce.
+each all are) and hands over its parts: the head, each batch of events, the end. As a
+flight's producer it turns them into flight calls (``publish``: the head together with the
+first event or with the whole body, each later batch, the end; app/streams/flight.py keeps
+them for the listeners); a caller's own non-stream call reads them in its own greenlet
+(app/streams/alone.py). An error is the exchange's to raise and the flight's (or the
+caller's) to announce.
 
 ``relay`` is a listener's body: each event's own bytes at once and, when nothing came for
 ``heartbeat`` seconds, a ``: ping`` comment instead, so heartbeats fall only between
@@ -33,55 +35,85 @@ from app.core.errors import (
 )
 from app.observe import tracing
 from app.request.events import StreamEnd, is_error_event, typed
-from app.streams.flight import ClientGone, Finished, Flight, Head, Producer
+from app.streams.flight import ClientGone, Finished, Flight, Head
 from app.upstream.exchange import Exchange, Reading, Upstream, UpstreamRequest
 from app.upstream.retry import Deadline
 from llmgate_wire import sse
 
+# What an upstream call hands over, in order: its head with when it began (the answer's
+# first byte, on the monotonic clock); for a stream, its events a batch per read, then what
+# followed its last whole event (bytes, often none).
+Part = tuple[Head, float | None] | list[sse.Event] | bytes
 
-def upstream_producer(
-    upstream: Upstream,
-    request: Callable[[], UpstreamRequest],
-    deadline: Deadline,
-    *,
-    max_body: int,
-    max_event_bytes: int | None = None,
-    route: str = "passthrough",
-) -> Producer:
-    """A producer that makes the upstream call and publishes what it answers, once (run
-    again, it fails: the exchange holds the request only until its answer started).
-    ``request`` builds the request when the producer first runs, and is let go then: a
-    call that never goes upstream (a cache hit) builds none."""
-    build: Callable[[], UpstreamRequest] | None = request
-    exchange: Exchange | None = None
 
-    def produce(flight: Flight) -> None:
-        nonlocal build, exchange
-        if build is not None:
-            reading = Reading(max_body, max_event_bytes, route)
-            exchange = upstream.exchange(build(), deadline, reading)
+class UpstreamCall:
+    """A call's upstream exchange, made at most once: as a flight's producer (``__call__``),
+    or read part by part in the caller's own greenlet (``parts``, app/streams/alone.py).
+
+    ``request`` builds the request when the call first goes upstream, and is let go then: a
+    call that never goes upstream (a cache hit) builds none. Run again, it fails: the
+    exchange holds the request only until its answer started."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        request: Callable[[], UpstreamRequest],
+        deadline: Deadline,
+        *,
+        max_body: int,
+        max_event_bytes: int | None = None,
+        route: str = "passthrough",
+    ) -> None:
+        self._upstream = upstream
+        self._build: Callable[[], UpstreamRequest] | None = request
+        self._deadline = deadline
+        self._reading = Reading(max_body, max_event_bytes, route)
+        self._exchange: Exchange | None = None
+
+    def parts(self, began: float, request_id: str) -> Iterator[Part]:
+        """The answer's parts (``Part``); the upstream response is closed when this is
+        closed or ends."""
+        if self._build is not None:
+            self._exchange = self._upstream.exchange(self._build(), self._deadline, self._reading)
             # What the builder holds (the caller's prompt) goes with the request, which the
             # exchange lets go of once the answer started: not kept for a long stream.
-            build = None
-        assert exchange is not None
-        with exchange.run(began=flight.started, request_id=flight.request_id) as answer:
+            self._build = None
+        assert self._exchange is not None
+        with self._exchange.run(began=began, request_id=request_id) as answer:
             head = Head(
                 answer.status, answer.headers, answer.attempts, answer.body, answer.upstream
             )
-            if answer.body is not None:
-                flight.publish_head(head, at=answer.started_at)
-                return
-            for events in answer.events():
-                if flight.head is None:
-                    # Head and first event together: a listener learns the status only when
-                    # the stream is known to have started.
-                    flight.publish_head(head, at=answer.started_at)
-                flight.publish_all(events)
+            yield head, answer.started_at
+            if answer.body is None:
+                yield from answer.events()
+                yield answer.leftover()
+
+    def __call__(self, flight: Flight) -> None:
+        publish(flight, self.parts(flight.started, flight.request_id))
+
+
+def publish(flight: Flight, parts: Iterator[Part]) -> None:
+    """Publish an upstream call's parts into ``flight``: the head together with the first
+    event (or with the whole body), each later batch of events, the end."""
+    first = next(parts)
+    assert isinstance(first, tuple)
+    head, at = first
+    if head.body is not None:
+        flight.publish_head(head, at=at)
+        next(parts, None)  # its end: the exchange closes as done, not as interrupted
+        return
+    for events in parts:
+        if isinstance(events, bytes):  # the end
             if flight.head is None:  # it ended before any event
                 flight.publish_head(head)
-            flight.finish(answer.leftover())
-
-    return produce
+            flight.finish(events)
+            return
+        assert isinstance(events, list)
+        if flight.head is None:
+            # Head and first event together: a listener learns the status only when the
+            # stream is known to have started.
+            flight.publish_head(head, at=at)
+        flight.publish_all(events)
 
 
 class Listening(Protocol):

@@ -198,6 +198,14 @@ def test_the_caller_receives_exactly_the_upstreams_bytes(gw1) -> None:
     assert body == FIXTURE, (len(body), len(FIXTURE), differ, body[(differ or 0) - 20 :][:60])
 
 
+def test_a_stream_answering_a_call_that_did_not_ask_for_one_is_relayed_as_it_came(gw1) -> None:
+    """A whole call of its own begins in its caller's greenlet (app/streams/alone.py); an
+    event stream for an answer goes on in a flight from where it is, every byte kept."""
+    status, headers, body = raw_post(gw1.url, {"model": "bytes", "messages": MSGS})
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    assert body == FIXTURE, (len(body), len(FIXTURE))
+
+
 def test_an_event_over_the_limit_before_the_first_byte_is_a_502(gw1) -> None:
     status, headers, body = raw_post(gw1.url, {"model": "oversize-first", "messages": MSGS,
                                                "stream": True})  # fmt: skip

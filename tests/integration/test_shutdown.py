@@ -87,6 +87,32 @@ def test_sigterm_lets_short_streams_finish_and_ends_long_ones_with_an_error_even
     assert took < GRACE_S + 5
 
 
+def test_sigterm_answers_a_whole_call_still_waiting_for_its_upstream_with_a_503(stack) -> None:
+    """A call of its own that answers whole runs in its caller's greenlet, not a flight
+    (app/streams/alone.py): the drain must still reach it, as a JSON 503 the SDK retries."""
+    http = urllib3.PoolManager(retries=False)
+    out: dict = {}
+
+    def call() -> None:
+        resp = http.request("POST", stack.url + "/v1/chat/completions",
+                            body=json.dumps(chat(max_tokens=5)).encode(),
+                            headers={"Content-Type": "application/json",
+                                     "x-sim-fault": "stall-before"},
+                            timeout=urllib3.Timeout(connect=5, read=GRACE_S + 20))  # fmt: skip
+        out["status"], out["body"], out["at"] = resp.status, resp.data, time.monotonic()
+
+    waiting = threading.Thread(target=call)
+    waiting.start()
+    time.sleep(1.0)  # the upstream has the request and says nothing
+    began = time.monotonic()
+    stack.proc("gunicorn").popen.send_signal(signal.SIGTERM)
+    waiting.join(GRACE_S + 25)
+    assert out["status"] == 503, out
+    error = json.loads(out["body"])["error"]
+    assert error["code"] == "gateway_shutdown", error
+    assert out["at"] - began < GRACE_S + 2  # ended by the drain, not by gunicorn's cut
+
+
 @pytest.mark.slow
 def test_an_idle_keep_alive_caller_does_not_hold_a_stopping_worker(runs_dir: Path) -> None:
     from app.edge.worker import IDLE_CLOSE_AFTER_S

@@ -21,7 +21,7 @@ import urllib3
 from app.core.config import Settings
 from app.core.errors import UpstreamProtocolError
 from app.streams.flight import Flight
-from app.streams.relay import upstream_producer
+from app.streams.relay import UpstreamCall
 from app.upstream.exchange import Reading, Upstream, UpstreamRequest
 from app.upstream.pools import READ_BUFFER
 from app.upstream.retry import Deadline
@@ -105,7 +105,7 @@ def test_a_producer_makes_its_call_once_and_lets_go_of_the_request(sim: SimProce
     upstream = Upstream(Settings(upstream_url=sim.url + "/v1"))
     body = {"model": "sim-model", "max_tokens": 3, "messages": [{"role": "user", "content": "x"}]}
     build = _Builder(json.dumps(body).encode())
-    produce = upstream_producer(upstream, build, Deadline.start(30), max_body=1 << 20)
+    produce = UpstreamCall(upstream, build, Deadline.start(30), max_body=1 << 20)
     built, builder = build.built, weakref.ref(build)
     del build
     assert built == []  # a producer that has not run has built nothing (a cache hit's)

@@ -1,0 +1,73 @@
+"""A caller's own whole answer, made in its greenlet: what interrupts it, and only while it
+runs; a bug before the exchange is a 502 with the log's word, as a flight's is."""
+
+from __future__ import annotations
+
+import logging
+
+import gevent
+import pytest
+
+from app.core.config import Settings
+from app.core.errors import GatewayShutdown, UpstreamProtocolError
+from app.request.call import Call
+from app.streams.alone import Guard, Interrupted, answer_alone
+from app.streams.drain import Lifecycle
+from app.streams.relay import UpstreamCall
+from app.streams.reply import Replies
+from app.upstream.exchange import Upstream
+from app.upstream.retry import Deadline
+
+
+def _parked(guard_out: list[Guard], seen: list[BaseException | str]) -> None:
+    """A call's greenlet: waits (as on an upstream), inside its guard, then outside it."""
+    guard_out.append(Guard())
+    try:
+        gevent.sleep(30)
+    except Interrupted as exc:
+        gevent.sleep(0.01)  # its unwinding may wait too (closing an upstream connection)
+        seen.append(exc)
+    finally:
+        guard_out[0].off()
+    gevent.sleep(0.05)  # past its guard: nothing may reach it here
+    seen.append("after")
+
+
+def test_the_drain_interrupts_a_call_parked_in_its_guard_with_its_error() -> None:
+    lifecycle, guards, seen = Lifecycle(), [], []
+    call = gevent.spawn(_parked, guards, seen)
+    gevent.sleep(0.01)
+    lifecycle.track(guards[0])
+    lifecycle.stop_calls()  # from this greenlet, not the call's nor the hub
+    call.join(5)
+    assert call.successful() and len(seen) == 2 and seen[1] == "after"
+    assert isinstance(seen[0], Interrupted) and isinstance(seen[0].error, GatewayShutdown)
+
+
+def test_a_caller_leaving_interrupts_once_and_never_after_the_guard_is_off() -> None:
+    guards, seen = [], []
+    call = gevent.spawn(_parked, guards, seen)
+    gevent.sleep(0.01)
+    hub = gevent.get_hub()
+    # Twice from the hub's loop, as the socket watcher calls it: the second finds it off.
+    hub.loop.run_callback(guards[0].caller_left)
+    hub.loop.run_callback(guards[0].caller_left)
+    gevent.sleep(0.01)
+    guards[0].shut_down(GatewayShutdown("late"))  # the drain, once the call left its guard
+    call.join(5)
+    assert call.successful() and len(seen) == 2 and seen[1] == "after"
+    assert isinstance(seen[0], Interrupted) and seen[0].error is None
+
+
+def test_a_bug_before_the_exchange_is_a_502_and_the_log_says_why(caplog) -> None:
+    def build():
+        raise ValueError("a bug of ours")
+
+    upstream = Upstream(Settings(upstream_url="http://127.0.0.1:9/v1"))
+    made = UpstreamCall(upstream, build, Deadline.start(30), max_body=1 << 20)
+    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    replies = Replies(Settings(), lambda name: {})
+    lifecycle = Lifecycle()
+    with caplog.at_level(logging.ERROR), pytest.raises(UpstreamProtocolError, match="relayed"):
+        answer_alone(call, made, lifecycle, replies)
+    assert "answer producer failed" in caplog.text and "a bug of ours" in caplog.text
