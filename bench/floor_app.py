@@ -11,8 +11,9 @@ it is a measuring stick, never something to deploy.
 
 It makes the gateway's choices inside the shape, so the ratio of the two stays honest: a
 POST to /v1/chat/completions takes the same kind of lane as the gateway's API calls
-(app/edge/lane.py), answered from the WSGI environ around Flask's per-request machinery, and
-the upstream's headers are parsed as the gateway parses them (app/upstream/header_parse.py).
+(app/edge/lane.py), answered from the WSGI environ around Flask's per-request machinery, its
+headers read from the environ as the gateway reads them (app/request/headers.py), and the
+upstream's headers are parsed as the gateway parses them (app/upstream/header_parse.py).
 ``LLMGATE_FLOOR_LANE=0`` sends the call through Flask's view instead, and
 ``LLMGATE_FLOOR_HEADERS=email`` leaves http.client's own header parser in place: `python -m
 bench.floor_layers` measures what each choice saves a call.
@@ -26,9 +27,9 @@ from typing import Any
 
 import urllib3
 from flask import Flask, Response, request
-from werkzeug.datastructures import EnvironHeaders
 from werkzeug.http import HTTP_STATUS_CODES
 
+from app.request.headers import environ_headers
 from app.upstream import header_parse
 
 app = Flask(__name__)
@@ -106,7 +107,7 @@ def _lane(flask_app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[b
         ):
             return flask_app(environ, start_response)
         body = environ["wsgi.input"].read()
-        status, headers, pieces = relay(body, EnvironHeaders(environ).items())
+        status, headers, pieces = relay(body, environ_headers(environ))
         start_response(f"{status} {HTTP_STATUS_CODES.get(status, 'unknown').upper()}", headers)
         return pieces
 

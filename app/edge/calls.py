@@ -15,7 +15,6 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from werkzeug.datastructures import EnvironHeaders
 from werkzeug.sansio.utils import get_content_length
 
 from app.core import errors
@@ -23,6 +22,7 @@ from app.core.admission import Ticket
 from app.edge.finish import finish
 from app.gateway import Gateway
 from app.request.call import Call, Reply, Trace, error_reply
+from app.request.headers import environ_headers
 from app.request.paths import forwarded_path
 
 log = logging.getLogger("llmgate")
@@ -58,7 +58,7 @@ def answer(
         method=method,
         path=path,
         query=environ.get("QUERY_STRING", ""),
-        headers=list(EnvironHeaders(environ).items()),
+        headers=environ_headers(environ),
         body=b"",
         client_socket=environ.get("gunicorn.socket"),
         trace=Trace(request_id=_request_id(environ)),
