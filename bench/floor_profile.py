@@ -51,8 +51,11 @@ def own_by_area(samples: Path) -> tuple[collections.Counter[str], int]:
     return own, total
 
 
-def profile(kind: str, wsgi_app: str, seconds: float, callers: int) -> tuple[float, dict]:
-    """(CPU ms per call, {file: ms per call}) of one worker serving ``kind``."""
+def profile(
+    kind: str, wsgi_app: str, seconds: float, callers: int, keep: Path | None = None
+) -> tuple[float, dict]:
+    """(CPU ms per call, {file: ms per call}) of one worker serving ``kind``; py-spy's raw
+    samples copied to ``keep`` when given (for the stacks behind a row)."""
     py_spy = shutil.which("py-spy")
     if py_spy is None:
         raise SystemExit("py-spy is not installed: pip install py-spy")
@@ -82,6 +85,8 @@ def profile(kind: str, wsgi_app: str, seconds: float, callers: int) -> tuple[flo
         calls = len(results[0].total) / results[0].wall * int(seconds)
         per_call = 1000 * cpu / max(1.0, calls)
         own, total = own_by_area(samples)
+        if keep is not None:
+            shutil.copyfile(samples, keep)
         return per_call, {name: per_call * n / max(1, total) for name, n in own.items()}
     finally:
         stack.stop()
@@ -94,9 +99,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--callers", type=int, default=32)
     parser.add_argument("--rows", type=int, default=30)
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="a folder to keep py-spy's raw samples in (floor.txt, gateway.txt)",
+    )
     args = parser.parse_args()
-    floor, floor_at = profile(args.kind, FLOOR_APP, args.seconds, args.callers)
-    gateway, gateway_at = profile(args.kind, "", args.seconds, args.callers)
+    keep = (lambda side: None) if args.keep is None else (lambda side: args.keep / f"{side}.txt")
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    floor, floor_at = profile(args.kind, FLOOR_APP, args.seconds, args.callers, keep("floor"))
+    gateway, gateway_at = profile(args.kind, "", args.seconds, args.callers, keep("gateway"))
     print(f"{args.kind}: floor {floor:.3f} ms/call, gateway {gateway:.3f} ms/call "
           f"({gateway / floor:.2f}x), gap {1000 * (gateway - floor):.0f} us")  # fmt: skip
     rows = sorted(
