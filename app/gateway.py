@@ -37,7 +37,7 @@ from app.request.call import CLIENT_CLOSED, Call, Reply
 from app.request.headers import check_header_values
 from app.resume.service import Resumes, owner_of
 from app.resume.writer import Store
-from app.streams.alone import answer_alone
+from app.streams.alone import answer_alone, answer_stream_alone
 from app.streams.drain import Lifecycle
 from app.streams.flight import LEASE, Flight
 from app.streams.log_memory import LogBudget
@@ -207,10 +207,13 @@ class Gateway:
     # -- the stages -------------------------------------------------------------------------
     def own_flight(self, plan: Plan) -> Reply:
         """The call's own upstream exchange, shared with nobody: no log beyond what the
-        caller has yet to read; a whole answer's made in the caller's own greenlet."""
+        caller has yet to read; made in the caller's own greenlet (app/streams/alone.py)
+        but for a stream that asks to be resumable."""
         call = plan.call
         if not plan.stream:
             return answer_alone(call, plan.compute, self.lifecycle, self.replies)
+        if not self.resumes.asked(call):  # a resumable stream's log is a flight's listener
+            return answer_stream_alone(call, plan.compute, self.lifecycle, self.replies)
         alone = self.lifecycle.flight(plan.compute, keep_log=False,
                                       request_id=call.trace.request_id)  # fmt: skip
         return self.replies.answer(call, alone.join(), plan.stream)

@@ -101,6 +101,11 @@ class Resumes:
         return self.window_s > 0 and self.store is not None
 
     # -- a resumable stream -----------------------------------------------------------------
+    def asked(self, call: Call) -> bool:
+        """Whether the call asks for its stream to be resumable (answered or refused in
+        ``attach``)."""
+        return ids.asked(call.headers)
+
     def attach(self, call: Call, flight: Flight) -> tuple[str | None, list[tuple[str, str]]]:
         """For a stream about to be relayed from ``flight``: when its call asks to be
         resumable, its log is started (a writer joins the flight) and the stream id and the

@@ -20,6 +20,7 @@ of its parts are read there, and the caller listens to it as to any flight.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import time
 
@@ -28,10 +29,13 @@ from greenlet import getcurrent
 
 from app.core.errors import GatewayError
 from app.request.call import CLIENT_CLOSED, Call, Reply
+from app.streams.answer import ClientGone, Finished, Head
 from app.streams.drain import Lifecycle
 from app.streams.flight import producer_failed
 from app.streams.relay import DisconnectWatcher, UpstreamCall, publish
 from app.streams.reply import Replies, complete_reply
+from app.upstream.reading import Patience
+from llmgate_wire import sse
 
 
 class Interrupted(BaseException):
@@ -48,9 +52,9 @@ class Guard:
     """While it is on, the greenlet that made it can be interrupted, once: by its caller
     leaving (``caller_left``, from the hub's loop) or by the drain (``shut_down``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on: bool = True) -> None:
         self._greenlet = getcurrent()
-        self.on = True
+        self.on = on
 
     def caller_left(self) -> None:
         """From the hub's loop (the watcher's callback): the greenlet is parked, and the
@@ -106,9 +110,191 @@ def answer_alone(
         flight = lifecycle.flight(lambda f: publish(f, rest), keep_log=False,
                                   request_id=trace.request_id, started=began)  # fmt: skip
         return replies.answer(call, flight.join(), False)
-    next(parts, None)  # its end: the exchange closes as done, not as interrupted
     where = replies.whereabouts(head.upstream) if trace.span is not None else {}
     trace.answered(head.attempts, head.upstream, where)
     if at is not None:
         trace.upstream_began(at - began)
     return complete_reply(head, call.route)
+
+
+class Solo:
+    """A stream of the caller's own, read in the caller's greenlet: what ``relay`` reads
+    (app/streams/relay.py's ``Listening``), without a flight.
+
+    Until its head and first event are in, the exchange runs in a greenlet of its own
+    (``_begin``), which the caller waits on one heartbeat interval at a time: connecting,
+    retries and hedges block, and the caller must be free to send heartbeats meanwhile.
+    That greenlet then ends, and the rest is read here, each read waiting at most until
+    the next heartbeat for data (``Patience``; nothing is taken from the connection while it
+    waits). A body that cannot be waited on that way (compressed, or not chunked) is read
+    in a greenlet per read instead. Nothing is kept beyond the batch being relayed: the
+    upstream is not read while the caller's write waits (back-pressure, as a flight's
+    buffer limit gives).
+
+    Its caller leaving ends the upstream call at once (``caller_left``: the greenlet reading
+    is killed, or the caller's own interrupted where it waits for data); the drain ends it
+    with an error event, or a 503 before its head (``shut_down``).
+    """
+
+    def __init__(self, upstream: UpstreamCall, request_id: str) -> None:
+        self.began = time.monotonic()
+        self.request_id = request_id
+        self.position = 0
+        self.head: Head | None = None
+        self.head_at: float | None = None
+        self.gone = False
+        self._patience = Patience()
+        self._upstream = upstream
+        self._parts = upstream.parts(self.began, request_id, self._patience)
+        self._events: collections.deque[sse.Event] = collections.deque()
+        self._end: Finished | GatewayError | None = None
+        self._guard = Guard(on=False)
+        self._shut: GatewayError | None = None
+        self._inline = False
+        self._reading: gevent.Greenlet | None = gevent.spawn(self._begin)
+
+    # -- reading ---------------------------------------------------------------------------
+    def _begin(self) -> None:
+        """The head, and a stream's first events (they come with it: no second read)."""
+        self._step()
+        if self.head is not None and self.head.body is None and self._end is None:
+            self._step()
+        self._inline = self._upstream.waitable()
+
+    def _step(self) -> None:
+        """One part of the exchange: the head, a batch of events (none: nothing came in
+        the patience's time), or the end. Errors end the stream, as a flight's do."""
+        try:
+            part = next(self._parts)
+        except StopIteration:
+            self._end = self._end or Finished(b"")
+        except Interrupted as exc:
+            if exc.error is None:
+                self.gone = True
+            else:
+                self._end = exc.error
+        except GatewayError as exc:
+            self._end = exc
+        except Exception:
+            self._end = producer_failed(self.request_id)
+        else:
+            if isinstance(part, tuple):
+                self.head, self.head_at = part
+            elif isinstance(part, bytes):
+                self._end = Finished(part)
+            else:
+                self._events.extend(part)
+
+    def _wait(self, timeout: float | None) -> bool:
+        """Run the next read (or wait for the one running) for at most ``timeout``; False
+        when it is still going."""
+        if self._reading is None and self._shut is not None and self._end is None:
+            self._parts.close()  # the drain: its error instead of what follows
+            self._end = self._shut
+        if self._reading is None and self._end is None and self._inline:
+            self._patience.timeout = timeout
+            self._guard.on = True
+            try:
+                self._step()
+            finally:
+                self._guard.off()
+            return True
+        if self._reading is None and self._end is None:
+            self._reading = gevent.spawn(self._step)
+        if self._reading is not None:
+            self._reading.join(timeout)
+            if not self._reading.dead:
+                return False
+            self._reading = None
+        return True
+
+    # -- what relay reads ------------------------------------------------------------------
+    def wait_head(self, timeout: float | None) -> Head | None:
+        """The head once a stream's first event (or the whole body) is in; None on timeout;
+        raises the error that ended it first, or ClientGone."""
+        if (self.head is None or self._reading is not None) and not self._wait(timeout):
+            if self.gone:
+                raise ClientGone()
+            return None
+        if self.gone:
+            raise ClientGone()
+        if self.head is None:
+            raise self._end if isinstance(self._end, GatewayError) else ClientGone()
+        if self.head.body is None and not self._events and isinstance(self._end, GatewayError):
+            raise self._end  # it failed before its first event: a proper HTTP error
+        return self.head
+
+    def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
+        """The next event, or the end once every event is read; None on timeout."""
+        if not self._events and self._end is None and not self.gone:
+            self._wait(timeout)
+        if self.gone:
+            raise ClientGone()
+        if self._events:
+            self.position += 1
+            return self._events.popleft()
+        return self._end
+
+    def ready_events(self) -> list[sse.Event]:
+        taken = list(self._events)
+        self._events.clear()
+        self.position += len(taken)
+        return taken
+
+    # -- the caller and the drain ----------------------------------------------------------
+    def caller_left(self) -> None:
+        """From the hub's loop: the caller's connection ended."""
+        self.gone = True
+        if self._reading is not None:
+            self._reading.kill(block=False)  # its unwinding closes the upstream response
+        else:
+            self._guard.caller_left()
+
+    def shut_down(self, exc: GatewayError) -> None:
+        """The drain: the stream ends with ``exc`` (a 503 before its head)."""
+        self._shut = exc
+        if self._reading is not None:
+            self._reading.kill(Interrupted(exc), block=False)
+        else:
+            self._guard.shut_down(exc)
+
+    def leave(self) -> None:
+        """The caller is done or gone: whatever still reads the upstream stops, and its
+        response is closed (not drained)."""
+        self._guard.off()
+        if self._reading is not None:
+            self._reading.kill(block=True, timeout=2.0)
+            self._reading = None
+        self._parts.close()
+
+
+def answer_stream_alone(
+    call: Call, upstream: UpstreamCall, lifecycle: Lifecycle, replies: Replies
+) -> Reply:
+    """The reply to a stream of the caller's own: its head and first event waited for one
+    heartbeat interval, as a flight's are (app/streams/reply.py), then relayed from here."""
+    trace = call.trace
+    solo = lifecycle.track(Solo(upstream, trace.request_id))
+
+    def gone() -> None:  # in the hub's loop
+        trace.caller_left()
+        solo.caller_left()
+
+    watcher = DisconnectWatcher(call.client_socket, gone)
+    heartbeat = replies.heartbeat_s if replies.heartbeat_s > 0 else None
+    try:
+        head = solo.wait_head(heartbeat)
+    except ClientGone:
+        watcher.stop()
+        solo.leave()
+        return Reply(CLIENT_CLOSED, [], b"")
+    except BaseException:
+        watcher.stop()
+        solo.leave()
+        raise
+    if head is not None:
+        where = replies.whereabouts(head.upstream) if trace.span is not None else {}
+        trace.answered(head.attempts, head.upstream, where)
+        if solo.head_at is not None:
+            trace.upstream_began(solo.head_at - solo.began)
+    return replies.reply_for(call, head, solo, watcher)

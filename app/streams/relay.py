@@ -21,7 +21,7 @@ import _socket
 import json
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Protocol
 
 import gevent
@@ -37,6 +37,7 @@ from app.observe import tracing
 from app.request.events import StreamEnd, is_error_event, typed
 from app.streams.flight import ClientGone, Finished, Flight, Head
 from app.upstream.exchange import Exchange, Reading, Upstream, UpstreamRequest
+from app.upstream.reading import Patience
 from app.upstream.retry import Deadline
 from llmgate_wire import sse
 
@@ -70,9 +71,14 @@ class UpstreamCall:
         self._reading = Reading(max_body, max_event_bytes, route)
         self._exchange: Exchange | None = None
 
-    def parts(self, began: float, request_id: str) -> Iterator[Part]:
+    def parts(
+        self, began: float, request_id: str, patience: Patience | None = None
+    ) -> Generator[Part, None, None]:
         """The answer's parts (``Part``); the upstream response is closed when this is
-        closed or ends."""
+        closed or ends. With ``patience`` (app/upstream/reading.py), a stream's reads wait
+        at most its timeout for data, and an empty batch says none came (the caller's turn
+        to send a heartbeat); the exchange closes before the last part (a whole answer's
+        head, a stream's end), so whoever takes it need not resume this again."""
         if self._build is not None:
             self._exchange = self._upstream.exchange(self._build(), self._deadline, self._reading)
             # What the builder holds (the caller's prompt) goes with the request, which the
@@ -83,10 +89,19 @@ class UpstreamCall:
             head = Head(
                 answer.status, answer.headers, answer.attempts, answer.body, answer.upstream
             )
-            yield head, answer.started_at
+            at = answer.started_at
             if answer.body is None:
-                yield from answer.events()
-                yield answer.leftover()
+                yield head, at
+                yield from answer.events(patience)
+                leftover = answer.leftover()
+        if head.body is not None:
+            yield head, at
+        else:
+            yield leftover
+
+    def waitable(self) -> bool:
+        """Whether the stream's reads can wait with ``patience`` (after its head)."""
+        return self._exchange is not None and self._exchange.waitable()
 
     def __call__(self, flight: Flight) -> None:
         publish(flight, self.parts(flight.started, flight.request_id))
@@ -100,7 +115,6 @@ def publish(flight: Flight, parts: Iterator[Part]) -> None:
     head, at = first
     if head.body is not None:
         flight.publish_head(head, at=at)
-        next(parts, None)  # its end: the exchange closes as done, not as interrupted
         return
     for events in parts:
         if isinstance(events, bytes):  # the end

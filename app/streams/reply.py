@@ -11,7 +11,7 @@ stops being waited for, and the last one to leave cancels the flight.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from app.core.config import Settings
 from app.core.errors import wrap_upstream_body
@@ -21,7 +21,7 @@ from app.request.events import END_OF_STREAM
 from app.request.headers import downstream_headers
 from app.request.metering import without_usage_chunk
 from app.streams.flight import UPSTREAM, ClientGone, Head, Listener
-from app.streams.relay import DisconnectWatcher, relay
+from app.streams.relay import DisconnectWatcher, Listening, relay
 from app.upstream.retry import Deadline
 
 UPSTREAM_HEADER = "X-LLMGate-Upstream"
@@ -30,6 +30,13 @@ Whereabouts = Callable[[str], Mapping[str, Value]]
 # For a call about to stream from a flight: its stream id when it asked to be resumable and
 # could be (its log started), and the headers that say whether (app/resume/service.py).
 Resumable = Callable[[Call, Any], tuple[str | None, list[tuple[str, str]]]]
+
+
+class Reading(Listening, Protocol):
+    """What a reply reads: a flight's listener, or a call of its own read in the caller's
+    greenlet (app/streams/alone.py); ``leave`` when the caller is done or gone."""
+
+    def leave(self) -> None: ...
 
 
 class Replies:
@@ -73,6 +80,19 @@ class Replies:
             call.trace.answered(head.attempts, head.upstream, where)
         if flight.head_at is not None and flight.source == UPSTREAM:
             call.trace.upstream_began(flight.head_at - flight.started)
+        return self.reply_for(call, head, listener, watcher, stream_id)
+
+    def reply_for(
+        self,
+        call: Call,
+        head: Head | None,
+        listener: Reading,
+        watcher: DisconnectWatcher,
+        stream_id: str | None = None,
+    ) -> Reply:
+        """The caller's reply once the head and first event are in (``head``), or once a
+        stream's first heartbeat interval passed without them (None): a stream, or a whole
+        answer (the listener left then)."""
         if head is None:
             # The upstream is slow to answer a stream: commit the 200 now, a ping with it,
             # and keep the line alive with pings; whatever the upstream says later travels
@@ -118,7 +138,7 @@ class Replies:
         self,
         route: str,
         trace: Trace,
-        listener: Listener,
+        listener: Reading,
         watcher: DisconnectWatcher,
         *,
         ping_first: bool = False,

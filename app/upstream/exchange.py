@@ -36,7 +36,7 @@ from app.upstream.breaker import BreakerPolicy
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.hedge import TtftWindow
 from app.upstream.ledger import Ledger
-from app.upstream.reading import Reader, Reading, Start
+from app.upstream.reading import Patience, Reader, Reading, Start
 from app.upstream.retry import Deadline
 from app.upstream.retry_budget import RetryBudget
 from app.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
@@ -196,12 +196,16 @@ class Exchange:
         """The whole body of an answer that is not an event stream; None for a stream."""
         return self._started().body
 
-    def events(self) -> Iterator[list[sse.Event]]:
+    def events(self, patience: Patience | None = None) -> Iterator[list[sse.Event]]:
         """A stream's events, a batch per read, its first events first (reading.py's
         ``Reader.events``: an event too large or a failed read is raised after the events
-        before it)."""
+        before it; with ``patience``, an empty batch when none came in its time)."""
         reading = self._reading
-        return self._upstream.reader.events(self._started(), self._deadline, reading.end)
+        return self._upstream.reader.events(self._started(), self._deadline, reading.end, patience)
+
+    def waitable(self) -> bool:
+        """Whether a stream's reads can wait with patience (transport.py's ``can_wait``)."""
+        return self._start is not None and self._start.resp.can_wait()
 
     def leftover(self) -> bytes:
         """At a stream's end: the bytes of an unterminated last event (not an event)."""

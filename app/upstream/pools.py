@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.client
+import io
 import queue
 import socket
 import ssl
@@ -27,6 +28,8 @@ from gevent.socket import wait_read
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import HTTPError
+
+from app.core.timers import Alarm
 
 # The most read at once from an answer, and the largest error body read (not dropped) to
 # keep its connection when the call is retried.
@@ -225,6 +228,59 @@ def body_reader(raw: Raw) -> Callable[[int], bytes]:
     ):
         return fp.read1
     return raw.read1
+
+
+def chunked_beneath(raw: Raw) -> http.client.HTTPResponse | None:
+    """The http.client response under urllib3's when its body is read through it
+    (``body_reader``'s fast path: chunked, not compressed), else None."""
+    fp = getattr(raw, "_fp", None)
+    if (
+        isinstance(fp, http.client.HTTPResponse)
+        and fp.chunked
+        and not raw.headers.get("content-encoding")
+        and isinstance(fp.fp, io.BufferedReader)
+        and hasattr(fp.fp.raw, "_sock")  # socket.SocketIO's socket: its readiness is waited on
+    ):
+        return fp
+    return None
+
+
+def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> bool:
+    """Whether ``fp.read1`` can go on without waiting on the upstream, once data came or
+    ``alarm`` rang (False). Nothing is taken from the connection while it waits: ``peek``
+    of an empty buffer waits for the socket before it reads anything (the alarm ends that
+    wait, where no byte has been taken yet), and a buffer holding only part of what
+    ``read1`` needs (most often the CRLF that ends the last chunk) waits on the socket
+    itself, or on nothing when TLS already holds decrypted bytes."""
+    alarm.arm()
+    try:
+        if enough_buffered(fp.fp.peek(1), fp.chunk_left):
+            return True
+        sock = fp.fp.raw._sock  # type: ignore[attr-defined]
+        pending = getattr(sock, "pending", None)  # an SSLSocket's decrypted bytes
+        if pending is None or not pending():
+            wait_read(sock.fileno())
+        return True
+    except Alarm as exc:
+        if exc is not alarm:
+            raise
+        return False
+    finally:
+        alarm.disarm()
+
+
+def enough_buffered(seen: bytes, chunk_left: int | None) -> bool:
+    """Whether http.client's ``read1`` of a chunked body can return without waiting on the
+    socket, given the bytes its buffer holds (``seen``) and its ``chunk_left``. Inside a
+    chunk's data any byte will do; between chunks it first reads the CRLF that ends the
+    last one (when ``chunk_left`` is 0) and the next size line, then one read of data, so
+    the line must be whole with something after it. The last chunk's "0" line is followed
+    by the CRLF that ends the body."""
+    if chunk_left:
+        return bool(seen)
+    start = 2 if chunk_left == 0 else 0
+    line_end = seen.find(b"\n", start)
+    return line_end != -1 and line_end + 1 < len(seen)
 
 
 def discard(raw: Raw) -> None:

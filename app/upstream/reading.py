@@ -18,6 +18,7 @@ timer for what is left, reported as the deadline.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -59,6 +60,15 @@ class Reading:
     @property
     def end(self) -> StreamEnd | None:
         return END_OF_STREAM.get(self.route)
+
+
+@dataclass
+class Patience:
+    """How long a stream's next read may wait for data before it hands back an empty batch
+    (None: as long as the idle timer allows). Set by whoever reads the stream in its
+    caller's greenlet before each turn: the time left to its next heartbeat."""
+
+    timeout: float | None = None
 
 
 @dataclass
@@ -118,21 +128,33 @@ class Reader:
             raise
 
     def events(
-        self, start: Start, deadline: Deadline, end: StreamEnd | None
+        self,
+        start: Start,
+        deadline: Deadline,
+        end: StreamEnd | None,
+        patience: Patience | None = None,
     ) -> Iterator[list[sse.Event]]:
         """A stream's events, a batch per read, the start's first; the events before one
         over the size limit still come, then UpstreamEventTooLarge. A stream that ends
         before ``end`` (a clean close where its route's end should be) fails its attempt
         and ends quietly: the relay tells each caller. At its end the connection goes back
-        to the pool."""
+        to the pool. With ``patience``, each read first waits at most its timeout for data
+        (``UpstreamResponse.wait_readable``: nothing is taken from the connection while it
+        waits), and an empty batch says none came."""
         resp, decoder = start.resp, start.decoder
         assert decoder is not None
         if start.events:
             yield start.events
         limit, ended = start.too_large, start.ended
         last = _last_event(start.events, None)
+        since = time.monotonic()  # when data last came: the idle timer runs from there
         while limit is None and not ended:
+            if patience is not None and not self._data_within(resp, deadline, patience, since):
+                yield []
+                continue
             chunk = self.chunk(resp, deadline)
+            if patience is not None:
+                since = time.monotonic()
             try:
                 events = decoder.feed(chunk) if chunk else []
             except sse.EventTooLarge as exc:
@@ -158,6 +180,24 @@ class Reader:
             )
             self.ledger.broken(resp, failed)
         resp.release()
+
+    def _data_within(
+        self, resp: UpstreamResponse, deadline: Deadline, patience: Patience, since: float
+    ) -> bool:
+        """Whether data came within the patience's time (False: the caller's turn). The idle
+        and total timers still end the wait, as they end a read: when one of them comes
+        before the patience runs out, the wait is theirs, and their error is raised."""
+        s = self.settings
+        idle_left = s.idle_timeout_s - (time.monotonic() - since)
+        left = min(idle_left, deadline.remaining())
+        wait = left if patience.timeout is None else min(patience.timeout, left)
+        if wait > 0 and resp.wait_readable(wait):
+            return True
+        if patience.timeout is not None and wait == patience.timeout and wait < left:
+            return False
+        if idle_left <= deadline.remaining():
+            raise self._broke_off(resp, UpstreamTimeout("idle", s.idle_timeout_s))
+        raise self._broke_off(resp, UpstreamTimeout("deadline", s.deadline_s))
 
     def chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:
         """What has arrived of the body (b"" at its end), within the idle and total budgets.

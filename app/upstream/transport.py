@@ -91,8 +91,26 @@ class UpstreamResponse:
     ended: bool = False
     span: Span | None = None  # the attempt's span, ended when the exchange is done
     idle_timer: Alarm | None = None  # armed again for each read (app/upstream/reading.py)
+    patience_timer: Alarm | None = None  # the same for each wait for data (wait_readable)
     # The body's reader, chosen at the first read (pools.body_reader): not a constructor argument.
     _read: Callable[[int], bytes] | None = field(default=None, init=False, repr=False)
+
+    def can_wait(self) -> bool:
+        """Whether its reads can wait for data without taking any (``wait_readable``)."""
+        return pools.chunked_beneath(self.raw) is not None
+
+    def wait_readable(self, timeout: float | None) -> bool:
+        """Wait at most ``timeout`` seconds (None: not at all) for data the next read can
+        take without waiting; False when none came. A body that cannot be waited on
+        (``can_wait``) is always ready: its reads wait as they would."""
+        fp = None if timeout is None else pools.chunked_beneath(self.raw)
+        if fp is None or timeout is None:
+            return True
+        if self.patience_timer is None or self.patience_timer.seconds != timeout:
+            if self.patience_timer is not None:
+                self.patience_timer.close()
+            self.patience_timer = Alarm(max(timeout, 0.001))
+        return pools.wait_readable(fp, self.patience_timer)
 
     def read1(self, size: int) -> bytes:
         """What has arrived of the body, up to ``size`` bytes (b"" at its end); a failed
@@ -130,9 +148,10 @@ class UpstreamResponse:
         """Drop the connection: never drain a generation nobody will read."""
         self.raw.close()
         self.raw.release_conn()
-        if self.idle_timer is not None:
-            self.idle_timer.close()
-            self.idle_timer = None
+        for timer in (self.idle_timer, self.patience_timer):
+            if timer is not None:
+                timer.close()
+        self.idle_timer = self.patience_timer = None
 
 
 class Transport:

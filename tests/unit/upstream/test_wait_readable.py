@@ -1,0 +1,119 @@
+"""Waiting for a chunked event stream's next data without taking any of it: what a stream of
+the caller's own does between heartbeats (app/upstream/pools.py, ``wait_readable``).
+
+Over a real socket pair with gevent's sockets, an upstream writes a chunked stream cut at
+every kind of place (inside a size line, between the CRLF ending a chunk and the next size
+line, inside data) with pauses longer than the wait; the reader waits, reads when told it
+can, and must end with exactly the bytes sent and never be told to read when the read
+would wait."""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import random
+import time
+
+import gevent
+import pytest
+from gevent import socket
+
+from app.core.timers import Alarm
+from app.upstream import pools
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+WAIT_S = 0.02
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+@pytest.mark.parametrize(
+    ("seen", "chunk_left", "enough"),
+    [
+        (b"", None, False),
+        (b"1a\r", None, False),  # a size line not whole yet
+        (b"1a\r\n", None, False),  # whole, but no data after it: read1 would wait for some
+        (b"1a\r\nd", None, True),
+        (b"\r\n", 0, False),  # only the CRLF that ends the last chunk (the usual case)
+        (b"\r\n1a\r\n", 0, False),
+        (b"\r\n1a\r\nd", 0, True),
+        (b"\r\n0\r\n\r\n", 0, True),  # the last chunk, and the CRLF that ends the body
+        (b"x", 5, True),  # inside a chunk's data: any byte will do
+        (b"", 5, False),
+    ],
+)
+def test_what_read1_needs_buffered(seen: bytes, chunk_left: int | None, enough: bool) -> None:
+    assert pools.enough_buffered(seen, chunk_left) is enough
+
+
+def _read_through(pieces: list[bytes], pause: float) -> tuple[bytes, int, int]:
+    """Send ``pieces`` with ``pause`` between them (longer than a wait); read the body as a
+    stream of the caller's own does. The body read, the waits that said "not yet", and the
+    reads that took longer than half a pause although told the data was there (the
+    read is never interrupted: that could lose bytes, which is what the waits must not)."""
+    ours, theirs = socket.socketpair()
+
+    def upstream() -> None:
+        for piece in pieces:
+            theirs.sendall(piece)
+            gevent.sleep(pause)
+        theirs.close()
+
+    writer = gevent.spawn(upstream)
+    resp = http.client.HTTPResponse(ours)
+    resp.begin()
+    assert resp.chunked and pools.chunked_beneath(_Raw(resp)) is resp
+    alarm = Alarm(WAIT_S)
+    body, not_yet, slow = b"", 0, 0
+    while True:
+        if not pools.wait_readable(resp, alarm):
+            not_yet += 1
+            continue
+        began = time.monotonic()
+        data = resp.read1(65536)
+        slow += time.monotonic() - began > pause / 2
+        if not data:
+            break
+        body += data
+    writer.join(5)
+    alarm.close()
+    ours.close()
+    return body, not_yet, slow
+
+
+EVENTS = [b"data: %d %s\n\n" % (i, b"x" * (i * 7 % 40)) for i in range(30)]
+WIRE = HEAD + b"".join(_chunk(e) for e in EVENTS) + b"0\r\n\r\n"
+
+
+def test_between_whole_chunks_a_wait_says_not_yet_and_ready_never_lies() -> None:
+    """Each event a chunk of its own, as providers write them: after each, the buffer holds
+    the CRLF that ends it, and the wait must still see the pause."""
+    pieces = [HEAD, *(_chunk(e) for e in EVENTS[:12]), b"0\r\n\r\n"]
+    body, not_yet, slow = _read_through(pieces, pause=0.25)
+    assert body == b"".join(EVENTS[:12])
+    assert not_yet >= 12  # every pause seen as one: a heartbeat's turn
+    assert slow == 0
+
+
+def test_cut_anywhere_a_wait_takes_nothing_and_nothing_is_lost() -> None:
+    """Cut at random places (inside size lines, between a chunk's CRLF and the next line,
+    inside data): whatever the waits said, the body read is exactly the one sent. (A read
+    told ready may still wait for the rest of a line that arrived in parts: the rare case
+    docs/performance.md names.)"""
+    rng = random.Random(7)
+    cuts = sorted(rng.sample(range(len(HEAD) + 1, len(WIRE)), 60))
+    bounds = [0, len(HEAD), *cuts, len(WIRE)]
+    pieces = [WIRE[a:b] for a, b in itertools.pairwise(bounds)]
+    body, not_yet, _ = _read_through(pieces, pause=WAIT_S * 2.5)
+    assert body == b"".join(EVENTS)
+    assert not_yet >= len(pieces) // 2
+
+
+class _Raw:
+    """What ``chunked_beneath`` reads of urllib3's response: its http.client one."""
+
+    def __init__(self, fp: http.client.HTTPResponse) -> None:
+        self._fp = fp
+        self.headers: dict[str, str] = {}
