@@ -247,14 +247,25 @@ def chunked_beneath(raw: Raw) -> http.client.HTTPResponse | None:
 
 def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> bool:
     """Whether ``fp.read1`` can go on without waiting on the upstream, once data came or
-    ``alarm`` rang (False). Nothing is taken from the connection while it waits: ``peek``
-    of an empty buffer waits for the socket before it reads anything (the alarm ends that
-    wait, where no byte has been taken yet), and a buffer holding only part of what
-    ``read1`` needs (most often the CRLF that ends the last chunk) waits on the socket
-    itself, or on nothing when TLS already holds decrypted bytes."""
+    ``alarm`` rang (False). Nothing is lost while it waits: ``peek`` of an empty buffer
+    waits for the socket before it reads anything (the alarm ends that wait, where no byte
+    has been taken yet); the CRLF that ends a chunk is taken as http.client would take it
+    (its ``chunk_left`` says so); and a buffer holding only part of what ``read1`` needs
+    waits on the socket itself, or on nothing when TLS already holds decrypted bytes."""
+    buffered = fp.fp
+    if buffered is None:
+        return True  # the body ended: the read says so at once
     alarm.arm()
     try:
-        if enough_buffered(fp.fp.peek(1), fp.chunk_left):
+        seen = buffered.peek(1)
+        if fp.chunk_left == 0 and seen.startswith(b"\r\n"):
+            # The CRLF that ends the last chunk, which read1 would take next: taken now
+            # (from the buffer, no wait), so an empty buffer waits on the socket as a read
+            # does, through the socket's own watcher, not a new one per event.
+            buffered.read(2)
+            fp.chunk_left = None
+            seen = buffered.peek(1)
+        if enough_buffered(seen, fp.chunk_left):
             return True
         sock = fp.fp.raw._sock  # type: ignore[attr-defined]
         pending = getattr(sock, "pending", None)  # an SSLSocket's decrypted bytes
