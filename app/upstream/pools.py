@@ -276,6 +276,8 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> bool:
         if exc is not alarm:
             raise
         return False
+    except OSError:
+        return True  # a reset: the read meets it too, and reports it as the upstream's
     finally:
         alarm.disarm()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import itertools
 import random
+import struct
 import time
 
 import gevent
@@ -117,3 +118,28 @@ class _Raw:
     def __init__(self, fp: http.client.HTTPResponse) -> None:
         self._fp = fp
         self.headers: dict[str, str] = {}
+
+
+def test_a_reset_is_left_to_the_read_to_report() -> None:
+    """The upstream resets the connection after a chunk: the wait says "go on" rather than
+    raise, so the read meets the reset and it is reported as the upstream's (a reset, not
+    a bug of ours)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    ours = socket.create_connection(server.getsockname())
+    theirs, _ = server.accept()
+    server.close()
+    theirs.sendall(HEAD + _chunk(b"data: a\n\n"))
+    resp = http.client.HTTPResponse(ours)
+    resp.begin()
+    assert resp.read1(65536) == b"data: a\n\n"
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    theirs.close()  # with a zero linger: a reset, not an end
+    gevent.sleep(0.05)
+    alarm = Alarm(5)
+    assert pools.wait_readable(resp, alarm) is True
+    with pytest.raises((OSError, http.client.HTTPException)):
+        resp.read1(65536)
+    alarm.close()
+    ours.close()
