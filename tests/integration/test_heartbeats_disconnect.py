@@ -44,6 +44,28 @@ def test_pings_arrive_while_waiting_for_the_first_token_and_between_tokens(make_
     assert all(e.raw == b": ping\n\n" for e in events if e.is_comment)
 
 
+@pytest.mark.parametrize("fault", ["", "gzip"])
+def test_pings_stand_between_the_tokens_of_a_stream_read_in_its_callers_greenlet(
+    make_stack, fault: str
+) -> None:
+    """A stream of its own is read in its caller's greenlet once its head is in
+    (app/streams/alone.py): each wait for the upstream's next bytes ends at the next
+    heartbeat. A compressed stream, whose reads cannot wait that way, is read in a greenlet
+    per read and pings the same."""
+    gw = make_stack(env=HEARTBEAT)
+    slow = {"x-sim-ttft-ms": "0", "x-sim-tps": "0.6", "x-sim-fault": fault}
+    resp = gw.post("/v1/chat/completions", chat(True, max_tokens=4), preload_content=False,
+                   headers=slow)  # fmt: skip
+    events = [a.event for a in read_events(resp)]
+    kinds = ["ping" if e.is_comment else "data" for e in events]
+    assert events[-1].is_done, kinds
+    tokens = [i for i, e in enumerate(events) if e.data and '"content":"' in e.data
+              and '"content":""' not in e.data]  # fmt: skip
+    assert len(tokens) >= 3, kinds
+    for a, b in itertools.pairwise(tokens):  # 1.7 s between tokens, a ping every 0.5 s
+        assert kinds[a:b].count("ping") >= 2, kinds
+
+
 @pytest.mark.slow
 def test_a_waiting_stream_is_never_silent_for_more_than_one_interval(make_stack) -> None:
     """Watched from the caller's side through nginx: with a 2 s heartbeat and an upstream
@@ -148,8 +170,38 @@ def test_client_leaving_mid_stream_abandons_the_upstream_stream(gw) -> None:
         assert resp.json()["choices"][0]["message"]["content"]
 
 
-def test_client_leaving_before_the_upstream_answers_cancels_the_call(gw) -> None:
-    body = b'{"model":"sim-model","max_tokens":5,"messages":[{"role":"user","content":"x"}]}'
+def test_client_leaving_a_silent_stream_abandons_the_upstream_at_once(gw) -> None:
+    """Between two tokens 10 s apart, the caller's greenlet waits for the upstream itself
+    (app/streams/alone.py): its leaving must end that wait, not the next token's write."""
+    body = (
+        b'{"model":"sim-model","stream":true,"max_tokens":20,'
+        b'"messages":[{"role":"user","content":"slow"}]}'
+    )
+    host, port = gw.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\nx-sim-tps: 0.1\r\nx-sim-ttft-ms: 0\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    received = b""
+    while b'"content":"' not in received.replace(b'"content":""', b""):
+        received += sock.recv(65536)
+    left = time.monotonic()
+    sock.close()
+    assert wait_for(lambda: gw.sim_stats()["streams_abandoned"] == 1, 8.0), gw.sim_stats()
+    assert time.monotonic() - left < 5.0  # before the next token (10 s), not at it
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_client_leaving_before_the_upstream_answers_cancels_the_call(gw, stream: bool) -> None:
+    """Whole or streamed, a call of its own waits for its upstream's head in a greenlet
+    (app/streams/alone.py): the caller's leaving must end it there."""
+    flag = b"true" if stream else b"false"
+    body = (
+        b'{"model":"sim-model","max_tokens":5,"stream":%s,"messages":[{"role":"user","content":"x"}]}'
+        % flag
+    )
     host, port = gw.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
     sock.sendall(
@@ -159,7 +211,9 @@ def test_client_leaving_before_the_upstream_answers_cancels_the_call(gw) -> None
     )
     assert wait_for(lambda: gw.sim_stats()["requests"] == 1, 5.0)
     sock.close()
-    assert wait_for(lambda: gw.sim_stats()["requests_abandoned"] == 1, 5.0), gw.sim_stats()
+    # The simulator counts a stream it was cut from apart from a whole answer.
+    counter = "streams_abandoned" if stream else "requests_abandoned"
+    assert wait_for(lambda: gw.sim_stats()[counter] == 1, 5.0), gw.sim_stats()
 
 
 def test_many_streams_with_pings_leave_no_connection_half_used(make_stack) -> None:
