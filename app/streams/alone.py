@@ -1,21 +1,21 @@
-"""A caller's own non-stream call, made in the caller's greenlet: no flight.
+"""A caller's own call, made in the caller's greenlet: no flight.
 
-A call nobody shares (no cache, or the cache bypassed: app/gateway.py ``own_flight``) that
-answers whole needs nothing a flight is for: no log for followers, no second reader, no
-events to hand over live. In a flight it paid for a greenlet, a listener and the switches
-between them, about a tenth of the gateway's CPU per call over the floor's
-(``python -m bench.floor_profile chat``). Here the caller's greenlet makes the exchange
-itself, and keeps what a flight gave it:
+A call nobody shares (no cache, or the cache bypassed, and not asking to be resumable:
+app/gateway.py ``own_flight``) needs nothing a flight is for: no log for followers or a
+resume, no second reader. In a flight it paid for a second greenlet per call (for a held
+stream, most of what a worker held over the floor's: docs/performance.md), a listener and
+the switches between them.
 
-- a caller who leaves ends the upstream call at once: the io watcher on its socket throws
-  ``Interrupted`` into the greenlet, where a flight's cancel killed its producer;
-- the drain ends it with ``gateway_shutdown``: its ``Guard`` is tracked with the worker's
-  flights (app/streams/drain.py);
-- a bug while producing is logged and answered as a flight's is (``producer_failed``).
-
-An answer that turns out to be a stream (an upstream that streams a call that did not ask
-to, or a forwarded path's stream) goes on in a flight of its own from where it is: the rest
-of its parts are read there, and the caller listens to it as to any flight.
+- ``answer_alone``: a whole answer. The caller's greenlet makes the exchange itself. A
+  caller who leaves ends the upstream call at once (the io watcher on its socket throws
+  ``Interrupted`` into the greenlet, where a flight's cancel killed its producer); the drain
+  ends it with ``gateway_shutdown`` (its ``Guard`` is tracked with the worker's flights,
+  app/streams/drain.py); a bug is logged and answered as a flight's is
+  (``producer_failed``). An answer that turns out to be a stream (an upstream that streams
+  a call that did not ask to, or a forwarded path's stream) goes on in a flight of its own
+  from where it is.
+- ``answer_stream_alone``: a stream, read through ``Solo`` (its docstring says how the
+  heartbeats, the caller's leaving and the drain reach it).
 """
 
 from __future__ import annotations
@@ -110,10 +110,7 @@ def answer_alone(
         flight = lifecycle.flight(lambda f: publish(f, rest), keep_log=False,
                                   request_id=trace.request_id, started=began)  # fmt: skip
         return replies.answer(call, flight.join(), False)
-    where = replies.whereabouts(head.upstream) if trace.span is not None else {}
-    trace.answered(head.attempts, head.upstream, where)
-    if at is not None:
-        trace.upstream_began(at - began)
+    replies.answered(trace, head, began, at)
     return complete_reply(head, call.route)
 
 
@@ -292,9 +289,5 @@ def answer_stream_alone(
         watcher.stop()
         solo.leave()
         raise
-    if head is not None:
-        where = replies.whereabouts(head.upstream) if trace.span is not None else {}
-        trace.answered(head.attempts, head.upstream, where)
-        if solo.head_at is not None:
-            trace.upstream_began(solo.head_at - solo.began)
+    replies.answered(trace, head, solo.began, solo.head_at)
     return replies.reply_for(call, head, solo, watcher)

@@ -5,7 +5,7 @@ app/upstream/exchange.py, where the attempts, the reads and the closing and acco
 each all are) and hands over its parts: the head, each batch of events, the end. As a
 flight's producer it turns them into flight calls (``publish``: the head together with the
 first event or with the whole body, each later batch, the end; app/streams/flight.py keeps
-them for the listeners); a caller's own non-stream call reads them in its own greenlet
+them for the listeners); a caller's own call reads them in its own greenlet
 (app/streams/alone.py). An error is the exchange's to raise and the flight's (or the
 caller's) to announce.
 

@@ -75,12 +75,21 @@ class Replies:
             listener.leave()
             raise
         flight = listener.flight
-        if head is not None:
-            where = self.whereabouts(head.upstream) if call.trace.span is not None else {}
-            call.trace.answered(head.attempts, head.upstream, where)
-        if flight.head_at is not None and flight.source == UPSTREAM:
-            call.trace.upstream_began(flight.head_at - flight.started)
+        began = flight.head_at if flight.source == UPSTREAM else None
+        self.answered(call.trace, head, flight.started, began)
         return self.reply_for(call, head, listener, watcher, stream_id)
+
+    def answered(
+        self, trace: Trace, head: Head | None, started: float, head_at: float | None
+    ) -> None:
+        """What the call's trace learns of its head: the attempts and which upstream (and
+        where it is, with tracing on), and how long the upstream took to begin answering
+        (``head_at``: when it did, None when the answer came from elsewhere)."""
+        if head is not None:
+            where = self.whereabouts(head.upstream) if trace.span is not None else {}
+            trace.answered(head.attempts, head.upstream, where)
+        if head_at is not None:
+            trace.upstream_began(head_at - started)
 
     def reply_for(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import socket
 import time
 
@@ -142,18 +143,21 @@ def test_heartbeats_outlive_a_short_nginx_read_timeout(make_stack) -> None:
     assert NGINX_READ_TIMEOUT in without.log("nginx")
 
 
-def test_client_leaving_mid_stream_abandons_the_upstream_stream(gw) -> None:
-    body = (
-        b'{"model":"sim-model","stream":true,"max_tokens":200,'
-        b'"messages":[{"role":"user","content":"long"}]}'
-    )
+def _open_stream(gw, *, tps: str, max_tokens: int) -> socket.socket:
+    """A stream asked on a plain socket (so the test can hang up at any byte)."""
+    body = json.dumps(chat(True, max_tokens=max_tokens)).encode()
     host, port = gw.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
     sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-        b"Content-Type: application/json\r\nx-sim-tps: 5\r\nx-sim-ttft-ms: 0\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"x-sim-tps: " + tps.encode() + b"\r\nx-sim-ttft-ms: 0\r\n"
         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
     )
+    return sock
+
+
+def test_client_leaving_mid_stream_abandons_the_upstream_stream(gw) -> None:
+    sock = _open_stream(gw, tps="5", max_tokens=200)
     received = b""
     while received.count(b"data: ") < 3:
         received += sock.recv(65536)
@@ -173,17 +177,7 @@ def test_client_leaving_mid_stream_abandons_the_upstream_stream(gw) -> None:
 def test_client_leaving_a_silent_stream_abandons_the_upstream_at_once(gw) -> None:
     """Between two tokens 10 s apart, the caller's greenlet waits for the upstream itself
     (app/streams/alone.py): its leaving must end that wait, not the next token's write."""
-    body = (
-        b'{"model":"sim-model","stream":true,"max_tokens":20,'
-        b'"messages":[{"role":"user","content":"slow"}]}'
-    )
-    host, port = gw.url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)))
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-        b"Content-Type: application/json\r\nx-sim-tps: 0.1\r\nx-sim-ttft-ms: 0\r\n"
-        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-    )
+    sock = _open_stream(gw, tps="0.1", max_tokens=20)
     received = b""
     while b'"content":"' not in received.replace(b'"content":""', b""):
         received += sock.recv(65536)
