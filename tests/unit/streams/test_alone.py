@@ -34,7 +34,9 @@ def _parked(guard_out: list[Guard], seen: list[BaseException | str]) -> None:
 
 
 def test_the_drain_interrupts_a_call_parked_in_its_guard_with_its_error() -> None:
-    lifecycle, guards, seen = Lifecycle(), [], []
+    lifecycle = Lifecycle()
+    guards: list[Guard] = []
+    seen: list[BaseException | str] = []
     call = gevent.spawn(_parked, guards, seen)
     gevent.sleep(0.01)
     lifecycle.track(guards[0])
@@ -45,7 +47,8 @@ def test_the_drain_interrupts_a_call_parked_in_its_guard_with_its_error() -> Non
 
 
 def test_a_caller_leaving_interrupts_once_and_never_after_the_guard_is_off() -> None:
-    guards, seen = [], []
+    guards: list[Guard] = []
+    seen: list[BaseException | str] = []
     call = gevent.spawn(_parked, guards, seen)
     gevent.sleep(0.01)
     hub = gevent.get_hub()

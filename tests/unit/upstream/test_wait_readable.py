@@ -14,6 +14,7 @@ import itertools
 import random
 import struct
 import time
+from typing import cast
 
 import gevent
 import pytest
@@ -65,7 +66,7 @@ def _read_through(pieces: list[bytes], pause: float) -> tuple[bytes, int, int]:
     writer = gevent.spawn(upstream)
     resp = http.client.HTTPResponse(ours)
     resp.begin()
-    assert resp.chunked and pools.chunked_beneath(_Raw(resp)) is resp
+    assert resp.chunked and pools.chunked_beneath(cast(pools.Raw, _Raw(resp))) is resp
     alarm = Alarm(WAIT_S)
     body, not_yet, slow = b"", 0, 0
     while True:
