@@ -94,16 +94,24 @@ class UpstreamResponse:
     patience_timer: Alarm | None = None  # the same for each wait for data (wait_readable)
     # The body's reader, chosen at the first read (pools.body_reader): not a constructor argument.
     _read: Callable[[int], bytes] | None = field(default=None, init=False, repr=False)
+    # The http.client response a stream's waits look into (False: not looked up yet).
+    _chunked: http.client.HTTPResponse | bool | None = field(default=False, init=False, repr=False)
 
     def can_wait(self) -> bool:
         """Whether its reads can wait for data without taking any (``wait_readable``)."""
-        return pools.chunked_beneath(self.raw) is not None
+        return self._beneath() is not None
+
+    def _beneath(self) -> http.client.HTTPResponse | None:
+        """``pools.chunked_beneath``, looked up once: it is asked before every read."""
+        if self._chunked is False:
+            self._chunked = pools.chunked_beneath(self.raw)
+        return self._chunked if isinstance(self._chunked, http.client.HTTPResponse) else None
 
     def wait_readable(self, timeout: float | None) -> bool:
         """Wait at most ``timeout`` seconds (None: not at all) for data the next read can
         take without waiting; False when none came. A body that cannot be waited on
         (``can_wait``) is always ready: its reads wait as they would."""
-        fp = None if timeout is None else pools.chunked_beneath(self.raw)
+        fp = None if timeout is None else self._beneath()
         if fp is None or timeout is None:
             return True
         if self.patience_timer is None or self.patience_timer.seconds != timeout:
