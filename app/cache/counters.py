@@ -20,6 +20,16 @@ call takes its share with one ``incr`` and sees the count its share made.
   never rolls over, so each start gives it its whole TTL again (app/tenancy/limits.py
   ``streams``).
 
+- The calls of a worker go together too (a group commit): while one batch is on its way,
+  the counts other calls ask for wait, and go together in the next batch as soon as it is
+  back, sent by a greenlet of its own; each caller gets its own values. A call with none
+  on the way sends its own at once, as before; under load a batch carries the grants and
+  settlements of all the calls that came while the last one was out, one write and one read
+  for all of them (docs/performance.md "A gateway key's limits"). Memcached runs the
+  commands in the order written, so each ``incr`` sees the counts written before it, as if
+  each call had sent its own. What is shared is a failure: an error reply fails its whole
+  batch, every call's counts on it.
+
 The batch for a node runs through the Memcached client (app/cache/memcached.py
 ``MemcachedBackend.run``): one connection, the node skipped while it is down, every failure
 counted in the client's stats; a node down leaves the counts on the others counted. The app
@@ -31,6 +41,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, Protocol
+
+import gevent
+from gevent.event import AsyncResult
 
 from app.cache.backends import clamp_ttl
 from app.cache.memcached import FLAG_COUNTER, MemcachedBackend
@@ -54,10 +67,48 @@ class MemcachedCounters:
 
     def __init__(self, memcached: MemcachedBackend) -> None:
         self.memcached = memcached
+        self._sending = False  # a batch is on its way to Memcached
+        # What was asked for while it was, with where each caller waits: the next batch.
+        self._asked: list[tuple[Sequence[CountLike], AsyncResult]] = []
 
     def apply(self, counts: Sequence[CountLike]) -> list[int | None]:
         """Each count's new value, in order (0 for a ``decr`` of a counter that is gone);
-        None for the counts on a node that cannot be reached (counted)."""
+        None for the counts on a node that cannot be reached (counted). Sent at once when no
+        batch is on its way, else with the next one."""
+        if self._sending:
+            asked: AsyncResult = AsyncResult()
+            self._asked.append((counts, asked))
+            values: list[int | None] = asked.get()
+            return values
+        self._sending = True
+        try:
+            return self._apply(counts)
+        finally:
+            self._send_next()
+
+    def _send_next(self) -> None:
+        """The batch just sent is back: what was asked for meanwhile goes now, together."""
+        if self._asked:
+            gevent.spawn(self._send_asked)  # still sending: later callers keep waiting
+        else:
+            self._sending = False
+
+    def _send_asked(self) -> None:
+        batch, self._asked = self._asked, []
+        try:
+            values = self._apply([count for counts, _ in batch for count in counts])
+        except BaseException as exc:  # not a failure of Memcached's (those are None): a bug,
+            for _, asked in batch:  # or this greenlet killed; each caller raises it
+                asked.set_exception(exc)
+            return
+        finally:
+            self._send_next()
+        at = 0
+        for counts, asked in batch:
+            asked.set(values[at : at + len(counts)])
+            at += len(counts)
+
+    def _apply(self, counts: Sequence[CountLike]) -> list[int | None]:
         by_node: dict[str | None, list[int]] = {}
         for i, count in enumerate(counts):
             by_node.setdefault(self.memcached.node_of(count.key), []).append(i)

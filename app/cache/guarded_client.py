@@ -17,9 +17,10 @@ that never survives an interrupted command, and a hash ring that can pipeline.
   and HashClient); a call's limit counters asked it a dozen times for the same few keys.
   ``RememberedRing`` keeps each key's node until a node joins or leaves.
 - pymemcache sends one command and waits for its reply before the next. ``pipeline`` writes
-  several commands at once and reads their replies after, through pymemcache's public
-  ``raw_command``: the batch ends with the meta no-op ``mn`` (Memcached 1.6 and later), whose
-  ``MN`` line marks the last reply, so the batch is one round trip however long it is.
+  several commands at once and reads their replies after: the batch ends with the meta
+  no-op ``mn`` (Memcached 1.6 and later), whose ``MN`` line marks the last reply, so the
+  batch is one round trip however long it is. Its replies are read by ``round_trip``, not
+  pymemcache's ``raw_command``, which loses what came before the last read of a long reply.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from pymemcache.exceptions import (
 T = TypeVar("T")
 
 _END = b"MN\r\n"  # the reply of the meta no-op that ends every pipeline
+_RECV = 65536
 
 
 class NodeFailure(MemcacheError):
@@ -140,6 +142,34 @@ class GuardedClient(Client):
     def raw_command(self, *args: Any, **kwargs: Any) -> Any:
         return self._guard(super().raw_command, *args, **kwargs)
 
+    def round_trip(self, batch: bytes) -> bytes:
+        """``batch`` (commands, the last an ``mn``) written at once, and every reply up to and
+        with the ``MN`` that ends them. Not pymemcache's ``raw_command``: its reader keeps only
+        the last ``recv``'s bytes before the end it looks for (client/base.py
+        ``_readsegment``), so a batch's replies that arrive in more than one read were cut."""
+        return self._guard(self._round_trip, batch)
+
+    def _round_trip(self, batch: bytes) -> bytes:
+        if self.sock is None:
+            self._connect()
+        sock = self.sock
+        assert sock is not None
+        try:
+            sock.sendall(batch)
+            reply = sock.recv(_RECV)
+            if not reply.endswith(_END):
+                parts = [reply]
+                while reply and not b"".join(parts[-2:]).endswith(_END):
+                    reply = sock.recv(_RECV)
+                    parts.append(reply)
+                reply = b"".join(parts)
+            if not reply:
+                raise MemcacheUnexpectedCloseError()
+            return reply
+        except Exception:
+            self.close()  # as pymemcache's own commands do: the socket's state is unknown
+            raise
+
 
 class GuardedHashClient(HashClient):
     client_class = GuardedClient  # PooledClient builds its connections from this class
@@ -160,9 +190,15 @@ class GuardedHashClient(HashClient):
         """``commands``, each with its CRLFs and all on ``key``'s node, sent in one write; their
         replies, one line each (so storage, ``incr``/``decr``, ``touch``; never a ``get``).
         An error reply raises, as pymemcache's own commands do."""
+        batch = b"".join(commands) + b"mn\r\n"
         client = self._get_client(key)
-        reply = client.raw_command(b"".join(commands) + b"mn", _END)
-        lines = reply.split(b"\r\n")[:-1]  # every reply line ends with CRLF
+        pool = getattr(client, "client_pool", None)  # a PooledClient: one of its connections
+        if pool is None:
+            reply = client.round_trip(batch)
+        else:
+            with pool.get_and_release(destroy_on_fail=True) as connection:
+                reply = connection.round_trip(batch)
+        lines = reply.split(b"\r\n")[:-2]  # every reply line ends with CRLF; the last is MN
         for line in lines:
             if line.startswith((b"ERROR", b"CLIENT_ERROR")):
                 raise MemcacheClientError(line)

@@ -6,8 +6,11 @@ under test.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +21,8 @@ from app.cache.counters import MemcachedCounters
 from app.cache.memcached import MemcachedBackend
 from app.tenancy.limits import Count, MemoryCounters
 from runner.procs import free_port
+from tests.conftest import ROOT
+from tests.support.faultproxy import FaultProxy
 from tests.support.memcached import memcached_stats, start_memcached
 from tests.support.trips import TripCounter
 
@@ -179,3 +184,111 @@ def test_an_error_reply_fails_its_batch_and_the_next_reads_its_own_replies(mc) -
         assert counters.apply([Count(good, 1, 60)]) == [expected]
     raw.close()
     counters.close()
+
+
+# -- the calls of a worker, together (gevent) ---------------------------------------------------
+TOGETHER_SCRIPT = r"""
+from gevent import monkey
+
+monkey.patch_all()
+
+import json
+import sys
+
+import gevent
+
+from app.cache.counters import MemcachedCounters
+from app.cache.memcached import MemcachedBackend
+from app.tenancy.limits import Count
+
+port, shared, callers, kill_first = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+counters = MemcachedCounters(MemcachedBackend([("127.0.0.1", port)], timeout=5.0))
+seen = {}
+
+
+def call(i):
+    # A call's grant: the key's counter, shared by every call, and one of its own.
+    seen[i] = counters.apply([Count(shared, 1, 60), Count(f"{shared}:own:{i}", 2, 60)])
+
+
+greenlets = [gevent.spawn(call, i) for i in range(callers)]
+if kill_first == "kill":
+    gevent.sleep(0.1)  # the first call's batch is out (the proxy holds its reply), the rest wait
+    greenlets[0].kill()  # its caller leaves: a GreenletExit where it waits for the reply
+gevent.joinall(greenlets, timeout=30)
+print(json.dumps({"seen": seen, "stats": counters.memcached.stats()}))
+"""
+
+
+def _together(port: int, shared: str, callers: int, kill_first: bool = False) -> dict:
+    leave = "kill" if kill_first else "-"
+    proc = subprocess.run(
+        [sys.executable, "-c", TOGETHER_SCRIPT, str(port), shared, str(callers), leave],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict = json.loads(proc.stdout)
+    return result
+
+
+def test_concurrent_calls_share_round_trips_and_each_sees_its_own_count(trips, mc) -> None:
+    """30 greenlets of one worker (a gevent-patched process of its own) ask for their counts
+    in the same turn of the loop. The first is sent at once, the other 29 wait for it and go
+    together: a proxy between the worker and memcached counts the round trips, memcached's
+    own item the total, and each call's value is the count its ``incr`` made: 1 to 30, each
+    once, as 30 round trips one after another would give."""
+    _, proxy = trips
+    shared = "llmgate:rl:v1:t:together:requests:0"
+    before = proxy.counts()[1]
+    result = _together(proxy.port, shared, 30)
+    waits = proxy.counts()[1] - before
+    values = sorted(v[0] for v in result["seen"].values())
+    assert values == list(range(1, 31))
+    assert all(v[1] == 2 for v in result["seen"].values())  # each call's own counter, made
+    # The first call's batch and its counters' creation, then the rest's batch and theirs.
+    assert waits <= 4, waits
+    raw = Client(("127.0.0.1", mc))
+    assert raw.get(shared).strip() == b"30"
+    raw.close()
+
+
+def test_a_caller_who_leaves_mid_batch_does_not_take_the_waiting_calls_with_it(mc) -> None:
+    """The first call's batch is on its way (a proxy holds memcached's replies 0.3 s) when its
+    caller leaves: its greenlet is killed where it waits for the reply. The four calls that
+    asked meanwhile still get their counts, in a batch of their own, and memcached holds all
+    five increments (the first was written before its caller left) over the one before."""
+    shared = "llmgate:rl:v1:t:leaves:requests:0"
+    made = _counters(mc, timeout=1.0)
+    assert _one(made, shared, 1, ttl=60) == 1  # the window's first call, long done
+    made.close()
+    with FaultProxy("127.0.0.1", mc) as proxy:
+        proxy.latency(0.3)
+        result = _together(proxy.port, shared, 5, kill_first=True)
+    seen = result["seen"]
+    assert "0" not in seen  # the caller who left got nothing
+    assert sorted(seen) == ["1", "2", "3", "4"]
+    assert sorted(v[0] for v in seen.values()) == [3, 4, 5, 6]
+    assert all(v[1] == 2 for v in seen.values())
+    raw = Client(("127.0.0.1", mc))
+    assert raw.get(shared).strip() == b"6"
+    raw.close()
+
+
+def test_a_batchs_replies_read_in_many_pieces_are_all_read(mc) -> None:
+    """Memcached's replies to a batch of 40 counts reach the client a few bytes at a time (a
+    proxy throttles them): every reply is still read, each count gets its value."""
+    key = "llmgate:rl:v1:t:pieces:"
+    made = _counters(mc, timeout=1.0)
+    batch = [Count(f"{key}{i}", 1, 60) for i in range(40)]
+    assert made.apply(batch) == [1] * 40  # made, directly
+    made.close()
+    with FaultProxy("127.0.0.1", mc) as proxy:
+        proxy.bandwidth(2000, burst=16)
+        counters = _counters(proxy.port, timeout=5.0)
+        assert counters.apply([Count(c.key, i, 60) for i, c in enumerate(batch)]) == [
+            1 + i for i in range(40)]  # fmt: skip
+        assert counters.memcached.stats()["errors"] == 0
+        counters.close()
