@@ -1,0 +1,201 @@
+"""What a call that goes upstream costs the app itself: `python -m bench.call_cpu [A B]
+[--kind non-stream|stream] [--keys] [--callers N] [--floor]`.
+
+bench/hit_cpu.py's way for a call the cache does not answer: the app (`create_app`, the
+cache off, the simulator as the upstream, answering at once: no time to the first token, a
+million tokens a second) called as a WSGI callable in this process with the environ gunicorn
+would pass, by one greenlet after another or by ``--callers`` greenlets at once (a gevent-
+patched process, as a worker is). Each round times ``calls`` calls by this process's CPU:
+the app's work and its side of the sockets to the simulator (and to Memcached), not the
+simulator's; the best round is the figure, every round listed. Lines of the request log are
+off, as in the overhead section's features-off row. Every call must be answered 200 and
+the simulator must count as many requests as calls were made, or the run stops: an error
+answer costs less, and timing it would say nothing of a call.
+
+``--keys`` is the features-on row's call: a keys file whose one key has per-key limits far
+above the load (requests and tokens a minute, tokens a day, concurrent streams;
+bench/ab.py's KEY_LIMITS), counted in a Memcached of the run's own, and each call's log line
+written (to a file). ``--floor`` measures bench/floor_app.py the same way (it ignores the
+key).
+
+With two revisions, each is exported as bench/ab.py exports it (this file and hit_cpu.py
+copied in) and measured in a process of its own, in turns; without, the working tree. The
+whole call through gunicorn and nginx stays bench.ab's and bench.floor's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench.hit_cpu import BODY, NGINX_HEADERS, App, CollectorClock, _run, call_once, summarize
+
+KEY_SECRET = "sk-bench-call-cpu"
+# bench/ab.py's KEY_LIMITS (written again: this file runs inside older exported revisions).
+KEY_LIMITS = (
+    "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
+    "tokens_per_day = 1000000000\nmax_streams = 100000\n"
+)
+
+
+def measure(
+    kind: str, calls: int, rounds: int, callers: int, *, keys: bool = False, floor: bool = False
+) -> dict[str, Any]:
+    """This tree's calls: the best round's CPU per call, every round."""
+    from gevent import monkey
+
+    monkey.patch_all()  # as gunicorn's gevent worker does before it loads the app
+    from runner.procs import Proc, free_port
+
+    run_dir = Path(tempfile.mkdtemp(prefix="llmgate-call-cpu-"))
+    procs = []
+    try:
+        port = free_port()
+        argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port)]
+        procs.append(Proc("simulator", argv, log_path=run_dir / "simulator.log"))
+        procs[-1].wait_http(f"http://127.0.0.1:{port}/healthz")
+        env = {"LLMGATE_UPSTREAM_URL": f"http://127.0.0.1:{port}/v1",
+               "LLMGATE_CACHE_MODE": "off", "LLMGATE_LOG_REQUESTS": "false"}  # fmt: skip
+        headers = {**NGINX_HEADERS, "HTTP_X_SIM_TTFT_MS": "0", "HTTP_X_SIM_TPS": "1000000"}
+        if keys:
+            mc_port = free_port()
+            argv = ["memcached", "-l", "127.0.0.1", "-p", str(mc_port), "-U", "0", "-m", "64"]
+            argv += ["-u", "nobody"] if os.geteuid() == 0 else []
+            procs.append(Proc("memcached", argv, log_path=run_dir / "memcached.log"))
+            procs[-1].wait_port(mc_port)
+            digest = hashlib.sha256(KEY_SECRET.encode()).hexdigest()
+            keys_file = run_dir / "keys.toml"
+            keys_file.write_text(f'[[keys]]\nname = "bench"\nsha256 = "{digest}"\n{KEY_LIMITS}')
+            env |= {"LLMGATE_KEYS_FILE": str(keys_file), "LLMGATE_LOG_REQUESTS": "true",
+                    "LLMGATE_MEMCACHED": f"127.0.0.1:{mc_port}"}  # fmt: skip
+            headers["HTTP_AUTHORIZATION"] = f"Bearer {KEY_SECRET}"
+        app = _app(env, run_dir, floor)
+        body = json.dumps({**BODY, "stream": kind == "stream"}).encode()
+        found = _timed_calls(app, body, headers, calls, rounds, callers)
+        stats = urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/stats").read()
+        found["upstream_calls"] = json.loads(stats)["requests"]
+        if found["upstream_calls"] != found["calls"]:  # each call went upstream, once
+            raise SystemExit(f"{found['calls']} calls made, the simulator served {stats!r}")
+        return found
+    finally:
+        for proc in procs:
+            proc.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _app(env: dict[str, str], run_dir: Path, floor: bool) -> App:
+    os.environ.update(env)  # the floor reads its upstream as its module is imported
+    if floor:
+        from bench.floor_app import app
+
+        return app
+    (run_dir / "metrics").mkdir()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(run_dir / "metrics")
+    from app.factory import create_app
+
+    return create_app(environ=env)
+
+
+def _timed_calls(
+    app: App, body: bytes, headers: dict[str, str], calls: int, rounds: int, callers: int
+) -> dict[str, Any]:
+    import gevent
+
+    from bench import hit_cpu
+
+    hit_cpu.NGINX_HEADERS.clear()
+    hit_cpu.NGINX_HEADERS.update(headers)  # environ_for's headers: this run's
+    made = 0
+
+    def caller(n: int) -> None:
+        nonlocal made
+        for _ in range(n):
+            status, _ = call_once(app, body)
+            made += 1
+            if not status.startswith("200"):  # an error answer costs less: not this measure
+                raise SystemExit(f"a call was answered {status}")
+
+    def run(n: int) -> None:
+        if callers == 1:
+            caller(n)
+        else:
+            greenlets = [gevent.spawn(caller, n // callers) for _ in range(callers)]
+            gevent.joinall(greenlets, raise_error=True)
+
+    run(min(500, calls))
+    gc.collect()
+    gc.freeze()
+    collector = CollectorClock()
+    per_call = []
+    for _ in range(rounds):
+        began = time.process_time()
+        run(calls)
+        per_call.append((time.process_time() - began) / (calls // callers * callers) * 1e6)
+    gc_us = collector.seconds / (calls * rounds) * 1e6
+    return {"us": min(per_call), "rounds": per_call, "calls": made, "gc_us": gc_us,
+            "gc_passes": collector.passes}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.call_cpu", description=__doc__)
+    parser.add_argument("revs", nargs="*", help="two git revisions, e.g. HEAD~1 HEAD")
+    parser.add_argument("--kind", choices=("non-stream", "stream"), default="non-stream")
+    parser.add_argument("--keys", action="store_true", help="a gateway key with its limits")
+    parser.add_argument("--callers", type=int, default=1, help="greenlets calling at once")
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--turns", type=int, default=2, help="processes per revision")
+    parser.add_argument("--floor", action="store_true", help="bench/floor_app.py's calls")
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        found = measure(args.kind, args.calls, args.rounds, args.callers, keys=args.keys,
+                        floor=args.floor)  # fmt: skip
+        print(json.dumps(found))
+        return
+    if len(args.revs) not in (0, 2):
+        parser.error("give two revisions, or none for the working tree")
+    from bench.ab import export  # here, not at the top: this file also runs in old trees
+
+    work = Path(tempfile.mkdtemp(prefix="llmgate-call-cpu-trees-"))
+    try:
+        here = "floor" if args.floor else "working tree"
+        trees = {here: Path.cwd()} if not args.revs else {
+            rev: _export(export, rev, work / str(i)) for i, rev in enumerate(args.revs)
+        }  # fmt: skip
+        measure_argv = ["--measure", "--kind", args.kind, "--callers", str(args.callers),
+                        "--calls", str(args.calls), "--rounds", str(args.rounds),
+                        *(["--keys"] if args.keys else []),
+                        *(["--floor"] if args.floor else [])]  # fmt: skip
+        results: dict[str, list[dict[str, Any]]] = {rev: [] for rev in trees}
+        for turn in range(1, args.turns + 1):
+            for rev, tree in trees.items():
+                argv = [sys.executable, "-m", "bench.call_cpu", *measure_argv]
+                found = json.loads(_run(argv, tree).splitlines()[-1])
+                results[rev].append(found)
+                print(f"turn {turn}: {rev} {found['us']:.1f} us/call (best of {args.rounds})",
+                      flush=True)  # fmt: skip
+        print("\n".join(line.replace("us/hit", "us/call") for line in summarize(results)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _export(export: Any, rev: str, into: Path) -> Path:
+    """``rev``'s tree with this file and the hit_cpu.py it builds on copied in."""
+    tree: Path = export(rev, into, __file__)
+    shutil.copy(Path(__file__).with_name("hit_cpu.py"), tree / "bench" / "hit_cpu.py")
+    return tree
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""bench/call_cpu.py times calls that went upstream and were answered, not something else:
+every call it makes must be a 200 (an error answer costs less and says nothing of a call;
+with ``--keys``, a call whose grant failed is not a 200 either), and the simulator's own
+count of the requests it served must equal the calls made."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, require_binary
+
+
+@pytest.mark.parametrize(
+    "options",
+    [[], ["--kind", "stream"], ["--keys", "--callers", "3"], ["--floor", "--callers", "3"]],
+    ids=["non-stream", "stream", "keys-concurrent", "floor"],
+)
+def test_the_measurement_is_of_answered_upstream_calls(options: list[str]) -> None:
+    if "--keys" in options:
+        require_binary("memcached")
+    argv = [sys.executable, "-m", "bench.call_cpu", "--measure", "--calls", "30", "--rounds", "2"]
+    done = subprocess.run(argv + options, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = json.loads(done.stdout.splitlines()[-1])
+    assert run["calls"] == 30 * 3  # the warm-up and two rounds, each call answered 200
+    assert run["upstream_calls"] == run["calls"]  # the simulator's own count
+    assert len(run["rounds"]) == 2 and run["us"] == min(run["rounds"]) > 0
