@@ -100,6 +100,8 @@ class Decoder:
             and chunk.endswith(b"\n\n")
             and b"\r" not in chunk
         ):
+            if chunk.startswith(b"data: ") and chunk.find(b"\n") == len(chunk) - 2:
+                return [self._one_data_event(chunk)]
             return self._feed_whole(chunk)
         self._buf += chunk
         if not self._bom_checked:
@@ -156,6 +158,13 @@ class Decoder:
                 self._take_line(chunk[pos:eol])
             pos = eol + 1
         return events
+
+    def _one_data_event(self, chunk: bytes) -> Event:
+        """The most usual chunk of all: one event of one ``data:`` line (a token), decoded
+        as ``_feed_whole`` decodes it (the prefix is ASCII, so the value decodes alone)."""
+        if self.max_event_bytes is not None and len(chunk) > self.max_event_bytes:
+            raise EventTooLarge(self.max_event_bytes, [])
+        return Event(raw=chunk, data=chunk[6:-2].decode("utf-8", errors="replace"))
 
     @classmethod
     def event_of(cls, raw: bytes) -> Event | None:

@@ -61,6 +61,22 @@ def test_chunks_of_whole_events_decode_as_the_stream_fed_whole(raw: bytes, every
     assert (chunked, rest) == (whole, whole_rest)  # every field and every event's raw bytes
 
 
+_DATA_LINES = st.sampled_from(
+    [b"data: x", b"data:x", b"data:  two spaces", b"data: a: b", b"data: \xff\xfe", b"data: \xc3",
+     "data: \u00e9".encode(), b"data: ", b"data: [DONE]", b"data: \x00", b"data: x\n: ping"]
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.one_of(_DATA_LINES, _CONTENT), max_size=20))
+def test_an_event_a_chunk_decodes_as_the_stream_fed_a_byte_at_a_time(lines: list[bytes]) -> None:
+    """Each event its own chunk (a token a read, the usual stream): the decoder's quickest
+    paths give every field and every raw byte the general path gives."""
+    raw = b"".join(line + b"\n\n" for line in lines)
+    blank_line_ends = [i + 2 for i in range(len(raw) - 1) if raw[i : i + 2] == b"\n\n"]
+    assert decode(cut_at(raw, blank_line_ends)) == decode(cut_at(raw, range(len(raw))))
+
+
 def _semantics(event: sse.Event) -> tuple:
     return (event.data, event.event, event.id, event.retry, event.comments)
 
