@@ -28,7 +28,8 @@ call takes its share with one ``incr`` and sees the count its share made.
   for all of them (docs/performance.md "A gateway key's limits"). Memcached runs the
   commands in the order written, so each ``incr`` sees the counts written before it, as if
   each call had sent its own. What is shared is a failure: an error reply fails its whole
-  batch, every call's counts on it.
+  batch, every call's counts on it. A caller who leaves while its counts wait takes them
+  out (never counted); once sent, they stand, as a call's own round trip's would.
 
 The batch for a node runs through the Memcached client (app/cache/memcached.py
 ``MemcachedBackend.run``): one connection, the node skipped while it is down, every failure
@@ -78,7 +79,13 @@ class MemcachedCounters:
         if self._sending:
             asked: AsyncResult = AsyncResult()
             self._asked.append((counts, asked))
-            values: list[int | None] = asked.get()
+            try:
+                values: list[int | None] = asked.get()
+            except BaseException:
+                # Gone before its batch left (a timeout, the greenlet killed): its counts are
+                # taken out, never counted. Once sent they stand, as a call's own would.
+                self._asked = [entry for entry in self._asked if entry[1] is not asked]
+                raise
             return values
         self._sending = True
         try:
