@@ -156,16 +156,15 @@ class GuardedClient(Client):
         assert sock is not None
         try:
             sock.sendall(batch)
-            reply = sock.recv(_RECV)
-            if not reply.endswith(_END):
-                parts = [reply]
-                while reply and not b"".join(parts[-2:]).endswith(_END):
-                    reply = sock.recv(_RECV)
-                    parts.append(reply)
-                reply = b"".join(parts)
-            if not reply:
-                raise MemcacheUnexpectedCloseError()
-            return reply
+            parts, tail = [], b""
+            while True:  # MN may arrive in pieces too: the last bytes so far are looked at
+                got = sock.recv(_RECV)
+                if not got:
+                    raise MemcacheUnexpectedCloseError()
+                parts.append(got)
+                tail = (tail + got)[-len(_END) :]
+                if tail == _END:
+                    return b"".join(parts)
         except Exception:
             self.close()  # as pymemcache's own commands do: the socket's state is unknown
             raise

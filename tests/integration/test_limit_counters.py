@@ -280,18 +280,20 @@ def test_a_caller_who_leaves_mid_batch_does_not_take_the_waiting_calls_with_it(m
     raw.close()
 
 
-def test_a_batchs_replies_read_in_many_pieces_are_all_read(mc) -> None:
-    """Memcached's replies to a batch of 40 counts reach the client a few bytes at a time (a
-    proxy throttles them): every reply is still read, each count gets its value."""
-    key = "llmgate:rl:v1:t:pieces:"
+@pytest.mark.parametrize(("size", "rate", "burst"), [(40, 2000, 16), (8, 200, 1)])
+def test_a_batchs_replies_read_in_many_pieces_are_all_read(mc, size, rate, burst) -> None:
+    """Memcached's replies to a batch reach the client a few bytes at a time, down to one
+    (a proxy throttles them, so even the ``MN`` that ends them comes in pieces): every reply
+    is still read, each count gets its value."""
+    key = f"llmgate:rl:v1:t:pieces{size}:"
     made = _counters(mc, timeout=1.0)
-    batch = [Count(f"{key}{i}", 1, 60) for i in range(40)]
-    assert made.apply(batch) == [1] * 40  # made, directly
+    batch = [Count(f"{key}{i}", 1, 60) for i in range(size)]
+    assert made.apply(batch) == [1] * size  # made, directly
     made.close()
     with FaultProxy("127.0.0.1", mc) as proxy:
-        proxy.bandwidth(2000, burst=16)
+        proxy.bandwidth(rate, burst=burst)
         counters = _counters(proxy.port, timeout=5.0)
         assert counters.apply([Count(c.key, i, 60) for i, c in enumerate(batch)]) == [
-            1 + i for i in range(40)]  # fmt: skip
+            1 + i for i in range(size)]  # fmt: skip
         assert counters.memcached.stats()["errors"] == 0
         counters.close()
