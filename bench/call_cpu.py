@@ -38,7 +38,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.hit_cpu import BODY, NGINX_HEADERS, App, CollectorClock, _run, call_once, summarize
+from bench.hit_cpu import BODY, NGINX_HEADERS, App, CollectorClock, call_once, in_turns
 
 KEY_SECRET = "sk-bench-call-cpu"
 # bench/ab.py's KEY_LIMITS (written again: this file runs inside older exported revisions).
@@ -111,16 +111,12 @@ def _timed_calls(
 ) -> dict[str, Any]:
     import gevent
 
-    from bench import hit_cpu
-
-    hit_cpu.NGINX_HEADERS.clear()
-    hit_cpu.NGINX_HEADERS.update(headers)  # environ_for's headers: this run's
     made = 0
 
     def caller(n: int) -> None:
         nonlocal made
         for _ in range(n):
-            status, _ = call_once(app, body)
+            status, _ = call_once(app, body, headers)
             made += 1
             if not status.startswith("200"):  # an error answer costs less: not this measure
                 raise SystemExit(f"a call was answered {status}")
@@ -173,19 +169,11 @@ def main() -> None:
         trees = {here: Path.cwd()} if not args.revs else {
             rev: _export(export, rev, work / str(i)) for i, rev in enumerate(args.revs)
         }  # fmt: skip
-        measure_argv = ["--measure", "--kind", args.kind, "--callers", str(args.callers),
+        measure_argv = ["--kind", args.kind, "--callers", str(args.callers),
                         "--calls", str(args.calls), "--rounds", str(args.rounds),
                         *(["--keys"] if args.keys else []),
                         *(["--floor"] if args.floor else [])]  # fmt: skip
-        results: dict[str, list[dict[str, Any]]] = {rev: [] for rev in trees}
-        for turn in range(1, args.turns + 1):
-            for rev, tree in trees.items():
-                argv = [sys.executable, "-m", "bench.call_cpu", *measure_argv]
-                found = json.loads(_run(argv, tree).splitlines()[-1])
-                results[rev].append(found)
-                print(f"turn {turn}: {rev} {found['us']:.1f} us/call (best of {args.rounds})",
-                      flush=True)  # fmt: skip
-        print("\n".join(line.replace("us/hit", "us/call") for line in summarize(results)))
+        print("\n".join(in_turns("bench.call_cpu", trees, measure_argv, args.turns, "call")))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -60,8 +60,9 @@ NGINX_HEADERS = {
 }
 
 
-def environ_for(body: bytes) -> dict[str, Any]:
-    """The WSGI environ of one hit, as gunicorn builds it (its own keys aside)."""
+def environ_for(body: bytes, headers: dict[str, str] = NGINX_HEADERS) -> dict[str, Any]:
+    """The WSGI environ of one call, as gunicorn builds it (its own keys aside), with the
+    request's ``headers`` (as WSGI names them; nginx's by default)."""
     return {
         "REQUEST_METHOD": "POST",
         "SCRIPT_NAME": "",
@@ -75,7 +76,7 @@ def environ_for(body: bytes) -> dict[str, Any]:
         "REMOTE_PORT": "40000",
         "CONTENT_TYPE": "application/json",
         "CONTENT_LENGTH": str(len(body)),
-        **NGINX_HEADERS,
+        **headers,
         "wsgi.version": (1, 0),
         "wsgi.url_scheme": "http",
         "wsgi.input": io.BytesIO(body),
@@ -86,14 +87,16 @@ def environ_for(body: bytes) -> dict[str, Any]:
     }
 
 
-def call_once(app: Callable[..., Iterable[bytes]], body: bytes) -> tuple[str, dict[str, str]]:
+def call_once(
+    app: Callable[..., Iterable[bytes]], body: bytes, headers: dict[str, str] = NGINX_HEADERS
+) -> tuple[str, dict[str, str]]:
     """One request through the WSGI callable, its body read and closed: (status, headers)."""
     seen: list[tuple[str, dict[str, str]]] = []
 
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
         seen.append((status, dict(headers)))
 
-    answer = app(environ_for(body), start_response)
+    answer = app(environ_for(body, headers), start_response)
     try:
         for _ in answer:
             pass
@@ -186,20 +189,20 @@ def _timed_hits(app: App, upstream: str, calls: int, rounds: int) -> dict[str, A
             "gc_us": collector.seconds / hits * 1e6, "gc_passes": collector.passes}  # fmt: skip
 
 
-def summarize(results: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """Each side's best per-hit CPU with its runs; B over A when there are two."""
+def summarize(results: dict[str, list[dict[str, Any]]], unit: str = "hit") -> list[str]:
+    """Each side's best CPU per ``unit`` with its runs; B over A when there are two."""
     lines = []
     for rev, runs in results.items():
         rounds = ", ".join(f"{r:.1f}" for run in runs for r in run["rounds"])
         gc_us = min(run["gc_us"] for run in runs)
         lines.append(
-            f"{rev:12} {min(run['us'] for run in runs):6.1f} us/hit (best)  [{rounds}]"
-            f"  collector {gc_us:.1f} us/hit"
+            f"{rev:12} {min(run['us'] for run in runs):6.1f} us/{unit} (best)  [{rounds}]"
+            f"  collector {gc_us:.1f} us/{unit}"
         )
     if len(results) == 2:
         (a, runs_a), (b, runs_b) = results.items()
         best_a, best_b = min(r["us"] for r in runs_a), min(r["us"] for r in runs_b)
-        lines.append(f"{b} / {a}: {best_b / best_a:.3f} ({best_b - best_a:+.1f} us/hit)")
+        lines.append(f"{b} / {a}: {best_b / best_a:.3f} ({best_b - best_a:+.1f} us/{unit})")
     return lines
 
 
@@ -236,22 +239,26 @@ def main() -> None:
             }
             print("\n".join(counted_lines(counted)))
             return
-        print("\n".join(_timed(trees, args.calls, args.rounds, args.turns, args.floor)))
+        measure_argv = ["--calls", str(args.calls), "--rounds", str(args.rounds),
+                        *(["--floor"] if args.floor else [])]  # fmt: skip
+        print("\n".join(in_turns("bench.hit_cpu", trees, measure_argv, args.turns, "hit")))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _timed(trees: dict[str, Path], calls: int, rounds: int, turns: int, floor: bool) -> list[str]:
-    """Each tree measured in a process of its own, in turns; the summary."""
+def in_turns(
+    module: str, trees: dict[str, Path], measure_argv: list[str], turns: int, unit: str
+) -> list[str]:
+    """Each tree measured by ``python -m module --measure *measure_argv`` in a process of
+    its own, in turns; the summary (bench/call_cpu.py measures its calls this way too)."""
     results: dict[str, list[dict[str, Any]]] = {rev: [] for rev in trees}
     for turn in range(1, turns + 1):
         for rev, tree in trees.items():
-            argv = [sys.executable, "-m", "bench.hit_cpu", "--measure", "--calls", str(calls),
-                    "--rounds", str(rounds), *(["--floor"] if floor else [])]  # fmt: skip
+            argv = [sys.executable, "-m", module, "--measure", *measure_argv]
             run = json.loads(_run(argv, tree).splitlines()[-1])
             results[rev].append(run)
-            print(f"turn {turn}: {rev} {run['us']:.1f} us/hit (best of {rounds})", flush=True)
-    return summarize(results)
+            print(f"turn {turn}: {rev} {run['us']:.1f} us/{unit} (best of its rounds)", flush=True)
+    return summarize(results, unit)
 
 
 def counted_lines(counted: dict[str, float]) -> list[str]:
