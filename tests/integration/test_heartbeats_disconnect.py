@@ -143,17 +143,25 @@ def test_heartbeats_outlive_a_short_nginx_read_timeout(make_stack) -> None:
     assert NGINX_READ_TIMEOUT in without.log("nginx")
 
 
-def _open_stream(gw, *, tps: str, max_tokens: int) -> socket.socket:
-    """A stream asked on a plain socket (so the test can hang up at any byte)."""
-    body = json.dumps(chat(True, max_tokens=max_tokens)).encode()
+def _open_call(gw, body: dict, sim: dict[str, str]) -> socket.socket:
+    """A chat call asked on a plain socket (so the test can hang up at any byte), with the
+    simulator's controls ``sim``."""
+    raw = json.dumps(body).encode()
+    controls = "".join(f"{name}: {value}\r\n" for name, value in sim.items())
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"{controls}Content-Length: {len(raw)}\r\n\r\n"
+    )
     host, port = gw.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        b"x-sim-tps: " + tps.encode() + b"\r\nx-sim-ttft-ms: 0\r\n"
-        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-    )
+    sock.sendall(head.encode() + raw)
     return sock
+
+
+def _open_stream(gw, *, tps: str, max_tokens: int) -> socket.socket:
+    return _open_call(
+        gw, chat(True, max_tokens=max_tokens), {"x-sim-tps": tps, "x-sim-ttft-ms": "0"}
+    )
 
 
 def test_client_leaving_mid_stream_abandons_the_upstream_stream(gw) -> None:
@@ -191,18 +199,7 @@ def test_client_leaving_a_silent_stream_abandons_the_upstream_at_once(gw) -> Non
 def test_client_leaving_before_the_upstream_answers_cancels_the_call(gw, stream: bool) -> None:
     """Whole or streamed, a call of its own waits for its upstream's head in a greenlet
     (app/streams/alone.py): the caller's leaving must end it there."""
-    flag = b"true" if stream else b"false"
-    body = (
-        b'{"model":"sim-model","max_tokens":5,"stream":%s,"messages":[{"role":"user","content":"x"}]}'
-        % flag
-    )
-    host, port = gw.url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)))
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-        b"Content-Type: application/json\r\nx-sim-fault: stall-before\r\n"
-        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-    )
+    sock = _open_call(gw, chat(stream, max_tokens=5), {"x-sim-fault": "stall-before"})
     assert wait_for(lambda: gw.sim_stats()["requests"] == 1, 5.0)
     sock.close()
     # The simulator counts a stream it was cut from apart from a whole answer.
