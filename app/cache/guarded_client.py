@@ -139,9 +139,6 @@ class GuardedClient(Client):
     def touch(self, *args: Any, **kwargs: Any) -> Any:
         return self._guard(super().touch, *args, **kwargs)
 
-    def raw_command(self, *args: Any, **kwargs: Any) -> Any:
-        return self._guard(super().raw_command, *args, **kwargs)
-
     def round_trip(self, batch: bytes) -> bytes:
         """``batch`` (commands, the last an ``mn``) written at once, and every reply up to and
         with the ``MN`` that ends them. Not pymemcache's ``raw_command``: its reader keeps only
