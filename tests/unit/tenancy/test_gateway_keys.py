@@ -485,9 +485,14 @@ def test_the_null_usage_the_gateway_caused_is_taken_out_of_every_chunk() -> None
     last = b'data: {"id":"c","usage":null,"choices":[]}\n\n'  # a member first, then others
     alone = b'data: {"usage":null}\n\n'  # the only member: left as it is
     text = b'data: {"id":"c","choices":[{"delta":{"content":"\\"usage\\":null"}}]}\n\n'
-    out = list(without_usage_chunk(iter([[CHUNK, last, alone, text, b": ping\n\n"]]), print))
+    first = b'data: {"usage":null,"id":"c","choices":[]}\n\n'  # the first member
+    resumable = b"id: 7\n" + last  # a resumable stream's event: its id line kept
+    batch = [CHUNK, last, first, alone, text, b": ping\n\n", resumable]
+    out = list(without_usage_chunk(iter([batch]), print))
     assert out == [[CHUNK.replace(b',"usage":null', b""),
-                    b'data: {"id":"c","choices":[]}\n\n', alone, text, b": ping\n\n"]]  # fmt: skip
+                    b'data: {"id":"c","choices":[]}\n\n', b'data: {"id":"c","choices":[]}\n\n',
+                    alone, text, b": ping\n\n",
+                    b'id: 7\ndata: {"id":"c","choices":[]}\n\n']]  # fmt: skip
     assert json.loads(out[0][0][6:]) == {
         "id": "c",
         "choices": [{"index": 0, "delta": {"content": "hi"}}],
