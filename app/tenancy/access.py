@@ -305,21 +305,27 @@ _PER = {
 }
 
 
+# Each window is built only for a limit the key has: a calendar month is two timegm calls
+# and a money limit a Decimal conversion, on every call of the key.
 def _token_budgets(key: GatewayKey, now: float, want: int) -> list[_Want]:
-    budgets = [
-        _Want(limits.minute("tokens", now), key.tokens_per_minute, want),
-        _Want(limits.day("tokens_day", now), key.tokens_per_day, want, quota=True),
-        _Want(limits.month("tokens_month", now), key.tokens_per_month, want, quota=True),
-    ]
-    return [b for b in budgets if b.limit]
+    budgets = []
+    if key.tokens_per_minute:
+        budgets.append(_Want(limits.minute("tokens", now), key.tokens_per_minute, want))
+    if key.tokens_per_day:
+        budgets.append(_Want(limits.day("tokens_day", now), key.tokens_per_day, want, quota=True))
+    if key.tokens_per_month:
+        month = limits.month("tokens_month", now)
+        budgets.append(_Want(month, key.tokens_per_month, want, quota=True))
+    return budgets
 
 
 def _cost_budgets(key: GatewayKey, now: float, want: int) -> list[_Want]:
-    budgets = [
-        _Want(limits.day("usd_day", now), to_pico(key.usd_per_day), want, quota=True),
-        _Want(limits.month("usd_month", now), to_pico(key.usd_per_month), want, quota=True),
-    ]
-    return [b for b in budgets if b.limit]
+    budgets = []
+    if key.usd_per_day and (limit := to_pico(key.usd_per_day)):
+        budgets.append(_Want(limits.day("usd_day", now), limit, want, quota=True))
+    if key.usd_per_month and (limit := to_pico(key.usd_per_month)):
+        budgets.append(_Want(limits.month("usd_month", now), limit, want, quota=True))
+    return budgets
 
 
 def _amount(window: Window, value: int) -> str:

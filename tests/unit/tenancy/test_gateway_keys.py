@@ -7,6 +7,7 @@ tests/integration/test_gateway_keys.py for the real thing) and a pinned clock.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -390,9 +391,11 @@ class Recorded(limits.MemoryCounters):
     def __init__(self) -> None:
         super().__init__()
         self.batches: list[list[tuple[str, int]]] = []
+        self.keys: list[str] = []
 
     def apply(self, counts):
         self.batches.append([(c.key.split(":")[4], c.delta) for c in counts])
+        self.keys += [c.key for c in counts]
         return super().apply(counts)
 
 
@@ -413,6 +416,24 @@ def test_a_call_counts_in_one_batch_only_the_limits_its_key_has() -> None:
         grant = gate.admit(key, "m", {"max_tokens": 100}, stream=True, route="chat")
         gate.settle(grant, Usage({"total_tokens": 30}), True)
     assert counters.batches == [[("requests", 1)]]  # nothing to settle; nothing at all
+
+
+def test_each_budget_counts_in_its_own_calendar_window() -> None:
+    """The windows' starts worked out here with datetime, not with app/tenancy/limits.py."""
+    counters = Recorded()
+    budgets = {"tokens_per_minute": 10**6, "tokens_per_day": 10**7, "tokens_per_month": 10**8,
+               "usd_per_day": 50.0, "usd_per_month": 500.0}  # fmt: skip
+    gate = _gate(_key(**budgets), counters, prices=PRICES)
+    gate.admit(gate.authenticate(_bearer()), "m", {}, stream=False, route="chat")
+    at = datetime.fromtimestamp(T0, UTC)
+    minute = at.replace(second=0, microsecond=0)
+    day = minute.replace(hour=0, minute=0)
+    month = day.replace(day=1)
+    starts = {"tokens": minute, "tokens_day": day, "tokens_month": month, "usd_day": day,
+              "usd_month": month}  # fmt: skip
+    assert counters.keys == [
+        f"{limits.PREFIX}team:{what}:{int(start.timestamp())}" for what, start in starts.items()
+    ]
 
 
 def test_a_refusal_gives_back_every_share_in_one_batch() -> None:
