@@ -21,6 +21,13 @@ key).
 With two revisions, each is exported as bench/ab.py exports it (this file and hit_cpu.py
 copied in) and measured in a process of its own, in turns; without, the working tree. The
 whole call through gunicorn and nginx stays bench.ab's and bench.floor's.
+
+``--instructions N`` counts instead of timing, as bench/hit_cpu.py does: the process under
+valgrind's cachegrind with N calls more in one run than in the other (the simulator and
+Memcached not counted), the difference over N. The system calls' own work is not in it, and
+with ``--callers`` above 1 the greenlets' interleaving under valgrind is not a worker's: a
+count of one caller's calls is the steady measure of a cut a few microseconds big, where a
+timed round on a shared VM moves by 10-20 %.
 """
 
 from __future__ import annotations
@@ -38,9 +45,19 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.hit_cpu import BODY, NGINX_HEADERS, App, CollectorClock, call_once, in_turns
+from bench.hit_cpu import (
+    BODY,
+    NGINX_HEADERS,
+    App,
+    CollectorClock,
+    call_once,
+    counted_lines,
+    in_turns,
+    instructions_per_call,
+)
 
 KEY_SECRET = "sk-bench-call-cpu"
+WARM_UP = 500  # calls made before the rounds (fewer when a round is fewer)
 # bench/ab.py's KEY_LIMITS (written again: this file runs inside older exported revisions).
 KEY_LIMITS = (
     "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
@@ -128,7 +145,7 @@ def _timed_calls(
             greenlets = [gevent.spawn(caller, n // callers) for _ in range(callers)]
             gevent.joinall(greenlets, raise_error=True)
 
-    run(min(500, calls))
+    run(min(WARM_UP, calls))
     gc.collect()
     gc.freeze()
     collector = CollectorClock()
@@ -152,6 +169,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--turns", type=int, default=2, help="processes per revision")
     parser.add_argument("--floor", action="store_true", help="bench/floor_app.py's calls")
+    parser.add_argument(
+        "--instructions", type=int, metavar="N", help="instructions per call over N calls, counted"
+    )
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -169,10 +189,20 @@ def main() -> None:
         trees = {here: Path.cwd()} if not args.revs else {
             rev: _export(export, rev, work / str(i)) for i, rev in enumerate(args.revs)
         }  # fmt: skip
-        measure_argv = ["--kind", args.kind, "--callers", str(args.callers),
-                        "--calls", str(args.calls), "--rounds", str(args.rounds),
-                        *(["--keys"] if args.keys else []),
-                        *(["--floor"] if args.floor else [])]  # fmt: skip
+        call_argv = ["--kind", args.kind, "--callers", str(args.callers),
+                     *(["--keys"] if args.keys else []),
+                     *(["--floor"] if args.floor else [])]  # fmt: skip
+        if args.instructions:
+            # Both counts past the warm-up's 500 calls: they differ by the N calls alone.
+            counted = {
+                rev: instructions_per_call(
+                    tree, "bench.call_cpu", args.instructions, call_argv, base=WARM_UP
+                )
+                for rev, tree in trees.items()
+            }
+            print("\n".join(counted_lines(counted, "call")))
+            return
+        measure_argv = [*call_argv, "--calls", str(args.calls), "--rounds", str(args.rounds)]
         print("\n".join(in_turns("bench.call_cpu", trees, measure_argv, args.turns, "call")))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -261,27 +261,36 @@ def in_turns(
     return summarize(results, unit)
 
 
-def counted_lines(counted: dict[str, float]) -> list[str]:
-    """Each revision's instructions per hit, and B over A when there are two."""
-    lines = [f"{rev:12} {n / 1000:8.1f} thousand instructions/hit" for rev, n in counted.items()]
+def counted_lines(counted: dict[str, float], unit: str = "hit") -> list[str]:
+    """Each revision's instructions per hit (or call), and B over A when there are two."""
+    lines = [f"{rev:12} {n / 1000:8.1f} thousand instructions/{unit}" for rev, n in counted.items()]
     if len(counted) == 2:
         (a, n_a), (b, n_b) = counted.items()
-        lines.append(f"{b} / {a}: {n_b / n_a:.3f} ({(n_b - n_a) / 1000:+.1f} thousand/hit)")
+        lines.append(f"{b} / {a}: {n_b / n_a:.3f} ({(n_b - n_a) / 1000:+.1f} thousand/{unit})")
     return lines
 
 
 def instructions_per_hit(tree: Path, hits: int, *, floor: bool = False) -> float:
     """What one hit executes, in instructions (valgrind's cachegrind; see the docstring)."""
+    return instructions_per_call(tree, "bench.hit_cpu", hits, ["--floor"] if floor else [])
+
+
+def instructions_per_call(
+    tree: Path, module: str, calls: int, measure_argv: list[str], base: int = 200
+) -> float:
+    """What one call of ``python -m module --measure`` executes, in instructions: the process
+    counted by valgrind's cachegrind with ``base`` calls and with ``base + calls``, the
+    difference over ``calls``. Its children (the simulator, Memcached) are not counted."""
     counts = []
-    for calls in (200, 200 + hits):
+    for n in (base, base + calls):
         with tempfile.NamedTemporaryFile("r", prefix="llmgate-cachegrind-") as report:
             argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
                     "--cachegrind-out-file=/dev/null", f"--log-file={report.name}",
-                    sys.executable, "-m", "bench.hit_cpu", "--measure", "--calls", str(calls),
-                    "--rounds", "1", *(["--floor"] if floor else [])]  # fmt: skip
+                    sys.executable, "-m", module, "--measure", "--calls", str(n),
+                    "--rounds", "1", *measure_argv]  # fmt: skip
             _run(argv, tree, {"PYTHONHASHSEED": "0"})
             counts.append(instructions_in(report.read()))
-    return (counts[1] - counts[0]) / hits
+    return (counts[1] - counts[0]) / calls
 
 
 def _run(argv: list[str], tree: Path, env: dict[str, str] | None = None) -> str:

@@ -36,3 +36,6 @@ def test_instructions_are_read_from_cachegrinds_summary_and_compared() -> None:
     lines = counted_lines({"A": 1_410_000.0, "B": 1_382_000.0})
     assert lines[0] == "A              1410.0 thousand instructions/hit"
     assert lines[2] == "B / A: 0.980 (-28.0 thousand/hit)"
+    assert counted_lines({"A": 2_074_300.0}, "call") == [
+        "A              2074.3 thousand instructions/call"  # bench/call_cpu.py's unit
+    ]
