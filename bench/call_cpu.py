@@ -22,12 +22,13 @@ With two revisions, each is exported as bench/ab.py exports it (this file and hi
 copied in) and measured in a process of its own, in turns; without, the working tree. The
 whole call through gunicorn and nginx stays bench.ab's and bench.floor's.
 
-``--instructions N`` counts instead of timing, as bench/hit_cpu.py does: the process under
-valgrind's cachegrind with N calls more in one run than in the other (the simulator and
-Memcached not counted), the difference over N. The system calls' own work is not in it, and
-with ``--callers`` above 1 the greenlets' interleaving under valgrind is not a worker's: a
-count of one caller's calls is the steady measure of a cut a few microseconds big, where a
-timed round on a shared VM moves by 10-20 %.
+``--instructions N`` counts a non-stream call instead of timing it, as bench/hit_cpu.py
+counts a hit: the process under valgrind's cachegrind with N calls more in one run than in
+the other (the simulator and Memcached not counted), the difference over N. The system
+calls' own work is not in it, and with ``--callers`` above 1 the greenlets' interleaving
+under valgrind is not a worker's: a count of one caller's calls is the steady measure of a
+cut a few microseconds big, where a timed round on a shared VM moves by 10-20 %. Streams are
+not counted (``STREAM_NOT_COUNTED`` says why).
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ from bench.hit_cpu import (
 
 KEY_SECRET = "sk-bench-call-cpu"
 WARM_UP = 500  # calls made before the rounds (fewer when a round is fewer)
+STREAM_NOT_COUNTED = (
+    "--instructions counts non-stream calls only: a stream's count depends on how many events "
+    "each read finds, and valgrind slows the reader, not the simulator (two counts of one "
+    "tree differed by 8 %); time streams instead"
+)
 # bench/ab.py's KEY_LIMITS (written again: this file runs inside older exported revisions).
 KEY_LIMITS = (
     "requests_per_minute = 10000000\ntokens_per_minute = 1000000000\n"
@@ -181,6 +187,8 @@ def main() -> None:
         return
     if len(args.revs) not in (0, 2):
         parser.error("give two revisions, or none for the working tree")
+    if args.instructions and args.kind == "stream":
+        parser.error(STREAM_NOT_COUNTED)
     from bench.ab import export  # here, not at the top: this file also runs in old trees
 
     work = Path(tempfile.mkdtemp(prefix="llmgate-call-cpu-trees-"))

@@ -29,3 +29,11 @@ def test_the_measurement_is_of_answered_upstream_calls(options: list[str]) -> No
     assert run["calls"] == 30 * 3  # the warm-up and two rounds, each call answered 200
     assert run["upstream_calls"] == run["calls"]  # the simulator's own count
     assert len(run["rounds"]) == 2 and run["us"] == min(run["rounds"]) > 0
+
+
+def test_a_streams_instructions_are_not_counted() -> None:
+    """valgrind slows the reader and not the simulator, so a stream's count moves with the
+    events each read finds: refused with the reason, before anything starts."""
+    argv = [sys.executable, "-m", "bench.call_cpu", "--instructions", "10", "--kind", "stream"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "non-stream calls only" in done.stderr
