@@ -16,7 +16,8 @@ answer costs less, and timing it would say nothing of a call.
 above the load (requests and tokens a minute, tokens a day, concurrent streams;
 bench/ab.py's KEY_LIMITS), counted in a Memcached of the run's own, and each call's log line
 written (to a file). ``--floor`` measures bench/floor_app.py the same way (it ignores the
-key).
+key). What each feature adds, one at a time: ``--log`` writes the log line without a key,
+``--keys --no-limits`` presents a key that has no limits (nothing counted).
 
 With two revisions, each is exported as bench/ab.py exports it (this file and hit_cpu.py
 copied in) and measured in a process of its own, in turns; without, the working tree. The
@@ -72,7 +73,15 @@ KEY_LIMITS = (
 
 
 def measure(
-    kind: str, calls: int, rounds: int, callers: int, *, keys: bool = False, floor: bool = False
+    kind: str,
+    calls: int,
+    rounds: int,
+    callers: int,
+    *,
+    keys: bool = False,
+    floor: bool = False,
+    log: bool = False,
+    limits: bool = True,
 ) -> dict[str, Any]:
     """This tree's calls: the best round's CPU per call, every round."""
     from gevent import monkey
@@ -88,7 +97,7 @@ def measure(
         procs.append(Proc("simulator", argv, log_path=run_dir / "simulator.log"))
         procs[-1].wait_http(f"http://127.0.0.1:{port}/healthz")
         env = {"LLMGATE_UPSTREAM_URL": f"http://127.0.0.1:{port}/v1",
-               "LLMGATE_CACHE_MODE": "off", "LLMGATE_LOG_REQUESTS": "false"}  # fmt: skip
+               "LLMGATE_CACHE_MODE": "off", "LLMGATE_LOG_REQUESTS": str(log).lower()}  # fmt: skip
         headers = {**NGINX_HEADERS, "HTTP_X_SIM_TTFT_MS": "0", "HTTP_X_SIM_TPS": "1000000"}
         if keys:
             mc_port = free_port()
@@ -98,7 +107,8 @@ def measure(
             procs[-1].wait_port(mc_port)
             digest = hashlib.sha256(KEY_SECRET.encode()).hexdigest()
             keys_file = run_dir / "keys.toml"
-            keys_file.write_text(f'[[keys]]\nname = "bench"\nsha256 = "{digest}"\n{KEY_LIMITS}')
+            limited = KEY_LIMITS if limits else ""
+            keys_file.write_text(f'[[keys]]\nname = "bench"\nsha256 = "{digest}"\n{limited}')
             env |= {"LLMGATE_KEYS_FILE": str(keys_file), "LLMGATE_LOG_REQUESTS": "true",
                     "LLMGATE_MEMCACHED": f"127.0.0.1:{mc_port}"}  # fmt: skip
             headers["HTTP_AUTHORIZATION"] = f"Bearer {KEY_SECRET}"
@@ -170,6 +180,8 @@ def main() -> None:
     parser.add_argument("revs", nargs="*", help="two git revisions, e.g. HEAD~1 HEAD")
     parser.add_argument("--kind", choices=("non-stream", "stream"), default="non-stream")
     parser.add_argument("--keys", action="store_true", help="a gateway key with its limits")
+    parser.add_argument("--no-limits", action="store_true", help="with --keys: a key without")
+    parser.add_argument("--log", action="store_true", help="each call's log line (--keys: on)")
     parser.add_argument("--callers", type=int, default=1, help="greenlets calling at once")
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
@@ -182,7 +194,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.measure:
         found = measure(args.kind, args.calls, args.rounds, args.callers, keys=args.keys,
-                        floor=args.floor)  # fmt: skip
+                        floor=args.floor, log=args.log, limits=not args.no_limits)  # fmt: skip
         print(json.dumps(found))
         return
     if len(args.revs) not in (0, 2):
@@ -199,7 +211,9 @@ def main() -> None:
         }  # fmt: skip
         call_argv = ["--kind", args.kind, "--callers", str(args.callers),
                      *(["--keys"] if args.keys else []),
-                     *(["--floor"] if args.floor else [])]  # fmt: skip
+                     *(["--floor"] if args.floor else []),
+                     *(["--log"] if args.log else []),
+                     *(["--no-limits"] if args.no_limits else [])]  # fmt: skip
         if args.instructions:
             # Both counts past the warm-up's 500 calls: they differ by the N calls alone.
             counted = {

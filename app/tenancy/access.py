@@ -308,7 +308,7 @@ _PER = {
 # Each window is built only for a limit the key has: a calendar month is two timegm calls
 # and a money limit a Decimal conversion, on every call of the key.
 def _token_budgets(key: GatewayKey, now: float, want: int) -> list[_Want]:
-    budgets = []
+    budgets: list[_Want] = []
     if key.tokens_per_minute:
         budgets.append(_Want(limits.minute("tokens", now), key.tokens_per_minute, want))
     if key.tokens_per_day:
@@ -320,7 +320,7 @@ def _token_budgets(key: GatewayKey, now: float, want: int) -> list[_Want]:
 
 
 def _cost_budgets(key: GatewayKey, now: float, want: int) -> list[_Want]:
-    budgets = []
+    budgets: list[_Want] = []
     if key.usd_per_day and (limit := to_pico(key.usd_per_day)):
         budgets.append(_Want(limits.day("usd_day", now), limit, want, quota=True))
     if key.usd_per_month and (limit := to_pico(key.usd_per_month)):

@@ -16,8 +16,15 @@ from tests.conftest import ROOT, require_binary
 
 @pytest.mark.parametrize(
     "options",
-    [[], ["--kind", "stream"], ["--keys", "--callers", "3"], ["--floor", "--callers", "3"]],
-    ids=["non-stream", "stream", "keys-concurrent", "floor"],
+    [
+        [],
+        ["--kind", "stream"],
+        ["--keys", "--callers", "3"],
+        ["--floor", "--callers", "3"],
+        ["--log"],
+        ["--keys", "--no-limits"],
+    ],
+    ids=["non-stream", "stream", "keys-concurrent", "floor", "log", "key-without-limits"],
 )
 def test_the_measurement_is_of_answered_upstream_calls(options: list[str]) -> None:
     if "--keys" in options:
