@@ -192,6 +192,8 @@ def main() -> None:
     )
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.no_limits and not args.keys:
+        parser.error("--no-limits is a key's: give --keys too")
     if args.measure:
         found = measure(args.kind, args.calls, args.rounds, args.callers, keys=args.keys,
                         floor=args.floor, log=args.log, limits=not args.no_limits)  # fmt: skip

@@ -38,9 +38,17 @@ def test_the_measurement_is_of_answered_upstream_calls(options: list[str]) -> No
     assert len(run["rounds"]) == 2 and run["us"] == min(run["rounds"]) > 0
 
 
-def test_a_streams_instructions_are_not_counted() -> None:
-    """valgrind slows the reader and not the simulator, so a stream's count moves with the
-    events each read finds: refused with the reason, before anything starts."""
-    argv = [sys.executable, "-m", "bench.call_cpu", "--instructions", "10", "--kind", "stream"]
+@pytest.mark.parametrize(
+    ("options", "why"),
+    [
+        # valgrind slows the reader and not the simulator: a stream's count moves with the
+        # events each read finds.
+        (["--instructions", "10", "--kind", "stream"], "non-stream calls only"),
+        (["--no-limits"], "give --keys too"),  # without a key it would measure nothing new
+    ],
+    ids=["streams-not-counted", "no-limits-without-a-key"],
+)
+def test_a_measurement_that_would_mislead_is_refused(options: list[str], why: str) -> None:
+    argv = [sys.executable, "-m", "bench.call_cpu", *options]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "non-stream calls only" in done.stderr
+    assert done.returncode == 2 and why in done.stderr  # refused before anything starts
