@@ -9,7 +9,6 @@ call's admission slots are given back however it ends (app/core/admission.py's `
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import uuid
 from collections.abc import Iterator, Mapping
@@ -71,12 +70,12 @@ def answer(
                 f"Request URL is too long ({target} bytes; at most {MAX_TARGET_BYTES})."
             )
         # Confined to /v1 and encoded again (app/request/paths.py): the path goes upstream as data.
-        call = dataclasses.replace(call, path=forwarded_path(call.path))
+        call = call.edited(path=forwarded_path(call.path))
         # Who is calling comes first, from the headers: a stranger's body is never read, and
         # its 401 leaves while it is still sending it (app/edge/worker.py then closes the
         # connection rather than read the rest; docs/security.md).
         caller = gateway.identify(call)
-        call = dataclasses.replace(call, body=read_body(environ, max_body))
+        call = call.edited(body=read_body(environ, max_body))
         reply = gateway.handle(call, caller)
     except errors.GatewayError as exc:
         call.trace.gateway_failed()

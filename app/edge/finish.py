@@ -14,7 +14,6 @@ GenAI attributes and the stream's span.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -75,7 +74,7 @@ def finish(
         record(call, reply, StreamFacts(sent=len(reply.body)))
         return reply, reply.body
     # The stream may last minutes: its log line keeps the request body only to log it.
-    held = call if settings.log_prompts else dataclasses.replace(call, body=b"")
+    held = call if settings.log_prompts else call.edited(body=b"")
     return reply, _watched(held, reply, reply.body, metrics, record)
 
 

@@ -166,6 +166,22 @@ class Call:
     # parsed, given back when the response body is closed (routes.py). Default: no limits.
     admission: Ticket = field(default_factory=Ticket)
 
+    def edited(self, *, path: str | None = None, body: bytes | None = None) -> Call:
+        """This call with another ``path`` or ``body`` (what the edge fills in once the call
+        exists): ``dataclasses.replace``'s result, built directly, 1 us against its 4 (twice
+        a call). tests/unit/request/test_call_edited.py holds the two equal, field by field."""
+        return Call(
+            self.route,
+            self.method,
+            self.path if path is None else path,
+            self.query,
+            self.headers,
+            self.body if body is None else body,
+            self.client_socket,
+            self.trace,
+            self.admission,
+        )
+
 
 @dataclass
 class Reply:

@@ -81,6 +81,8 @@ class Breaker:
             return state  # a call from before it opened: the cooldown stands
         recent = (*state.recent, failed)[-self.policy.window :]
         if not failed:
+            if recent == state.recent and not state.consecutive and not state.openings:
+                return state  # a healthy upstream's usual success: nothing changes
             return replace(state, consecutive=0, recent=recent, openings=0)
         state = replace(state, consecutive=state.consecutive + 1, recent=recent)
         return state._open(now) if state._should_open() else state

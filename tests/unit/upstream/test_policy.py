@@ -64,3 +64,14 @@ def test_deadline_counts_down_and_never_goes_negative() -> None:
     deadline = Deadline.start(10.0, now=lambda: next(clock))
     assert deadline.remaining(now=lambda: next(clock)) == 7.0
     assert deadline.expired(now=lambda: next(clock))
+
+
+def test_an_attempt_more_keeps_every_other_setting() -> None:
+    import dataclasses
+
+    assert [f.name for f in dataclasses.fields(RetryPolicy)] == [
+        "retries", "backoff", "backoff_max", "retry_after_max", "attempt"
+    ]  # fmt: skip
+    policy = RetryPolicy(retries=7, backoff=0.25, backoff_max=3.0, retry_after_max=9.0)
+    after = policy.increment().increment()
+    assert after == dataclasses.replace(policy, attempt=2)

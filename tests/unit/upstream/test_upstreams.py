@@ -250,6 +250,20 @@ def test_a_success_resets_the_consecutive_count_and_late_results_do_not_reopen()
     assert opened.record(False, 1) == opened  # a call from before: the cooldown stands
 
 
+def test_a_success_that_changes_nothing_keeps_the_breaker_and_old_failures_age_out() -> None:
+    b = _fail(Breaker(POLICY), 2)
+    for n in range(POLICY.window):
+        b = b.record(False, n)
+        assert b.consecutive == 0 and b.state == CLOSED
+    assert b.recent == (False,) * POLICY.window  # the failures left the window
+    assert b == Breaker(POLICY, recent=(False,) * POLICY.window)
+    assert b.record(False, 20) is b  # a healthy upstream's success: the same value, kept
+    # After a failure, the next success is a change again.
+    failed_once = b.record(True, 21)
+    after = failed_once.record(False, 22)
+    assert after.consecutive == 0 and after.recent == (*(False,) * 8, True, False)
+
+
 def test_a_probe_cancelled_by_its_caller_frees_the_slot_and_gives_no_verdict() -> None:
     opened = _fail(Breaker(POLICY), 3)  # open until 5
     probing = opened.start_call(5.0)
