@@ -199,7 +199,7 @@ class Gateway:
                 param="model",
             )
         grant = self.access.admit(key, model, body, stream=stream, route=call.route,
-                                  size=len(forward))  # fmt: skip
+                                  size=len(forward), raw=call.body)  # fmt: skip
         forward, hide_usage = granted_body(grant, forward, body, call.route, stream)
         call.trace.granted(KeySettlement(self.access, grant), hide_usage=hide_usage)
         return forward, grant

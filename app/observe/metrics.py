@@ -1,12 +1,11 @@
-"""Prometheus metrics: the only module that imports prometheus_client.
+"""Prometheus metrics: prometheus_client is imported here and in app/observe/metric_values.py.
 
 Under gunicorn every worker writes its samples to `PROMETHEUS_MULTIPROC_DIR` (set, and wiped
 at start, by gunicorn.conf.py; a dead worker is marked there so its live gauges drop out) and
 `/metrics` aggregates all workers' files. Without that directory (a single process, tests)
 the metrics live in a private registry. Names are `llmgate_<thing>_<unit>`; labels are
-bounded: no prompt text, no keys, model names are not labels at all.
-
-docs/metrics.md lists every metric with its labels; a test fails when they differ.
+bounded: no prompt text, no keys, model names are not labels at all. docs/metrics.md lists
+every metric with its labels; a test fails when they differ.
 """
 
 from __future__ import annotations
@@ -23,13 +22,14 @@ from prometheus_client import (
     Histogram,
     generate_latest,
     multiprocess,
-    values,
 )
 
 from app.core.admission import KINDS, Load
 from app.core.errors import ERROR_CAUSES
 from app.observe.labels import CACHE_OUTCOMES
+from app.observe.metric_values import use_lean_values
 
+use_lean_values()  # before any metric is made
 # LLM calls range from a cache hit (ms) to a long reasoning stream (minutes).
 LATENCY_BUCKETS = (
     0.005,
@@ -65,58 +65,6 @@ def _remember_children(metric: Counter | Gauge | Histogram) -> None:
     request). The child is the metric's own, so the counts are the same; no child is ever
     removed here (``remove`` is never called), so none kept can be stale."""
     metric.labels = functools.lru_cache(maxsize=CHILDREN)(metric.labels)  # type: ignore[method-assign,assignment]
-
-
-def lean_values(value_class: Any) -> Any:
-    """prometheus_client's multiprocess value (``values.ValueClass`` when
-    ``PROMETHEUS_MULTIPROC_DIR`` was set as it was imported) without the two things each update
-    pays for and a worker never needs: a lock, and ``getpid()`` to learn whether the process
-    forked since the last update. 0.95 -> 0.25 us an update, a dozen updates a call
-    (docs/performance.md, "The metrics' updates").
-
-    - The lock guards the value and its mmap file against another thread. A worker updates its
-      metrics only from its gevent loop's greenlets, which cannot switch inside an update (it
-      waits on nothing); the one real thread of a worker (app/observe/outbox.py) touches no
-      metric. Creating a value still takes the lock, as before.
-    - The fork: a value used in a forked child must move to the child's own files (named by
-      its pid), or the child writes into its parent's. ``os.register_at_fork`` marks the
-      fork, and the first update after it runs prometheus_client's own check, which moves
-      every value of the process.
-
-    Anything else (the in-memory values of a single process, or a class already lean) is
-    returned as it is."""
-    if not getattr(value_class, "_multiprocess", False) or getattr(value_class, "lean", False):
-        return value_class
-    forked = [False]
-    os.register_at_fork(after_in_child=lambda: forked.__setitem__(0, True))
-
-    class LeanValue(value_class):
-        lean = True
-
-        def _moved(self) -> None:
-            """The first update since a fork: every value to this process's own files."""
-            forked[0] = False
-            value_class.get(self)  # prometheus_client's check of the pid, under its lock
-
-        def inc(self, amount: float) -> None:
-            if forked[0]:
-                self._moved()
-            self._value += amount
-            self._timestamp = 0.0
-            self._file.write_value(self._key, self._value, 0.0)
-
-        def set(self, value: float, timestamp: float | None = None) -> None:
-            if forked[0]:
-                self._moved()
-            self._value = value
-            self._timestamp = timestamp or 0.0
-            self._file.write_value(self._key, value, self._timestamp)
-
-    return LeanValue
-
-
-# Before any metric is made: every value of this process is then a lean one.
-values.ValueClass = lean_values(values.ValueClass)
 
 
 class Metrics:

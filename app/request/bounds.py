@@ -47,8 +47,14 @@ PROMPT_OVERHEAD = 64
 GENERATING_ROUTES = frozenset({"chat", "completions", "responses", "messages"})
 
 
-def prompt_bound(size: int, body: Mapping[str, Any]) -> int:
-    """The most prompt tokens a body of ``size`` bytes can be billed (module docstring)."""
+def prompt_bound(size: int, body: Mapping[str, Any], raw: bytes | None = None) -> int:
+    """The most prompt tokens a body of ``size`` bytes can be billed (module docstring).
+    ``raw``: the bytes ``body`` was parsed from, when known. An image part's type is a
+    string holding "image", which JSON spells with those letters or with a ``\\u`` escape:
+    raw bytes with neither hold no image part, and the body is not walked to look for one
+    (a walk of every message and part, on every call of a key with a token budget)."""
+    if raw is not None and b"image" not in raw and b"\\u" not in raw:
+        return size + PROMPT_OVERHEAD
     images, image_bytes = _images(body)
     return max(0, size - image_bytes) + images * IMAGE_TOKENS + PROMPT_OVERHEAD
 

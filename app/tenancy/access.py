@@ -103,9 +103,11 @@ class Access:
         stream: bool,
         route: str = "",
         size: int = 0,
+        raw: bytes | None = None,
     ) -> Grant:
         """The call's grant, or the error to answer with: 403, 400, 429 (or 503 when the
-        counters are down and limits fail closed). ``size``: the body's bytes."""
+        counters are down and limits fail closed). ``size``: the body's bytes; ``raw``: the
+        bytes it was parsed from, when known (app/request/bounds.py ``prompt_bound``)."""
         now = self._clock()
         if model is not None or body is not None:
             key.check_request(model, body)
@@ -117,7 +119,7 @@ class Access:
                 param="model",
             )
         if body is not None:
-            self._reserve(grant, route, body, size)
+            self._reserve(grant, route, body, size, raw)
         wanted = self._wanted(grant, stream, now)
         if not wanted:
             return grant
@@ -205,7 +207,9 @@ class Access:
         if not self.fail_open:
             raise LimitsUnavailable("Limits cannot be checked right now; retry shortly.")
 
-    def _reserve(self, grant: Grant, route: str, body: Mapping[str, Any], size: int) -> None:
+    def _reserve(
+        self, grant: Grant, route: str, body: Mapping[str, Any], size: int, raw: bytes | None
+    ) -> None:
         """The most the call can be billed, in tokens and money; the cap it is sent."""
         key, price = grant.key, grant.price
         if (
@@ -217,7 +221,7 @@ class Access:
         if not key.counts_tokens:
             return
         ceiling = grant.output_cap or (price.max_output_tokens if price else 0)
-        prompt = bounds.prompt_bound(size, body)
+        prompt = bounds.prompt_bound(size, body, raw)
         output = bounds.output_bound(route, body, ceiling or self.default_output_tokens)
         grant.tokens = prompt + output
         if key.counts_money and price is not None:

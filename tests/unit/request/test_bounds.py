@@ -152,3 +152,42 @@ def test_an_unpriced_model_has_no_price_without_a_star() -> None:
 def test_bounds_keep_the_output_field_of_each_generating_route() -> None:
     assert set(bounds.OUTPUT_FIELD) == bounds.GENERATING_ROUTES
     assert set(bounds.OUTPUT_FIELD.values()) <= set(bounds.MAX_TOKEN_FIELDS)
+
+
+_PARTS = st.one_of(
+    texts.map(lambda t: {"type": "text", "text": t}),
+    texts.map(lambda t: {"type": "image_url", "image_url": {"url": t}}),
+    texts.map(lambda t: {"type": "input_image", "image_url": t}),
+    texts.map(lambda t: {"type": "image", "source": {"data": t}}),
+)
+
+
+@given(st.lists(st.lists(_PARTS, max_size=4), min_size=1, max_size=4), st.booleans(),
+       st.booleans())  # fmt: skip
+def test_the_raw_bytes_skip_the_walk_only_where_no_image_can_be(
+    messages: list[list[dict]], ascii_: bool, escape: bool
+) -> None:
+    """With the bytes a body came from, the bound is the walk's own, however the caller
+    spelled the image types: ``\\u``-escaped letters included."""
+    body = {"model": "m", "messages": [{"role": "user", "content": c} for c in messages]}
+    raw = json.dumps(body, ensure_ascii=ascii_).encode()
+    if escape:  # "image" spelled with an escape, as JSON allows: the parsed body is the same
+        raw = raw.replace(b'"image', b'"\\u0069mage').replace(b'_image"', b'_\\u0069mage"')
+        assert json.loads(raw) == body
+    assert prompt_bound(len(raw), body, raw) == prompt_bound(len(raw), body)
+
+
+def test_a_body_with_no_image_is_not_walked(monkeypatch) -> None:
+    walked: list[dict] = []
+
+    def walk(body: dict) -> tuple[int, int]:
+        walked.append(body)
+        return 0, 0
+
+    monkeypatch.setattr(bounds, "_images", walk)
+    body = {"model": "m", "messages": [{"role": "user", "content": "a picture of a cat"}]}
+    raw = json.dumps(body).encode()
+    assert prompt_bound(len(raw), body, raw) == len(raw) + PROMPT_OVERHEAD
+    assert walked == []
+    prompt_bound(len(raw), body)  # without the bytes: walked
+    assert walked == [body]
