@@ -48,7 +48,7 @@ class RetryPolicy:
 
     def increment(self) -> RetryPolicy:
         """The policy after one more attempt (built directly: ``dataclasses.replace`` is
-        4 us of its generic walk, once a call; tests/unit/upstream/test_retry.py holds
+        4 us of its generic walk, once a call; tests/unit/upstream/test_policy.py holds
         every field kept)."""
         return RetryPolicy(
             self.retries, self.backoff, self.backoff_max, self.retry_after_max, self.attempt + 1
