@@ -23,6 +23,7 @@ from app.edge.status_data import history_sample, status_document
 from app.edge.status_history import DIRECTORY, History, record
 from app.edge.status_page import status_page
 from app.gateway import Gateway
+from app.observe import access_log
 from app.observe.metrics import Metrics
 from app.observe.tracing import Tracer
 from app.tenancy.access import Access
@@ -173,7 +174,7 @@ def _log_to_stderr() -> None:
     logger.setLevel(logging.INFO)
     if not any(getattr(h, "llmgate", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(logging.Formatter(access_log.BARE))  # its lines written as given
         handler.llmgate = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
         logger.propagate = False

@@ -15,7 +15,6 @@ GenAI attributes and the stream's span.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -23,7 +22,7 @@ from typing import Any, TypeGuard
 
 from app.cache.policy import STATUS_HEADER
 from app.core.config import Settings
-from app.observe import tracing
+from app.observe import access_log, tracing
 from app.observe.metrics import Metrics
 from app.observe.tracing import Span
 from app.request import events as streams
@@ -34,7 +33,6 @@ from app.resume.ids import STREAM_HEADER
 from app.tenancy.prices import PriceTable, usd
 from llmgate_wire import sse
 
-log = logging.getLogger("llmgate.access")
 _PING = sse.comment()
 # Outcomes whose answer came from this caller's own upstream call (billed to it).
 _UPSTREAM_OUTCOMES = frozenset({"miss", "bypass", "refresh"})
@@ -238,7 +236,7 @@ def _record(
         line["prices_version"] = None if prices is None else prices.version
         if settings.log_prompts:
             line["request_body"] = call.body.decode("utf-8", errors="replace")
-        log.info(json.dumps(line, separators=(",", ":")))
+        access_log.write(json.dumps(line, separators=(",", ":")))
     if trace.span is not None:
         _end_span(trace.span, call, reply, facts, outcome, ttft, usage)
 

@@ -1,0 +1,59 @@
+"""The request log's line: one JSON line per call (app/edge/finish.py), on the logger
+``llmgate.access``.
+
+The app factory gives the ``llmgate`` logger one handler of its own, writing each record's bare
+message to stderr (app/factory.py ``_log_to_stderr``). Sent through ``logging``, a line costs a
+``LogRecord`` (the caller's frame looked up, the thread and process named, the time taken) and
+two locks (gevent's, under its patch) before that handler writes the message: about 6 us a
+call, half of the line's whole cost with the JSON (docs/performance.md, "The request log's
+line"). When a record of ``llmgate.access`` at INFO would reach that handler and nothing else,
+and come out as its bare message, ``write`` writes the same text to the same stream itself.
+Any other configuration (a handler, a filter or a level of someone else's, a formatter of its
+own, ``logging.disable``, a test's ``caplog``) is asked each time, and the line goes through
+``logging`` as before.
+
+The handler's lock guards its stream against other threads. A worker writes request lines
+only from its gevent loop, where a write to stderr does not yield; its one real thread
+(app/observe/outbox.py) logs on its own logger.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TextIO
+
+ACCESS = logging.getLogger("llmgate.access")
+BARE = "%(message)s"  # the factory's handler's format: the line as it was given
+
+
+def write(line: str) -> None:
+    """Log ``line`` at INFO on ``llmgate.access``: directly when only the factory's handler
+    would write it, else through ``logging``."""
+    stream = _bare_stream()
+    if stream is None:
+        ACCESS.info(line)
+        return
+    stream.write(line + "\n")
+    stream.flush()
+
+
+def _bare_stream() -> TextIO | None:
+    """The stream of the factory's handler, when a record of ``llmgate.access`` at INFO goes
+    to it alone and comes out as its bare message; else None."""
+    log = ACCESS
+    if log.handlers or log.filters or not log.propagate or not log.isEnabledFor(logging.INFO):
+        return None  # isEnabledFor: every level on the way, and logging.disable
+    owner = log.parent
+    if owner is None or owner.name != "llmgate" or owner.filters or owner.propagate:
+        return None
+    if len(owner.handlers) != 1:
+        return None
+    handler = owner.handlers[0]
+    if not getattr(handler, "llmgate", False) or handler.filters or handler.level > logging.INFO:
+        return None
+    formatter = handler.formatter
+    if type(handler) is not logging.StreamHandler or formatter is None:
+        return None
+    if type(formatter) is not logging.Formatter or formatter._fmt != BARE:
+        return None
+    return handler.stream
