@@ -17,7 +17,7 @@ OWNER = logging.getLogger("llmgate")
 
 
 @pytest.fixture
-def factory_handler() -> Iterator[logging.StreamHandler]:
+def factory_handler() -> Iterator[logging.StreamHandler[io.StringIO]]:
     """The ``llmgate`` logger as app/factory.py leaves it, on a stream of the test's; every
     logger put back afterwards. Made in the test itself: pytest's log capture adds its own
     handler to each logger that does not propagate as each phase of a test starts."""
@@ -33,15 +33,15 @@ def factory_handler() -> Iterator[logging.StreamHandler]:
             logger.setLevel(level)
 
 
-def _as_the_factory_leaves_it(handler: logging.StreamHandler) -> None:
+def _as_the_factory_leaves_it(handler: logging.StreamHandler[io.StringIO]) -> None:
     OWNER.handlers, OWNER.filters, OWNER.propagate = [handler], [], False
     OWNER.setLevel(logging.INFO)
     ACCESS.handlers, ACCESS.filters, ACCESS.propagate = [], [], True
     ACCESS.setLevel(logging.NOTSET)
 
 
-def _written(handler: logging.StreamHandler) -> str:
-    return handler.stream.getvalue()  # type: ignore[no-any-return]
+def _written(handler: logging.StreamHandler[io.StringIO]) -> str:
+    return handler.stream.getvalue()
 
 
 def test_the_factorys_handler_gets_the_line_as_logging_would_write_it(
