@@ -33,8 +33,13 @@ def write(line: str) -> None:
     if stream is None:
         ACCESS.info(line)
         return
-    stream.write(line + "\n")
-    stream.flush()
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except Exception:
+        # As the handler would: a line it cannot write never fails the call (logging reports
+        # such an error on stderr, which here is the stream that failed).
+        pass
 
 
 def _bare_stream() -> TextIO | None:

@@ -106,3 +106,9 @@ def test_any_other_configuration_gets_its_record(factory_handler) -> None:
         logging.getLogger().removeHandler(root_keep)
     assert root_keep.lines == ["propagated"]
     assert "disabled" not in _written(factory_handler)
+
+
+def test_a_stream_that_cannot_be_written_never_fails_the_call(factory_handler) -> None:
+    _as_the_factory_leaves_it(factory_handler)
+    factory_handler.stream.close()  # stderr gone (a closed pipe, say)
+    access_log.write("lost")  # as logging's handler would: no exception reaches the call
