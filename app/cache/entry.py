@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 MAGIC = b"LGE1"
+T = TypeVar("T")
 
 
 class EntryError(ValueError):
@@ -28,6 +31,9 @@ class Entry:
     content_type: str
     body: bytes | None = None  # a non-stream answer
     events: tuple[bytes, ...] | None = None  # a stream's raw events, [DONE] last
+    # What serving it made from it (app/cache/replay.py), by form: an entry never changes,
+    # and the store keeps the hottest ones decoded for their next hits (app/cache/store.py).
+    _made: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if (self.body is None) == (self.events is None):
@@ -41,6 +47,18 @@ class Entry:
     def size(self) -> int:
         """Bytes of the answer it holds (decoded)."""
         return len(self.body) if self.body is not None else sum(map(len, self.events or ()))
+
+    def made(self, form: Hashable, make: Callable[[], T], keep: Callable[[T], bool]) -> T:
+        """What ``make()`` returns, called only the first time this entry is asked for
+        ``form`` when ``keep`` says to keep what it made (a ``make`` that raises, or a value
+        not kept, is made again next time)."""
+        try:
+            return self._made[form]
+        except KeyError:
+            value = make()
+            if keep(value):
+                self._made[form] = value
+            return value
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.created)

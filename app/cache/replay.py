@@ -19,6 +19,12 @@ from app.cache.entry import Entry
 from app.cache.policy import STATUS_HEADER
 from app.request import events as streams
 from app.request.call import SSE_HEADERS, Reply
+from app.request.usage import answer_facts
+
+# The largest form of an entry kept on it for its next hits: a stored completion made into
+# events is several times its own size (each chunk repeats the answer's id and model), and
+# the store keeps up to DECODED_KEYS entries decoded (app/cache/store.py).
+FORM_MAX_BYTES = 32 * 1024
 
 
 def reply_from_entry(
@@ -33,20 +39,39 @@ def reply_from_entry(
     headers = [(STATUS_HEADER, status)]
     if age is not None:
         headers.append(("Age", str(age)))
+    # Each form is made once per entry, and the store keeps its hottest entries decoded: a
+    # hit of a hot key converts and parses nothing (a 50-token answer replayed as a stream
+    # was 19 chunks encoded again on each hit).
     try:
         if stream:
-            events = events_of(entry, route, include_usage)
+            events = entry.made(("events", route, include_usage),
+                                lambda: events_of(entry, route, include_usage),
+                                _small_events)  # fmt: skip
             if events is None:
                 return None
-            # One batch: a stored stream is all there, so it leaves in one write.
-            return Reply(entry.status, list(SSE_HEADERS) + headers, iter([events]))
-        body = body_of(entry, route)
+            # One batch, of its own: a stored stream is all there, so it leaves in one write.
+            return Reply(entry.status, list(SSE_HEADERS) + headers, iter([list(events)]))
+        body = entry.made(("body", route), lambda: body_of(entry, route), _small_body)
         if body is None:
             return None
     except ValueError:  # ShapeError, or a stored body that is not JSON: a miss
         return None
+    facts = entry.made(("facts", route), lambda: answer_facts(body, route), _always)
     ctype = entry.content_type if not entry.is_stream else "application/json"
-    return Reply(entry.status, [("Content-Type", ctype or "application/json"), *headers], body)
+    headers.insert(0, ("Content-Type", ctype or "application/json"))
+    return Reply(entry.status, headers, body, facts)
+
+
+def _small_events(events: list[bytes] | None) -> bool:
+    return events is None or sum(map(len, events)) <= FORM_MAX_BYTES
+
+
+def _small_body(body: bytes | None) -> bool:
+    return body is None or len(body) <= FORM_MAX_BYTES
+
+
+def _always(_: object) -> bool:
+    return True
 
 
 def events_of(entry: Entry, route: str, include_usage: bool) -> list[bytes] | None:

@@ -26,7 +26,9 @@ log = logging.getLogger("llmgate.cache")
 
 # Decoded entries kept for the hottest keys: a hit served from L1 is the same bytes object
 # every time, and decoding it (zlib, JSON, the dataclass) was the largest part of a hit's own
-# work. Small answers only, so the copies stay under DECODED_KEYS * DECODED_MAX_BYTES.
+# work. Small answers only, so the copies stay under DECODED_KEYS * DECODED_MAX_BYTES, and
+# the forms a replay keeps on each (app/cache/replay.py: two event shapes and a body, each
+# at most FORM_MAX_BYTES) under three times that again: 6 MiB a worker at most.
 DECODED_KEYS = 64
 DECODED_MAX_BYTES = 32 * 1024
 

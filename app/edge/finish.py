@@ -28,7 +28,7 @@ from app.observe.tracing import Span
 from app.request import events as streams
 from app.request import jsonedit
 from app.request.call import Call, Reply, Trace
-from app.request.usage import Usage, may_carry_usage, usage_in_body, usage_in_event
+from app.request.usage import Usage, answer_facts, may_carry_usage, tier_of, usage_in_event
 from app.resume.ids import STREAM_HEADER
 from app.tenancy.prices import PriceTable, usd
 from llmgate_wire import sse
@@ -113,7 +113,9 @@ class StreamFacts:
             self.usage = usage_in_event(chunk)
         if self.service_tier is None and b'"service_tier"' in chunk:
             data = streams.data_of(chunk)
-            self.service_tier = _tier(data.get("service_tier") if isinstance(data, dict) else None)
+            self.service_tier = tier_of(
+                data.get("service_tier") if isinstance(data, dict) else None
+            )
 
     def typed(self, chunk: bytes) -> None:
         """A Responses event: output deltas count; the terminal one carries usage and tier."""
@@ -124,7 +126,7 @@ class StreamFacts:
             response = data.get("response") if isinstance(data, dict) else None
             if isinstance(response, dict):
                 self.usage = Usage.of(response.get("usage"))
-                self.service_tier = _tier(response.get("service_tier"))
+                self.service_tier = tier_of(response.get("service_tier"))
                 model = response.get("model")
                 self.model = model if isinstance(model, str) else None
 
@@ -188,22 +190,6 @@ def _watched(
         record(call, reply, facts)
 
 
-def _tier(value: Any) -> str | None:
-    return value[:32] if isinstance(value, str) else None
-
-
-def _facts_in_answer(body: bytes) -> tuple[Usage | None, str | None]:
-    """The top-level `usage` and `service_tier` of a generated JSON answer (never ones nested
-    in its content), parsed once: these answers are text, not megabytes of floats."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None, None
-    if not isinstance(doc, dict):
-        return None, None
-    return Usage.of(doc.get("usage")), _tier(doc.get("service_tier"))
-
-
 def _record(
     call: Call,
     reply: Reply,
@@ -246,10 +232,9 @@ def _find_usage(call: Call, reply: Reply, facts: StreamFacts) -> None:
     stream), else a whole answer's own."""
     facts.usage = facts.usage or call.trace.usage
     if facts.usage is None and isinstance(reply.body, bytes) and reply.status < 300:
-        if call.route in ("chat", "completions", "responses", "messages"):
-            facts.usage, facts.service_tier = _facts_in_answer(reply.body)
-        else:
-            facts.usage = usage_in_body(reply.body)
+        # A stored answer's were read once, when it was first replayed (app/cache/replay.py).
+        known = reply.facts if reply.facts is not None else answer_facts(reply.body, call.route)
+        facts.usage, facts.service_tier = known
 
 
 def _count(

@@ -20,7 +20,7 @@ from app.core.admission import Ticket
 from app.core.errors import GatewayError
 from app.observe import tracing
 from app.observe.tracing import Span, Tracer, Value
-from app.request.usage import Usage
+from app.request.usage import AnswerFacts, Usage
 
 SSE_HEADERS = (
     ("Content-Type", "text/event-stream; charset=utf-8"),
@@ -190,6 +190,9 @@ class Reply:
     # A whole body, or a stream's: batches of whole events, each batch sent in one write
     # (app/streams/relay.py batches what arrived together; app/edge/finish.py joins each batch).
     body: bytes | Iterator[list[bytes]]
+    # A whole body's usage and service tier when its maker knows them already (a stored
+    # answer's, read once: app/cache/replay.py); None: app/edge/finish.py reads the body.
+    facts: AnswerFacts | None = None
 
 
 def error_reply(exc: GatewayError, route: str = "") -> Reply:

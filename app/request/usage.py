@@ -150,3 +150,29 @@ def _whole(value: Any) -> int:
     """A count as a whole number: a positive integer as it is, anything else (a bool, a
     negative, a string, null) 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+# What a whole answer says of itself: its usage, and the service tier it was billed in.
+AnswerFacts = tuple["Usage | None", "str | None"]
+# The routes whose answers are generated text, parsed whole for their top-level members.
+_GENERATED = frozenset({"chat", "completions", "responses", "messages"})
+
+
+def answer_facts(body: bytes, route: str) -> AnswerFacts:
+    """The top-level ``usage`` and ``service_tier`` of a whole JSON answer to ``route``: a
+    generated answer is parsed once (never a member nested in its content: these answers are
+    text, not megabytes of floats); any other (embeddings) is searched for its usage only."""
+    if route not in _GENERATED:
+        return usage_in_body(body), None
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    return Usage.of(doc.get("usage")), tier_of(doc.get("service_tier"))
+
+
+def tier_of(value: Any) -> str | None:
+    """A service tier as the log line and the span take it: a string, at most 32 characters."""
+    return value[:32] if isinstance(value, str) else None

@@ -8,10 +8,10 @@ import logging
 from typing import Any
 
 from app.core.config import Settings
-from app.edge.finish import _facts_in_answer, _server_timing, cache_outcome, finish
+from app.edge.finish import _server_timing, cache_outcome, finish
 from app.observe.metrics import Metrics
 from app.request.call import SSE_HEADERS, Call, Reply, Trace
-from app.request.usage import Usage
+from app.request.usage import Usage, answer_facts
 from llmgate_wire import sse
 
 
@@ -38,14 +38,17 @@ def test_a_generated_answers_usage_and_tier_are_its_top_level_members_only() -> 
         "usage": {"total_tokens": 5},
         "service_tier": "default",
     }
-    usage, tier = _facts_in_answer(json.dumps(answer).encode())
+    usage, tier = answer_facts(json.dumps(answer).encode(), "chat")
     assert (usage, tier) == (Usage({"total_tokens": 5}), "default")
     answer.pop("service_tier")
     answer["usage"] = None
-    assert _facts_in_answer(json.dumps(answer).encode()) == (None, None)
-    assert _facts_in_answer(b'{"service_tier": "' + b"x" * 100 + b'"}')[1] == "x" * 32
+    assert answer_facts(json.dumps(answer).encode(), "responses") == (None, None)
+    assert answer_facts(b'{"service_tier": "' + b"x" * 100 + b'"}', "chat")[1] == "x" * 32
     for body in (b"[1]", b"{broken", b'"\xff"', b"\xff"):
-        assert _facts_in_answer(body) == (None, None)
+        assert answer_facts(body, "completions") == (None, None)
+    # An embeddings answer is searched for its usage, never parsed whole, and has no tier.
+    embedding = b'{"data":[{"embedding":[0.5]}],"service_tier":"flex","usage":{"total_tokens":2}}'
+    assert answer_facts(embedding, "embeddings") == (Usage({"total_tokens": 2}), None)
 
 
 def test_server_timing_names_its_parts() -> None:
