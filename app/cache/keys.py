@@ -23,6 +23,13 @@ PREFIX = f"llmgate:{KEY_VERSION}:"
 # Fields that change how an answer is delivered, or who asked, but not the answer itself.
 # `stream` is among them on purpose: one stored answer serves both shapes.
 IGNORED_FIELDS = frozenset({"stream", "stream_options", "user", "cache"})
+# One encoder, built once: json.dumps builds one for each call given any option.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# The digest of a key's parts before its body, by parts: a caller's calls share them, so
+# they are hashed once and the hash's state copied (the copy is the state, not the work).
+# Oldest first; past the bound the oldest is dropped.
+_PARTS: dict[tuple[str, str, str, str], Any] = {}
+_PARTS_MAX = 1024
 
 
 def tenant_of(headers: Iterable[tuple[str, str]], *, namespace: str | None = None) -> str:
@@ -46,7 +53,7 @@ def tenant_of(headers: Iterable[tuple[str, str]], *, namespace: str | None = Non
 def canonical_body(body: Mapping[str, Any]) -> bytes:
     """The body as sorted, compact JSON without the fields that do not change the answer."""
     kept = {k: v for k, v in body.items() if k not in IGNORED_FIELDS}
-    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = _CANONICAL.encode(kept)
     # json.loads turns an escaped lone surrogate ("\ud800") into a str UTF-8 cannot encode;
     # surrogatepass gives it bytes no valid text has, so the key stays one-to-one.
     return text.encode("utf-8", "surrogatepass")
@@ -57,10 +64,16 @@ def cache_key(
 ) -> str:
     """The key of one answer. The query string is part of it: it goes upstream too (and some
     callers put a key there)."""
-    digest = hashlib.sha256()
-    parts = (KEY_VERSION, upstream, route, tenant, query)
-    for part in (p.encode() for p in parts):
-        digest.update(len(part).to_bytes(4, "big") + part)  # length-prefixed: no ambiguity
+    parts = (upstream, route, tenant, query)
+    prefix = _PARTS.get(parts)
+    if prefix is None:
+        prefix = hashlib.sha256()
+        for part in (p.encode() for p in (KEY_VERSION, *parts)):
+            prefix.update(len(part).to_bytes(4, "big") + part)  # length-prefixed: no ambiguity
+        if len(_PARTS) >= _PARTS_MAX:
+            _PARTS.pop(next(iter(_PARTS)), None)
+        _PARTS[parts] = prefix
+    digest = prefix.copy()
     digest.update(canonical_body(body))
     return PREFIX + digest.hexdigest()
 

@@ -88,6 +88,20 @@ def test_no_query_string_is_the_empty_query_string() -> None:
     assert key == keys.cache_key(upstream="u", route="chat", tenant="ns:t", body=BODY, query="")
 
 
+def test_a_callers_kept_parts_give_the_same_keys_and_stay_bounded(monkeypatch) -> None:
+    """The parts' digest is kept per caller (app/cache/keys.py ``_PARTS``): every key made
+    from a kept one is still the pinned format, and no more than the bound are kept."""
+    monkeypatch.setattr(keys, "_PARTS", {})
+    monkeypatch.setattr(keys, "_PARTS_MAX", 3)
+    for _ in range(3):  # first made, then from the kept digest, then after evictions
+        for i in range(5):
+            tenant, query = f"ns:t{i}", "a=1" if i % 2 else ""
+            key = keys.cache_key(upstream="u", route="chat", tenant=tenant, body=BODY, query=query)
+            assert key == _expected_key("u", "chat", tenant, query)
+            assert len(keys._PARTS) <= 3
+    assert keys.cache_key(upstream="u", route="chat", tenant="ns:t4", body={"model": "m"}) != key
+
+
 def test_the_lease_key_is_the_key_with_a_lease_suffix() -> None:
     assert keys.lease_key("llmgate:v1:ab") == "llmgate:v1:ab:lease"
 
