@@ -23,6 +23,12 @@ With two revisions, each is exported as bench/ab.py exports it (this file and hi
 copied in) and measured in a process of its own, in turns; without, the working tree. The
 whole call through gunicorn and nginx stays bench.ab's and bench.floor's.
 
+``--tps N`` paces a stream's events (the simulator's x-sim-tps, N tokens a second; the
+default, a million, sends them all at once): at a worker's pace (bench/overhead.py streams at
+100) each event is a read of its own and goes through the relay alone, so the per-event work
+the default's few large reads hide is in the figure. Each stream then lasts 50/N seconds:
+give ``--callers`` enough for a round to end soon.
+
 ``--instructions N`` counts a non-stream call instead of timing it, as bench/hit_cpu.py
 counts a hit: the process under valgrind's cachegrind with N calls more in one run than in
 the other (the simulator and Memcached not counted), the difference over N. The system
@@ -59,6 +65,7 @@ from bench.hit_cpu import (
 )
 
 KEY_SECRET = "sk-bench-call-cpu"
+FAST_TPS = 1_000_000.0  # the simulator's pace by default: a stream's events all at once
 WARM_UP = 500  # calls made before the rounds (fewer when a round is fewer)
 STREAM_NOT_COUNTED = (
     "--instructions counts non-stream calls only: a stream's count depends on how many events "
@@ -82,6 +89,7 @@ def measure(
     floor: bool = False,
     log: bool = False,
     limits: bool = True,
+    tps: float = FAST_TPS,
 ) -> dict[str, Any]:
     """This tree's calls: the best round's CPU per call, every round."""
     from gevent import monkey
@@ -98,7 +106,7 @@ def measure(
         procs[-1].wait_http(f"http://127.0.0.1:{port}/healthz")
         env = {"LLMGATE_UPSTREAM_URL": f"http://127.0.0.1:{port}/v1",
                "LLMGATE_CACHE_MODE": "off", "LLMGATE_LOG_REQUESTS": str(log).lower()}  # fmt: skip
-        headers = {**NGINX_HEADERS, "HTTP_X_SIM_TTFT_MS": "0", "HTTP_X_SIM_TPS": "1000000"}
+        headers = {**NGINX_HEADERS, "HTTP_X_SIM_TTFT_MS": "0", "HTTP_X_SIM_TPS": f"{tps:g}"}
         if keys:
             mc_port = free_port()
             argv = ["memcached", "-l", "127.0.0.1", "-p", str(mc_port), "-U", "0", "-m", "64"]
@@ -166,13 +174,15 @@ def _timed_calls(
     gc.freeze()
     collector = CollectorClock()
     per_call = []
+    wall = time.monotonic()
     for _ in range(rounds):
         began = time.process_time()
         run(calls)
         per_call.append((time.process_time() - began) / (calls // callers * callers) * 1e6)
+    wall = time.monotonic() - wall
     gc_us = collector.seconds / (calls * rounds) * 1e6
     return {"us": min(per_call), "rounds": per_call, "calls": made, "gc_us": gc_us,
-            "gc_passes": collector.passes}  # fmt: skip
+            "gc_passes": collector.passes, "rounds_s": wall}  # fmt: skip
 
 
 def main() -> None:
@@ -187,6 +197,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--turns", type=int, default=2, help="processes per revision")
     parser.add_argument("--floor", action="store_true", help="bench/floor_app.py's calls")
+    parser.add_argument("--tps", type=float, default=FAST_TPS, help="a stream's tokens a second")
     parser.add_argument(
         "--instructions", type=int, metavar="N", help="instructions per call over N calls, counted"
     )
@@ -194,9 +205,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.no_limits and not args.keys:
         parser.error("--no-limits is a key's: give --keys too")
+    if args.tps != FAST_TPS and (args.kind != "stream" or args.tps <= 0):
+        parser.error("--tps paces a stream's events: give --kind stream and a pace above 0")
     if args.measure:
         found = measure(args.kind, args.calls, args.rounds, args.callers, keys=args.keys,
-                        floor=args.floor, log=args.log, limits=not args.no_limits)  # fmt: skip
+                        floor=args.floor, log=args.log, limits=not args.no_limits,
+                        tps=args.tps)  # fmt: skip
         print(json.dumps(found))
         return
     if len(args.revs) not in (0, 2):
@@ -215,7 +229,8 @@ def main() -> None:
                      *(["--keys"] if args.keys else []),
                      *(["--floor"] if args.floor else []),
                      *(["--log"] if args.log else []),
-                     *(["--no-limits"] if args.no_limits else [])]  # fmt: skip
+                     *(["--no-limits"] if args.no_limits else []),
+                     *(["--tps", f"{args.tps:g}"] if args.tps != FAST_TPS else [])]  # fmt: skip
         if args.instructions:
             # Both counts past the warm-up's 500 calls: they differ by the N calls alone.
             counted = {

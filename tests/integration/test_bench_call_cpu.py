@@ -23,8 +23,17 @@ from tests.conftest import ROOT, require_binary
         ["--floor", "--callers", "3"],
         ["--log"],
         ["--keys", "--no-limits"],
+        ["--kind", "stream", "--tps", "2000", "--callers", "10"],
     ],
-    ids=["non-stream", "stream", "keys-concurrent", "floor", "log", "key-without-limits"],
+    ids=[
+        "non-stream",
+        "stream",
+        "keys-concurrent",
+        "floor",
+        "log",
+        "key-without-limits",
+        "paced-stream",
+    ],
 )
 def test_the_measurement_is_of_answered_upstream_calls(options: list[str]) -> None:
     if "--keys" in options:
@@ -36,6 +45,8 @@ def test_the_measurement_is_of_answered_upstream_calls(options: list[str]) -> No
     assert run["calls"] == 30 * 3  # the warm-up and two rounds, each call answered 200
     assert run["upstream_calls"] == run["calls"]  # the simulator's own count
     assert len(run["rounds"]) == 2 and run["us"] == min(run["rounds"]) > 0
+    if "--tps" in options:  # paced: each caller's 6 streams of 50 tokens at 2,000 a second
+        assert run["rounds_s"] >= 6 * 50 / 2000 * 0.8
 
 
 @pytest.mark.parametrize(
@@ -45,8 +56,10 @@ def test_the_measurement_is_of_answered_upstream_calls(options: list[str]) -> No
         # events each read finds.
         (["--instructions", "10", "--kind", "stream"], "non-stream calls only"),
         (["--no-limits"], "give --keys too"),  # without a key it would measure nothing new
+        (["--tps", "100"], "give --kind stream"),  # a whole answer has no events to pace
+        (["--kind", "stream", "--tps", "0"], "a pace above 0"),
     ],
-    ids=["streams-not-counted", "no-limits-without-a-key"],
+    ids=["streams-not-counted", "no-limits-without-a-key", "tps-without-a-stream", "tps-zero"],
 )
 def test_a_measurement_that_would_mislead_is_refused(options: list[str], why: str) -> None:
     argv = [sys.executable, "-m", "bench.call_cpu", *options]
