@@ -153,7 +153,7 @@ def _whole(value: Any) -> int:
 
 
 # What a whole answer says of itself: its usage, and the service tier it was billed in.
-AnswerFacts = tuple["Usage | None", "str | None"]
+AnswerFacts = tuple[Usage | None, str | None]
 # The routes whose answers are generated text, parsed whole for their top-level members.
 _GENERATED = frozenset({"chat", "completions", "responses", "messages"})
 
