@@ -57,12 +57,13 @@ def finish(
     """The reply with its last headers, and the body to send: a stream's batches joined,
     one write each, every event observed on its way out (counted and logged at the end)."""
     trace = call.trace
-    headers = {k.lower() for k, _ in reply.headers}
-    trace.upstream_request_id = next(
-        (v for k, v in reply.headers if k.lower() == "x-request-id"), None
-    )
+    trace.upstream_request_id = None  # the upstream's own id, passed on as it named it
+    for name, value in reply.headers:
+        if name.lower() == "x-request-id":
+            trace.upstream_request_id = value
+            break
     reply.headers.append(("X-LLMGate-Request-ID", trace.request_id))
-    if "x-request-id" not in headers:
+    if trace.upstream_request_id is None:
         reply.headers.append(("X-Request-ID", trace.request_id))
     reply.headers.append(("Server-Timing", _server_timing(trace)))
     if trace.limit_headers is not None:

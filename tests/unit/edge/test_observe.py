@@ -132,3 +132,24 @@ def test_an_answer_with_negative_token_counts_is_still_logged_and_counted(caplog
     figures = _figures(metrics)
     assert figures["llmgate_requests_total"] == 1
     assert figures.get("llmgate_prompt_tokens_total", 0) == 0
+
+
+def test_the_upstreams_request_id_is_kept_and_ours_added_only_where_it_has_none() -> None:
+    def finished(headers: list[tuple[str, str]]) -> tuple[Trace, list[tuple[str, str]]]:
+        call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+        call.trace.request_id = "ours"
+        reply, _ = finish(call, Reply(200, list(headers), b"{}"), Settings(), None)
+        return call.trace, [(k, v) for k, v in reply.headers if "request-id" in k.lower()]
+
+    trace, ids = finished([("x-request-id", "req_up"), ("X-Request-ID", "second")])
+    assert trace.upstream_request_id == "req_up"  # the first, in any case
+    assert ids == [("x-request-id", "req_up"), ("X-Request-ID", "second"),
+                   ("X-LLMGate-Request-ID", "ours")]  # fmt: skip
+    trace, ids = finished([("X-REQUEST-ID", "")])  # named, if empty: the caller has an id
+    assert trace.upstream_request_id == "" and ids == [
+        ("X-REQUEST-ID", ""),
+        ("X-LLMGate-Request-ID", "ours"),
+    ]
+    trace, ids = finished([("Content-Type", "application/json")])
+    assert trace.upstream_request_id is None
+    assert ids == [("X-LLMGate-Request-ID", "ours"), ("X-Request-ID", "ours")]
