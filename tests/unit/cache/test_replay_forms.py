@@ -90,7 +90,7 @@ def test_a_stored_stream_is_assembled_into_a_body_once(monkeypatch) -> None:
     entry = Entry(1.0, 0.1, 60, 200, "text/event-stream", events=events)
     bodies = [_hit(entry, stream=False).body for _ in range(3)]
     assert assemblies[0] == 1
-    assert bodies[0] == bodies[2]
+    assert isinstance(bodies[0], bytes) and bodies[0] == bodies[2]
     assert json.loads(bodies[0])["choices"][0]["message"]["content"] == "Hi there"
 
 
