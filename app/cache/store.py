@@ -119,11 +119,12 @@ class AnswerCache:
         return entry, level
 
     def _decode(self, key: str, data: bytes) -> Entry:
-        """``data`` as an entry, decoded again only when it is not the very object decoded
-        last time for ``key`` (a value written since is a new object; holding the old one
-        here keeps its identity from being reused)."""
+        """``data`` as an entry, decoded again only when it differs from the bytes decoded
+        last time for ``key``: the same object (an L1 hit), or equal bytes (an L2 hit is a
+        new object each time; equal bytes decode to an equal entry, whose replay forms are
+        kept on it). A value written since differs: its time of storing, at least."""
         kept = self._decoded.pop(key, None)
-        if kept is not None and kept[0] is data:
+        if kept is not None and (kept[0] is data or kept[0] == data):
             entry = kept[1]
         else:
             entry = Entry.from_bytes(data)

@@ -48,6 +48,22 @@ def test_a_hot_entry_is_decoded_once_and_a_new_value_is_decoded_again() -> None:
     assert _body(answers.lookup(KEY, Directive())) == b'{"n":2}'
 
 
+def test_equal_bytes_from_the_shared_level_are_not_decoded_again() -> None:
+    """Memcached gives a new bytes object on every get: equal bytes reuse the decoded entry
+    (and the forms a replay kept on it); a value stored again, even with the same answer,
+    has its own time of storing and is decoded again."""
+    answers, tiers, clock = _cache()
+    _put(tiers, KEY, b'{"n":1}', clock.now)
+    first = answers.lookup(KEY, Directive())
+    data, _ = tiers.get(KEY) or (b"", "")
+    assert tiers.set(KEY, bytes(bytearray(data)), 3600)  # equal bytes, another object
+    again = answers.lookup(KEY, Directive())
+    assert first is not None and again is not None and again[0] is first[0]
+    _put(tiers, KEY, b'{"n":1}', clock.now + 1)  # the same answer, stored a second later
+    later = answers.lookup(KEY, Directive())
+    assert later is not None and later[0] is not first[0] and later[0].created == clock.now + 1
+
+
 def test_a_kept_entry_still_expires() -> None:
     answers, tiers, clock = _cache()
     _put(tiers, KEY, b'{"n":1}', clock.now, ttl=60)
