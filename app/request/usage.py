@@ -27,6 +27,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from app.request.bounds import GENERATING_ROUTES
+
 # In compact JSON these bytes can only be a member holding an object: a cheap test that a
 # stream's event may carry a usage, made on every data event of every stream.
 _USAGE_OBJECT = b'"usage":{'
@@ -154,15 +156,13 @@ def _whole(value: Any) -> int:
 
 # What a whole answer says of itself: its usage, and the service tier it was billed in.
 AnswerFacts = tuple[Usage | None, str | None]
-# The routes whose answers are generated text, parsed whole for their top-level members.
-_GENERATED = frozenset({"chat", "completions", "responses", "messages"})
 
 
 def answer_facts(body: bytes, route: str) -> AnswerFacts:
     """The top-level ``usage`` and ``service_tier`` of a whole JSON answer to ``route``: a
     generated answer is parsed once (never a member nested in its content: these answers are
     text, not megabytes of floats); any other (embeddings) is searched for its usage only."""
-    if route not in _GENERATED:
+    if route not in GENERATING_ROUTES:
         return usage_in_body(body), None
     try:
         doc = json.loads(body)
