@@ -245,16 +245,24 @@ def chunked_beneath(raw: Raw) -> http.client.HTTPResponse | None:
     return None
 
 
-def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> bool:
+# What ``wait_readable`` found (falsy: nothing came in the alarm's time).
+NOT_YET = 0
+ARRIVED = 1  # the socket has data: ``read1`` goes on, and may still wait for a line's rest
+BUFFERED = 2  # what ``read1`` needs is in the buffer: it returns without waiting at all
+
+
+def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
     """Whether ``fp.read1`` can go on without waiting on the upstream, once data came or
-    ``alarm`` rang (False). Nothing is lost while it waits: ``peek`` of an empty buffer
+    ``alarm`` rang (NOT_YET); BUFFERED when it cannot wait at all, so its reader need not
+    arm a timer around it. Nothing is lost while it waits: ``peek`` of an empty buffer
     waits for the socket before it reads anything (the alarm ends that wait, where no byte
     has been taken yet); the CRLF that ends a chunk is taken as http.client would take it
     (its ``chunk_left`` says so); and a buffer holding only part of what ``read1`` needs
-    waits on the socket itself, or on nothing when TLS already holds decrypted bytes."""
+    waits on the socket itself, or on nothing when TLS already holds decrypted bytes
+    (ARRIVED: the read may still wait for the rest of a line that came in parts)."""
     buffered = fp.fp
     if buffered is None:
-        return True  # the body ended: the read says so at once
+        return BUFFERED  # the body ended: the read says so at once
     alarm.arm()
     try:
         seen = buffered.peek(1)
@@ -266,18 +274,18 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> bool:
             fp.chunk_left = None
             seen = buffered.peek(1)
         if enough_buffered(seen, fp.chunk_left):
-            return True
+            return BUFFERED
         sock = fp.fp.raw._sock  # type: ignore[attr-defined]
         pending = getattr(sock, "pending", None)  # an SSLSocket's decrypted bytes
         if pending is None or not pending():
             wait_read(sock.fileno())
-        return True
+        return ARRIVED
     except Alarm as exc:
         if exc is not alarm:
             raise
-        return False
+        return NOT_YET
     except OSError:
-        return True  # a reset: the read meets it too, and reports it as the upstream's
+        return ARRIVED  # a reset: the read meets it too, and reports it as the upstream's
     finally:
         alarm.disarm()
 

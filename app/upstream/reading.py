@@ -13,7 +13,8 @@ as ``read1`` and the pure decoder have one.
 
 Timers: the idle one is the response's own ``Alarm`` armed again for each read (a timer per
 exchange, not one per event); when less than an idle interval is left of the deadline, a
-timer for what is left, reported as the deadline.
+timer for what is left, reported as the deadline. A stream read with patience waits for data
+under one timer first; a read that wait found buffered whole cannot wait, and arms none.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from app.core.errors import (
 from app.core.timers import Alarm
 from app.request.events import END_OF_STREAM, StreamEnd, is_error_event
 from app.upstream.ledger import Ledger
-from app.upstream.pools import READ_SIZE
+from app.upstream.pools import ARRIVED, BUFFERED, NOT_YET, READ_SIZE
 from app.upstream.retry import Deadline
 from app.upstream.transport import UpstreamResponse
 from llmgate_wire import sse
@@ -148,13 +149,15 @@ class Reader:
         limit, ended = start.too_large, start.ended
         last = _last_event(start.events, None)
         since = time.monotonic()  # when data last came: the idle timer runs from there
+        ready = ARRIVED
         while limit is None and not ended:
-            if patience is not None and not self._data_within(resp, deadline, patience, since):
-                yield []
-                continue
-            chunk = self.chunk(resp, deadline)
             if patience is not None:
+                ready = self._data_within(resp, deadline, patience, since)
+                if ready == NOT_YET:
+                    yield []
+                    continue
                 since = time.monotonic()
+            chunk = self.chunk(resp, deadline, timed=ready != BUFFERED)
             try:
                 events = decoder.feed(chunk) if chunk else []
             except sse.EventTooLarge as exc:
@@ -183,25 +186,36 @@ class Reader:
 
     def _data_within(
         self, resp: UpstreamResponse, deadline: Deadline, patience: Patience, since: float
-    ) -> bool:
-        """Whether data came within the patience's time (False: the caller's turn). The idle
+    ) -> int:
+        """Whether data came within the patience's time (NOT_YET: the caller's turn), and
+        whether the read can wait at all (``UpstreamResponse.wait_readable``). The idle
         and total timers still end the wait, as they end a read: when one of them comes
         before the patience runs out, the wait is theirs, and their error is raised."""
         s = self.settings
         idle_left = s.idle_timeout_s - (time.monotonic() - since)
         left = min(idle_left, deadline.remaining())
         wait = left if patience.timeout is None else min(patience.timeout, left)
-        if wait > 0 and resp.wait_readable(wait):
-            return True
+        if wait > 0 and (ready := resp.wait_readable(wait)):
+            return ready
         if patience.timeout is not None and wait == patience.timeout and wait < left:
-            return False
+            return NOT_YET
         if idle_left <= deadline.remaining():
             raise self._broke_off(resp, UpstreamTimeout("idle", s.idle_timeout_s))
         raise self._broke_off(resp, UpstreamTimeout("deadline", s.deadline_s))
 
-    def chunk(self, resp: UpstreamResponse, deadline: Deadline) -> bytes:
+    def chunk(self, resp: UpstreamResponse, deadline: Deadline, timed: bool = True) -> bytes:
         """What has arrived of the body (b"" at its end), within the idle and total budgets.
-        On any failure the response is closed: a half-read connection is never reused."""
+        On any failure the response is closed: a half-read connection is never reused.
+        ``timed`` False: what the read needs is buffered (a wait said BUFFERED, within both
+        budgets), so it cannot wait, and no timer is armed around it: one timer a read,
+        the wait's, where there were two."""
+        if not timed:
+            try:
+                chunk = resp.read1(READ_SIZE)
+            except UpstreamReset as exc:
+                raise self._broke_off(resp, exc) from None
+            resp.ended = not chunk
+            return chunk
         s = self.settings
         remaining = deadline.remaining()
         if remaining >= s.idle_timeout_s:

@@ -94,8 +94,9 @@ class UpstreamResponse:
     patience_timer: Alarm | None = None  # the same for each wait for data (wait_readable)
     # The body's reader, chosen at the first read (pools.body_reader): not a constructor argument.
     _read: Callable[[int], bytes] | None = field(default=None, init=False, repr=False)
-    # The http.client response a stream's waits look into (False: not looked up yet).
-    _chunked: http.client.HTTPResponse | bool | None = field(default=False, init=False, repr=False)
+    # The http.client response a stream's waits look into, once looked up (``_looked``).
+    _chunked: http.client.HTTPResponse | None = field(default=None, init=False, repr=False)
+    _looked: bool = field(default=False, init=False, repr=False)
 
     def can_wait(self) -> bool:
         """Whether its reads can wait for data without taking any (``wait_readable``)."""
@@ -103,17 +104,18 @@ class UpstreamResponse:
 
     def _beneath(self) -> http.client.HTTPResponse | None:
         """``pools.chunked_beneath``, looked up once: it is asked before every read."""
-        if self._chunked is False:
-            self._chunked = pools.chunked_beneath(self.raw)
-        return self._chunked if isinstance(self._chunked, http.client.HTTPResponse) else None
+        if not self._looked:
+            self._chunked, self._looked = pools.chunked_beneath(self.raw), True
+        return self._chunked
 
-    def wait_readable(self, timeout: float | None) -> bool:
+    def wait_readable(self, timeout: float | None) -> int:
         """Wait at most ``timeout`` seconds (None: not at all) for data the next read can
-        take without waiting; False when none came. A body that cannot be waited on
-        (``can_wait``) is always ready: its reads wait as they would."""
+        take without waiting: ``pools.wait_readable``'s NOT_YET when none came, BUFFERED
+        when the read cannot wait at all. A body that cannot be waited on (``can_wait``) is
+        always ready (ARRIVED): its reads wait as they would."""
         fp = None if timeout is None else self._beneath()
         if fp is None or timeout is None:
-            return True
+            return pools.ARRIVED
         if self.patience_timer is None or self.patience_timer.seconds != timeout:
             if self.patience_timer is not None:
                 self.patience_timer.close()

@@ -4,8 +4,8 @@ the caller's own does between heartbeats (app/upstream/pools.py, ``wait_readable
 Over a real socket pair with gevent's sockets, an upstream writes a chunked stream cut at
 every kind of place (inside a size line, between the CRLF ending a chunk and the next size
 line, inside data) with pauses longer than the wait; the reader waits, reads when told it
-can, and must end with exactly the bytes sent and never be told to read when the read
-would wait."""
+can, and must end with exactly the bytes sent and never be told the read cannot wait
+(BUFFERED, when the reader arms no timer around it) when it would."""
 
 from __future__ import annotations
 
@@ -50,11 +50,12 @@ def test_what_read1_needs_buffered(seen: bytes, chunk_left: int | None, enough: 
     assert pools.enough_buffered(seen, chunk_left) is enough
 
 
-def _read_through(pieces: list[bytes], pause: float) -> tuple[bytes, int, int]:
+def _read_through(pieces: list[bytes], pause: float) -> tuple[bytes, int, dict[int, int]]:
     """Send ``pieces`` with ``pause`` between them (longer than a wait); read the body as a
-    stream of the caller's own does. The body read, the waits that said "not yet", and the
-    reads that took longer than half a pause although told the data was there (the
-    read is never interrupted: that could lose bytes, which is what the waits must not)."""
+    stream of the caller's own does. The body read, the waits that said "not yet", and, by
+    what the wait said (ARRIVED, BUFFERED), the reads that took longer than half a pause
+    although told the data was there (the read is never interrupted: that could lose
+    bytes, which is what the waits must not)."""
     ours, theirs = socket.socketpair()
 
     def upstream() -> None:
@@ -68,20 +69,25 @@ def _read_through(pieces: list[bytes], pause: float) -> tuple[bytes, int, int]:
     resp.begin()
     assert resp.chunked and pools.chunked_beneath(cast(pools.Raw, _Raw(resp))) is resp
     alarm = Alarm(WAIT_S)
-    body, not_yet, slow = b"", 0, 0
+    body, not_yet = b"", 0
+    slow = {pools.ARRIVED: 0, pools.BUFFERED: 0}
+    told = dict.fromkeys(slow, 0)
     while True:
-        if not pools.wait_readable(resp, alarm):
+        ready = pools.wait_readable(resp, alarm)
+        if ready == pools.NOT_YET:
             not_yet += 1
             continue
+        told[ready] += 1
         began = time.monotonic()
         data = resp.read1(65536)
-        slow += time.monotonic() - began > pause / 2
+        slow[ready] += time.monotonic() - began > pause / 2
         if not data:
             break
         body += data
     writer.join(5)
     alarm.close()
     ours.close()
+    assert told[pools.BUFFERED] > 0  # the usual case: each chunk came whole
     return body, not_yet, slow
 
 
@@ -96,21 +102,35 @@ def test_between_whole_chunks_a_wait_says_not_yet_and_ready_never_lies() -> None
     body, not_yet, slow = _read_through(pieces, pause=0.25)
     assert body == b"".join(EVENTS[:12])
     assert not_yet >= 12  # every pause seen as one: a heartbeat's turn
-    assert slow == 0
+    assert slow == {pools.ARRIVED: 0, pools.BUFFERED: 0}
 
 
 def test_cut_anywhere_a_wait_takes_nothing_and_nothing_is_lost() -> None:
     """Cut at random places (inside size lines, between a chunk's CRLF and the next line,
     inside data): whatever the waits said, the body read is exactly the one sent. (A read
-    told ready may still wait for the rest of a line that arrived in parts: the rare case
-    docs/performance.md names.)"""
+    told ARRIVED may still wait for the rest of a line that arrived in parts: the rare case
+    docs/performance.md names; one told BUFFERED never does, for it runs without a timer.)"""
     rng = random.Random(7)
     cuts = sorted(rng.sample(range(len(HEAD) + 1, len(WIRE)), 60))
     bounds = [0, len(HEAD), *cuts, len(WIRE)]
     pieces = [WIRE[a:b] for a, b in itertools.pairwise(bounds)]
-    body, not_yet, _ = _read_through(pieces, pause=WAIT_S * 2.5)
+    body, not_yet, slow = _read_through(pieces, pause=WAIT_S * 2.5)
     assert body == b"".join(EVENTS)
     assert not_yet >= len(pieces) // 2
+    assert slow[pools.BUFFERED] == 0
+
+
+def test_a_size_line_in_three_parts_is_read_as_one_that_can_wait() -> None:
+    """A size line that arrives in three parts: once its second part is in, the socket had
+    data but the line is still not whole, so the read that follows waits for the third.
+    The wait must say ARRIVED (its reader then arms the idle timer around that read), never
+    BUFFERED."""
+    data = b"data: " + b"x" * 18 + b"\n\n"
+    assert len(data) == 0x1A
+    pieces = [HEAD, b"1", b"a", b"\r\n" + data + b"\r\n0\r\n\r\n"]
+    body, _, slow = _read_through(pieces, pause=WAIT_S * 2.5)
+    assert body == data
+    assert slow == {pools.ARRIVED: 1, pools.BUFFERED: 0}
 
 
 class _Raw:
@@ -139,7 +159,7 @@ def test_a_reset_is_left_to_the_read_to_report() -> None:
     theirs.close()  # with a zero linger: a reset, not an end
     gevent.sleep(0.05)
     alarm = Alarm(5)
-    assert pools.wait_readable(resp, alarm) is True
+    assert pools.wait_readable(resp, alarm) == pools.ARRIVED
     with pytest.raises((OSError, http.client.HTTPException)):
         resp.read1(65536)
     alarm.close()
