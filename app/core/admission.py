@@ -141,25 +141,18 @@ class Held:
 
     WSGI servers call ``close()`` once the body is sent, and also when the caller left
     mid-body (gunicorn in a ``finally``); the slots are given back even when closing the
-    inner body raises. Running out of items releases too, a moment earlier.
+    inner body raises. Running out of items releases too, a moment earlier. Its items are
+    the inner body's through one generator (``yield from``): a stream's every write
+    resumes it, which costs less than a method call of ours would.
     """
 
     def __init__(self, body: Iterable[bytes], release: Callable[[], None]) -> None:
         self._body = body
-        self._items: Iterator[bytes] | None = None
         self._release: Callable[[], None] | None = release
 
     def __iter__(self) -> Iterator[bytes]:
-        return self
-
-    def __next__(self) -> bytes:
-        if self._items is None:
-            self._items = iter(self._body)
-        try:
-            return next(self._items)
-        except StopIteration:
-            self._give_back()
-            raise
+        yield from self._body
+        self._give_back()
 
     def close(self) -> None:
         try:
