@@ -67,7 +67,7 @@ def typed(event: sse.Event) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-DONE = StreamEnd("[DONE]", lambda event: event.is_done)
+DONE = StreamEnd("[DONE]", lambda event: event.data == sse.DONE)  # ``is_done``, inlined
 TERMINAL = StreamEnd(
     "a terminal response event (response.completed, .incomplete, .failed or error)",
     lambda event: typed(event) in TERMINAL_TYPES,

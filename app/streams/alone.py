@@ -194,7 +194,7 @@ class Solo:
             try:
                 self._step()
             finally:
-                self._guard.off()
+                self._guard.on = False  # ``off``, without a call: once per read
             return True
         if self._reading is None and self._end is None:
             self._reading = gevent.spawn(self._step)

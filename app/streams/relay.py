@@ -238,7 +238,7 @@ def _events(
                     if not saw_error and typed(event) == "response.failed":
                         on_error("upstream_error")  # a Responses stream that ended failed
             if stream_id is None:
-                yield [event.raw for event in batch]
+                yield [item.raw] if len(batch) == 1 else [event.raw for event in batch]
                 continue
             # Numbered from the log's count (the events just read are its last ones); a
             # resume's caller has those up to ``after``.

@@ -113,8 +113,10 @@ class UpstreamResponse:
         take without waiting: ``pools.wait_readable``'s NOT_YET when none came, BUFFERED
         when the read cannot wait at all. A body that cannot be waited on (``can_wait``) is
         always ready (ARRIVED): its reads wait as they would."""
-        fp = None if timeout is None else self._beneath()
-        if fp is None or timeout is None:
+        if timeout is None:
+            return pools.ARRIVED
+        fp = self._chunked if self._looked else self._beneath()
+        if fp is None:
             return pools.ARRIVED
         if self.patience_timer is None or self.patience_timer.seconds != timeout:
             if self.patience_timer is not None:

@@ -135,3 +135,25 @@ def test_a_stream_cut_short_ends_quietly_and_fails_the_attempt() -> None:
     with exchange.run(began=time.monotonic()) as answer:
         assert _read(answer) == [[b"data: 1\n\n"]]
     assert raw.pooled and _counted(metrics) == {"failed": 1}
+
+
+@pytest.mark.parametrize(
+    ("chunks", "result"),
+    [
+        # [DONE], then the upstream's own keep-alive comments in reads of their own: an end.
+        ([b"data: 1\n\n", b"data: [DONE]\n\n", b": ping\n\n", b": ping\n\n"], "ok"),
+        ([b"data: 1\n\ndata: [DONE]\n\n: ping\n\n"], "ok"),
+        ([b"data: 1\n\n", b"data: [DONE]\n\n: ping\n\n"], "ok"),
+        # Comments after the last token do not stand in for the [DONE] that never came.
+        ([b"data: 1\n\n", b": ping\n\n"], "failed"),
+        ([b"data: 1\n\n: ping\n\n", b": ping\n\n"], "failed"),
+    ],
+)
+def test_comments_after_the_last_event_neither_end_a_stream_nor_cut_it(
+    chunks: list[bytes], result: str
+) -> None:
+    """What judges a stream's end is its last event that is not a comment."""
+    exchange, _, metrics = _exchange(Streamed(chunks))
+    with exchange.run(began=time.monotonic()) as answer:
+        _read(answer)
+    assert _counted(metrics) == {result: 1}
