@@ -69,24 +69,38 @@ class StoredStream:
 
     def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
         """The next event, the end once every event is out, None when ``timeout`` passed."""
+        if not self._wait(timeout):
+            return self._end
+        self.position += 1
+        return self._ready.popleft()
+
+    def next_batch(self, timeout: float | None) -> list[sse.Event] | Finished | GatewayError | None:
+        """Every event read back and not yet out (at least one), else as ``next_item``."""
+        if not self._wait(timeout):
+            return self._end
+        return self.ready_events()
+
+    def _wait(self, timeout: float | None) -> bool:
+        """Until events are ready (True), or the end is (False, ``_end`` set) or ``timeout``
+        passed (False, ``_end`` None)."""
         until = None if timeout is None else self._clock() + timeout
         while True:
             if not self._ready and self._end is None:
                 self._read()
             if self._ready:
-                self.position += 1
-                return self._ready.popleft()
+                return True
             if self._end is not None:
-                return self._end
+                return False
             now = self._clock()
             if now - self._grew_at > self._patience or not self._still_there(now):
                 self._end = LogFault("The stream's log stopped before its end.")
                 continue
             if until is not None and now >= until:
-                return None
+                return False
             self._sleep(POLL_S if until is None else max(0.0, min(POLL_S, until - now)))
 
     def ready_events(self) -> list[sse.Event]:
+        """The events read back and not yet out, without waiting."""
         events = list(self._ready)
         self._ready.clear()
         self.position += len(events)

@@ -121,7 +121,7 @@ class LogWriter:
         last_flush, last_check, pending = started, started, False
         while True:
             wait = max(0.0, FLUSH_S - (self._clock() - last_flush)) if pending else CHECK_S
-            item = self.listener.next_item(wait)
+            item = self.listener.next_batch(wait)
             if self._clock() - last_check >= CHECK_S:
                 last_check = self._clock()
                 if self._gave_up():
@@ -131,9 +131,8 @@ class LogWriter:
                     self._flush(OPEN, live_ttl)
                     last_flush, pending = self._clock(), False
                 continue
-            if isinstance(item, sse.Event):
-                batch = [item, *self.listener.ready_events()]
-                if not self._add(batch):
+            if isinstance(item, list):
+                if not self._add(item):
                     self._flush(ENDED, self.window_s, end_record(None))
                     self._ended()
                     self.how = "overflow"  # the writer leaves: a caller gone, no one to pay for

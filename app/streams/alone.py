@@ -20,7 +20,6 @@ the switches between them.
 
 from __future__ import annotations
 
-import collections
 import itertools
 import time
 
@@ -143,7 +142,7 @@ class Solo:
         self._patience = Patience()
         self._upstream = upstream
         self._parts = upstream.parts(self.began, request_id, self._patience)
-        self._events: collections.deque[sse.Event] = collections.deque()
+        self._events: list[sse.Event] = []  # read, not yet relayed
         self._end: Finished | GatewayError | None = None
         self._guard = Guard(on=False)
         self._shut: GatewayError | None = None
@@ -179,8 +178,8 @@ class Solo:
                 self.head, self.head_at = part
             elif isinstance(part, bytes):
                 self._end = Finished(part)
-            else:
-                self._events.extend(part)
+            else:  # the batch as read: handed on whole, not copied
+                self._events = self._events + part if self._events else part
 
     def _wait(self, timeout: float | None) -> bool:
         """Run the next read (or wait for the one running) for at most ``timeout``; False
@@ -221,22 +220,19 @@ class Solo:
             raise self._end  # it failed before its first event: a proper HTTP error
         return self.head
 
-    def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
-        """The next event, or the end once every event is read; None on timeout."""
+    def next_batch(self, timeout: float | None) -> list[sse.Event] | Finished | GatewayError | None:
+        """The events read and not yet relayed, or the end once every event is read; None
+        on timeout."""
         if not self._events and self._end is None and not self.gone:
             self._wait(timeout)
         if self.gone:
             raise ClientGone()
-        if self._events:
-            self.position += 1
-            return self._events.popleft()
+        batch = self._events
+        if batch:
+            self._events = []
+            self.position += len(batch)
+            return batch
         return self._end
-
-    def ready_events(self) -> list[sse.Event]:
-        taken = list(self._events)
-        self._events.clear()
-        self.position += len(taken)
-        return taken
 
     # -- the caller and the drain ----------------------------------------------------------
     def caller_left(self) -> None:

@@ -119,6 +119,17 @@ class Listener:
 
     def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None:
         """The next event, or the end once every event is read; None on timeout."""
+        found = self._next(timeout, every=False)
+        return found[0] if isinstance(found, list) else found
+
+    def next_batch(self, timeout: float | None) -> list[sse.Event] | Finished | GatewayError | None:
+        """Every event in that this listener has not read (at least one), or the end once
+        every event is read; None on timeout."""
+        return self._next(timeout, every=True)
+
+    def _next(
+        self, timeout: float | None, every: bool
+    ) -> list[sse.Event] | Finished | GatewayError | None:
         flight = self.flight
         if self.stopped:
             raise ClientGone()  # dropped (or gone): its unread events may be trimmed already
@@ -126,16 +137,10 @@ class Listener:
         if not flight.wait(self, ready, timeout):
             return None
         if self.position < flight.event_count:
-            return self._take(self.position + 1)[0]
+            return self._take(flight.event_count if every else self.position + 1)
         if flight.end is None:
             raise ClientGone()
         return flight.end
-
-    def ready_events(self) -> list[sse.Event]:
-        """The events already in that this listener has not read, without waiting."""
-        if self.stopped or self.position >= self.flight.event_count:
-            return []
-        return self._take(self.flight.event_count)
 
     def _take(self, until: int) -> list[sse.Event]:
         """Read the events numbered from ``position`` up to ``until`` (exclusive)."""

@@ -131,16 +131,19 @@ def publish(flight: Flight, parts: Iterator[Part]) -> None:
 
 
 class Listening(Protocol):
-    """What ``relay`` reads: a flight's listener (app/streams/listener.py), or a resume's
-    stored stream read back (app/resume/reader.py). ``position``: the number of events read."""
+    """What ``relay`` reads: a flight's listener (app/streams/listener.py), a call of the
+    caller's own (app/streams/alone.py), or a resume's stored stream read back
+    (app/resume/reader.py). ``position``: the number of events read. ``next_batch``: every
+    event in and not yet read (at least one), or the end once every event is read; None
+    when nothing came within ``timeout``."""
 
     position: int
 
     def wait_head(self, timeout: float | None) -> Head | None: ...
 
-    def next_item(self, timeout: float | None) -> sse.Event | Finished | GatewayError | None: ...
-
-    def ready_events(self) -> list[sse.Event]: ...
+    def next_batch(
+        self, timeout: float | None
+    ) -> list[sse.Event] | Finished | GatewayError | None: ...
 
 
 def relay(
@@ -221,14 +224,14 @@ def _events(
     saw_end = saw_error = False
     while True:
         try:
-            item = listener.next_item(timeout)
+            item = listener.next_batch(timeout)
         except ClientGone:
             return
         if item is None:
             on_ping()
             yield [sse.comment()]
-        elif isinstance(item, sse.Event):
-            batch = [item, *listener.ready_events()]
+        elif isinstance(item, list):
+            batch = item
             for event in batch:
                 if not saw_error and is_error_event(event):
                     saw_error = True
@@ -238,7 +241,7 @@ def _events(
                     if not saw_error and typed(event) == "response.failed":
                         on_error("upstream_error")  # a Responses stream that ended failed
             if stream_id is None:
-                yield [item.raw] if len(batch) == 1 else [event.raw for event in batch]
+                yield [batch[0].raw] if len(batch) == 1 else [event.raw for event in batch]
                 continue
             # Numbered from the log's count (the events just read are its last ones); a
             # resume's caller has those up to ``after``.

@@ -38,6 +38,10 @@ FIXTURE_CHUNKS = [
     b"data: [DONE]\n\n",
 ]
 FIXTURE = b"".join(FIXTURE_CHUNKS)
+# Four chunks of several events each: each a read of its own at the gateway.
+SEVERAL = [b"".join(b'data: {"n":%d}\n\n' % (k * 5 + i) for i in range(5)) for k in range(4)] + [
+    b"data: [DONE]\n\n"
+]
 MiB = 1024 * 1024
 MSGS = [{"role": "user", "content": "hi"}]
 BIG_EVENT = b"data: " + b"z" * (64 * 1024 - 8) + b"\n\n"  # 64 KiB per event
@@ -51,6 +55,12 @@ def _upstream(request: Request, exchange: Exchange) -> None:
         for chunk in FIXTURE_CHUNKS:
             exchange.send(chunk)
             time.sleep(0.002)  # separate reads at the gateway, so the splits are real
+        exchange.finish()
+    elif script == "several":  # reads of several events each
+        exchange.start_stream()
+        for chunk in SEVERAL:
+            exchange.send(chunk)
+            time.sleep(0.01)
         exchange.finish()
     elif script == "big":
         exchange.start_stream()
@@ -196,6 +206,19 @@ def test_the_caller_receives_exactly_the_upstreams_bytes(gw1) -> None:
     # Byte for byte: line ends, comments, spacing, the long line.
     differ = next((i for i, (a, b) in enumerate(zip(body, FIXTURE, strict=False)) if a != b), None)
     assert body == FIXTURE, (len(body), len(FIXTURE), differ, body[(differ or 0) - 20 :][:60])
+
+
+@pytest.mark.parametrize("cacheable", [True, False], ids=["flight", "own"])
+def test_every_event_of_a_read_of_several_reaches_the_caller(gw1, cacheable: bool) -> None:
+    """Each upstream read holds five events: the relay hands them on as a batch, whether
+    from a flight (cacheable; not stored, so the store's test below finds only its own) or
+    read in the caller's own greenlet (not cacheable, app/streams/alone.py); none is
+    dropped or repeated."""
+    body = {"model": "several", "messages": MSGS, "stream": True}
+    if cacheable:
+        body |= {"temperature": 0, "cache": {"no-store": True}}
+    status, _, got = raw_post(gw1.url, body)
+    assert status == 200 and got == b"".join(SEVERAL)
 
 
 def test_a_stream_answering_a_call_that_did_not_ask_for_one_is_relayed_as_it_came(gw1) -> None:

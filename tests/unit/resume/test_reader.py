@@ -59,6 +59,21 @@ def test_the_events_after_the_callers_last_then_the_live_rest_then_the_end() -> 
     assert stream.replayed == 3  # 3, 4 and 5 were in the log when it began; 6 and 7 came live
 
 
+def test_a_batch_is_every_event_read_back_and_not_yet_out() -> None:
+    """What the relay reads (``next_batch``): the same events as one by one, in batches."""
+    clock, store = Clock(), MemoryBackend(1 << 20)
+    store.set(ids.chunk_key(KEY, 0), encode_chunk([event(1), event(2), event(3)], SEALED), 60)
+    stream = reader(store, clock, after=0)
+    got = stream.next_batch(1.0)
+    assert isinstance(got, list) and numbers(got) == [1, 2, 3] and stream.position == 3
+    assert stream.next_batch(1.0) is None  # nothing new within the timeout
+    store.set(ids.chunk_key(KEY, 1), encode_chunk([event(4)], ENDED, end_record(Finished(b""))), 60)
+    got = stream.next_batch(1.0)
+    assert isinstance(got, list) and numbers(got) == [4] and stream.position == 4
+    assert stream.next_batch(1.0) == Finished(b"")
+    assert stream.replayed == 3  # 1, 2 and 3 were in the log when it began; 4 came live
+
+
 def test_an_overflowed_log_ends_in_its_error() -> None:
     clock, store = Clock(), MemoryBackend(1 << 20)
     store.set(ids.chunk_key(KEY, 0), encode_chunk([event(1)], ENDED, end_record(None)), 60)

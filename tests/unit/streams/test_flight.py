@@ -56,6 +56,22 @@ def test_a_listener_reads_head_events_and_end_in_order() -> None:
     assert items[:3] == [a, b, done] and isinstance(items[3], Finished)
 
 
+def test_a_batch_is_every_event_in_and_unread_then_the_end() -> None:
+    """What the relay reads: the events published while the listener was away come in one
+    batch, in order, each once; then the end; None while nothing came."""
+    a, b, c, done = _events("a", "b", "c", "[DONE]")
+    gate = gevent.event.Event()
+    flight = Flight(script(HEAD, a, b, gate, c, done, Finished(b"")))
+    listener = flight.join()
+    assert listener.wait_head(5) == HEAD
+    gevent.sleep(0.01)  # a and b are in before the first read
+    assert listener.next_batch(5) == [a, b] and listener.position == 2
+    assert listener.next_batch(0.01) is None  # the producer waits on the gate
+    gate.set()  # the producer publishes c and done before the listener runs again
+    assert listener.next_batch(5) == [c, done] and listener.position == 4
+    assert isinstance(listener.next_batch(5), Finished)
+
+
 @pytest.mark.parametrize("error", [ValueError("boom"), KeyError("k"), ZeroDivisionError()])
 def test_an_unexpected_exception_before_the_head_is_a_502_protocol_error(error) -> None:
     listener = Flight(script("sleep", error)).join()
