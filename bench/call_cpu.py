@@ -104,8 +104,10 @@ def measure(
         argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port)]
         procs.append(Proc("simulator", argv, log_path=run_dir / "simulator.log"))
         procs[-1].wait_http(f"http://127.0.0.1:{port}/healthz")
+        # The status page's sampler runs by the clock, not by the call: off (hit_cpu.py).
         env = {"LLMGATE_UPSTREAM_URL": f"http://127.0.0.1:{port}/v1",
-               "LLMGATE_CACHE_MODE": "off", "LLMGATE_LOG_REQUESTS": str(log).lower()}  # fmt: skip
+               "LLMGATE_CACHE_MODE": "off", "LLMGATE_LOG_REQUESTS": str(log).lower(),
+               "LLMGATE_STATUS_SAMPLE_S": "0"}  # fmt: skip
         headers = {**NGINX_HEADERS, "HTTP_X_SIM_TTFT_MS": "0", "HTTP_X_SIM_TPS": f"{tps:g}"}
         if keys:
             mc_port = free_port()

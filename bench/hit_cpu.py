@@ -151,7 +151,10 @@ App = Callable[..., Iterable[bytes]]
 def _gateway_app(upstream: str, metrics_dir: Path) -> App:
     metrics_dir.mkdir()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-    env = {"LLMGATE_UPSTREAM_URL": upstream, "LLMGATE_CACHE_MODE": "deterministic"}
+    # The status page's sampler runs by the clock, not by the call (a sample every 10 s, about
+    # 1.5 ms each): off, or the rounds would count it against whichever calls their time held.
+    env = {"LLMGATE_UPSTREAM_URL": upstream, "LLMGATE_CACHE_MODE": "deterministic",
+           "LLMGATE_STATUS_SAMPLE_S": "0"}  # fmt: skip
     from app.factory import create_app
 
     # Each hit's log line is written to stderr, as in a worker: the caller sends it to a file.
