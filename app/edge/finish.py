@@ -99,6 +99,7 @@ class StreamFacts:
         self.service_tier: str | None = None
         self.begun = time.monotonic()  # when the body started to be sent
         self.first_chunk = b""  # the first output event (its model is the answer's)
+        self.last_chunk = b""  # a chat or completions stream's last data event (its tier)
         self.model: str | None = None  # the answer's model, where the stream says it anyway
 
     def output(self, chunk: bytes = b"") -> None:
@@ -110,15 +111,23 @@ class StreamFacts:
         self.events += 1
 
     def chunk(self, chunk: bytes) -> None:
-        """A chat or completions data event."""
+        """A chat or completions data event. Its tier is not looked for here (``ended``)."""
         self.output(chunk)
+        self.last_chunk = chunk
         if may_carry_usage(chunk):
             self.usage = usage_in_event(chunk)
-        if self.service_tier is None and b'"service_tier"' in chunk:
-            data = streams.data_of(chunk)
-            self.service_tier = tier_of(
-                data.get("service_tier") if isinstance(data, dict) else None
-            )
+
+    def ended(self) -> None:
+        """At a chat or completions stream's end: its service tier, from its first data
+        event, else its last. A provider that names the tier names it in every event
+        (OpenAI) or once, with the usage at the end; searching each event for it cost a
+        search of every token's bytes for a tier most providers never send."""
+        for chunk in (self.first_chunk, self.last_chunk) if self.last_chunk else ():
+            if self.service_tier is None and b'"service_tier"' in chunk:
+                data = streams.data_of(chunk)
+                self.service_tier = tier_of(
+                    data.get("service_tier") if isinstance(data, dict) else None
+                )
 
     def typed(self, chunk: bytes) -> None:
         """A Responses event: output deltas count; the terminal one carries usage and tier."""
@@ -207,6 +216,7 @@ def _record(
     duration = time.monotonic() - trace.started
     outcome = cache_outcome(reply)
     ttft = None if facts.first is None else facts.first - trace.started
+    facts.ended()
     _find_usage(call, reply, facts)
     usage = facts.usage.tokens() if facts.usage is not None else (None, None, None)
     # What the provider billed this caller for: a replay or a follower billed none.

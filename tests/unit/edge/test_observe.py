@@ -7,6 +7,8 @@ import json
 import logging
 from typing import Any
 
+import pytest
+
 from app.core.config import Settings
 from app.edge.finish import _server_timing, cache_outcome, finish
 from app.observe.metrics import Metrics
@@ -76,6 +78,36 @@ def test_a_streams_batches_go_out_joined_and_every_event_is_observed(caplog) -> 
     assert line["bytes_out"] == sum(map(len, writes))
     assert line["tokens_out"] == 3  # the usage event was found inside its batch
     assert line["ttft_ms"] is not None
+
+
+@pytest.mark.parametrize(
+    ("tiers", "logged"),
+    [
+        (["default", "default", "default"], "default"),  # OpenAI: in every event
+        ([None, None, "flex"], "flex"),  # once, with the usage at the end
+        (["priority", None, None], "priority"),
+        ([None, None, None], None),
+        ([None, "scale", None], None),  # only in between: not looked for (finish.py's ended)
+    ],
+)
+def test_a_streams_tier_is_its_first_data_events_else_its_last(
+    caplog, tiers: list[str | None], logged: str | None
+) -> None:
+    def event(k: int, tier: str | None) -> bytes:
+        data: dict[str, Any] = {"choices": [{"index": 0, "delta": {"content": str(k)}}]}
+        if k == 2:
+            data = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}
+        if tier is not None:
+            data["service_tier"] = tier
+        return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+    batches = [[event(k, tier)] for k, tier in enumerate(tiers)] + [[b"data: [DONE]\n\n"]]
+    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    _, body = finish(call, Reply(200, list(SSE_HEADERS), iter(batches)), Settings(), None)
+    with caplog.at_level(logging.INFO, logger="llmgate.access"):
+        list(body)
+    (line,) = [json.loads(r.getMessage()) for r in caplog.records if r.name == "llmgate.access"]
+    assert (line["service_tier"], line["tokens_out"]) == (logged, 2)
 
 
 def test_a_request_is_counted_after_every_other_figure_of_it() -> None:
