@@ -164,7 +164,6 @@ class Reader:
                 events, limit = exc.events, exc.limit  # the events before it still go
             if events:
                 yield events
-            if events:
                 # An event with data is not a comment: the usual last event, without a call.
                 last = events[-1] if events[-1].data is not None else _last_event(events, last)
             ended = not chunk
