@@ -141,9 +141,9 @@ class Held:
 
     WSGI servers call ``close()`` once the body is sent, and also when the caller left
     mid-body (gunicorn in a ``finally``); the slots are given back even when closing the
-    inner body raises. Running out of items releases too, a moment earlier. Its items are
-    the inner body's through one generator (``yield from``): a stream's every write
-    resumes it, which costs less than a method call of ours would.
+    inner body raises. Its items are the inner body's own iterator: nothing of ours runs
+    for a stream's writes, and the slots go back when the server closes the body, after
+    its last byte is written, not when its items run out.
     """
 
     def __init__(self, body: Iterable[bytes], release: Callable[[], None]) -> None:
@@ -151,8 +151,7 @@ class Held:
         self._release: Callable[[], None] | None = release
 
     def __iter__(self) -> Iterator[bytes]:
-        yield from self._body
-        self._give_back()
+        return iter(self._body)
 
     def close(self) -> None:
         try:

@@ -163,10 +163,12 @@ class Releases:
         self.count += 1
 
 
-def test_a_body_sent_to_its_end_releases_once() -> None:
+def test_a_body_sent_to_its_end_releases_once_closed() -> None:
     released = Releases()
     body = Held([b"a", b"b"], released)
     assert list(body) == [b"a", b"b"]
+    assert released.count == 0  # the server writes the body's end, then closes it
+    body.close()
     assert released.count == 1
     body.close()
     assert released.count == 1
@@ -344,8 +346,8 @@ def test_a_caller_leaving_mid_stream_gives_the_slot_back(app) -> None:
     assert again.status_code == 200
     assert gate.load == Load(requests=1, streams=1)
     assert again.get_data().count(b"data: ") == 100
-    assert gate.load == Load()  # sent to its end
-    again.close()
+    assert gate.load == Load(requests=1, streams=1)  # sent to its end, not yet closed
+    again.close()  # what the server does after the body's last byte
     assert gate.load == Load()
 
 
@@ -357,8 +359,9 @@ def test_complete_answers_and_errors_give_their_slot_back(app) -> None:
     for _ in range(3):
         resp = client.post("/v1/chat/completions", json=body)
         assert resp.status_code == 502
-        assert gate.load == Load(requests=1)  # until its body is sent
+        assert gate.load == Load(requests=1)  # until its body is sent and closed
         assert resp.get_json()["error"]["code"] == "upstream_unreachable"
+        resp.close()  # what the server does after the body's last byte
         assert gate.load == Load()
     # A body refused before admission takes nothing.
     assert client.post("/v1/chat/completions", json={"model": "m"}).status_code == 400
