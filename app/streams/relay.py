@@ -153,6 +153,7 @@ def relay(
     end: StreamEnd | None,
     on_ping: Callable[[], None] = lambda: None,
     on_error: Callable[[str], None] = lambda _: None,
+    on_end: Callable[[], None] = lambda: None,
     ping_first: bool = False,
     route: str = "",
     stream_id: str | None = None,
@@ -170,97 +171,91 @@ def relay(
     route's end (``end``: [DONE], or a Responses terminal event; app/request/events.py) and without
     an error event gets an error event: a stream never ends silently. ``on_error`` hears the
     error type of a stream that ends in an error event (its own or the upstream's) or in a
-    Responses ``response.failed``, once. ``ping_first``: the 200 was committed because a
-    heartbeat interval passed with nothing to send, so a ping leaves with the headers: the
-    caller's line is never silent for more than one interval. ``route``: the door the call
-    came in by, whose shape the gateway's own error event takes (``error_event``).
-    ``stream_id``: a resumable stream's (docs/streams.md), whose events each carry an ``id:``
-    line numbering them from 1; ``after``: a resume's, whose caller has the events up to that
-    number (read for how the stream ended, not sent again).
+    Responses ``response.failed``, once. ``on_end`` runs once the body is done with, ended,
+    failed or closed (not when it is closed before it started). ``ping_first``: the 200 was
+    committed because a heartbeat interval passed with nothing to send, so a ping leaves with
+    the headers: the caller's line is never silent for more than one interval. ``route``: the
+    door the call came in by, whose shape the gateway's own error event takes
+    (``error_event``). ``stream_id``: a resumable stream's (docs/streams.md), whose events
+    each carry an ``id:`` line numbering them from 1; ``after``: a resume's, whose caller has
+    the events up to that number (read for how the stream ended, not sent again).
+
+    One generator from the head to the end, the events' loop in it: a stream's every write
+    resumes it, and each level of generators more would cost each write its resumption.
     """
     timeout = heartbeat if heartbeat > 0 else None
-    if ping_first:
-        on_ping()
-        yield [sse.comment()]
-    while True:
-        try:
-            head = listener.wait_head(timeout)
-        except ClientGone:
-            return
-        except GatewayError as exc:
-            on_error(tracing.error_type(exc))
-            yield [error_event(exc, route)]
-            return
-        if head is not None:
-            break
-        on_ping()
-        yield [sse.comment()]
-    if head.body is not None:
-        # The upstream answered with a whole body after we had committed to a stream:
-        # carry it over (an error becomes the final error event).
-        if head.status >= 300:
-            on_error(str(head.status))
-            error = GatewayError(_message_of(head.body, head.status), status=head.status)
-            yield [error_event(error, route) if route in ANTHROPIC_ROUTES else
-                   b"data: " + wrap_upstream_body(head.status, head.body) + b"\n\n"]  # fmt: skip
-        else:
-            yield [head.body]
-        return
-    yield from _events(listener, timeout, end, on_ping, on_error, route, stream_id, after)
-
-
-def _events(
-    listener: Listening,
-    timeout: float | None,
-    end: StreamEnd | None,
-    on_ping: Callable[[], None],
-    on_error: Callable[[str], None],
-    route: str,
-    stream_id: str | None,
-    after: int,
-) -> Iterator[list[bytes]]:
-    """A started stream's part of ``relay``: its events as they arrive, pings between them,
-    then its end, with an error event when it ends without its route's end."""
-    saw_end = saw_error = False
-    while True:
-        try:
-            item = listener.next_batch(timeout)
-        except ClientGone:
-            return
-        if item is None:
+    try:
+        if ping_first:
             on_ping()
             yield [sse.comment()]
-        elif isinstance(item, list):
-            batch = item
-            for event in batch:
-                if not saw_error and is_error_event(event):
-                    saw_error = True
-                    on_error("upstream_error")  # the upstream's own error event, relayed
-                if not saw_end and end is not None and end.ends(event):
-                    saw_end = True
-                    if not saw_error and typed(event) == "response.failed":
-                        on_error("upstream_error")  # a Responses stream that ended failed
-            if stream_id is None:
-                yield [batch[0].raw] if len(batch) == 1 else [event.raw for event in batch]
-                continue
-            # Numbered from the log's count (the events just read are its last ones); a
-            # resume's caller has those up to ``after``.
-            first = listener.position - len(batch) + 1
-            numbered = [(first + k, e) for k, e in enumerate(batch) if first + k > after]
-            if numbered:
-                yield [sse.with_id(e.raw, f"{stream_id}:{n}") for n, e in numbered]
-        elif isinstance(item, Finished):
-            if end is not None and not (saw_end or saw_error):
-                cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
-                on_error(tracing.error_type(cut))
-                yield [error_event(cut, route)]
-            elif item.leftover:
-                yield [item.leftover]
+        while True:
+            try:
+                head = listener.wait_head(timeout)
+            except ClientGone:
+                return
+            except GatewayError as exc:
+                on_error(tracing.error_type(exc))
+                yield [error_event(exc, route)]
+                return
+            if head is not None:
+                break
+            on_ping()
+            yield [sse.comment()]
+        if head.body is not None:
+            # The upstream answered with a whole body after we had committed to a stream:
+            # carry it over (an error becomes the final error event).
+            if head.status >= 300:
+                on_error(str(head.status))
+                error = GatewayError(_message_of(head.body, head.status), status=head.status)
+                yield [error_event(error, route) if route in ANTHROPIC_ROUTES else
+                       b"data: " + wrap_upstream_body(head.status, head.body) + b"\n\n"]  # fmt: skip
+            else:
+                yield [head.body]
             return
-        else:
-            on_error(tracing.error_type(item))
-            yield [error_event(item, route)]
-            return
+        # The started stream: its events as they arrive, pings between them, then its end,
+        # with an error event when it ends without its route's end.
+        saw_end = saw_error = False
+        while True:
+            try:
+                item = listener.next_batch(timeout)
+            except ClientGone:
+                return
+            if item is None:
+                on_ping()
+                yield [sse.comment()]
+            elif isinstance(item, list):
+                batch = item
+                for event in batch:
+                    if not saw_error and is_error_event(event):
+                        saw_error = True
+                        on_error("upstream_error")  # the upstream's own error event, relayed
+                    if not saw_end and end is not None and end.ends(event):
+                        saw_end = True
+                        if not saw_error and typed(event) == "response.failed":
+                            on_error("upstream_error")  # a Responses stream that ended failed
+                if stream_id is None:
+                    yield [batch[0].raw] if len(batch) == 1 else [event.raw for event in batch]
+                    continue
+                # Numbered from the log's count (the events just read are its last ones); a
+                # resume's caller has those up to ``after``.
+                first = listener.position - len(batch) + 1
+                numbered = [(first + k, e) for k, e in enumerate(batch) if first + k > after]
+                if numbered:
+                    yield [sse.with_id(e.raw, f"{stream_id}:{n}") for n, e in numbered]
+            elif isinstance(item, Finished):
+                if end is not None and not (saw_end or saw_error):
+                    cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
+                    on_error(tracing.error_type(cut))
+                    yield [error_event(cut, route)]
+                elif item.leftover:
+                    yield [item.leftover]
+                return
+            else:
+                on_error(tracing.error_type(item))
+                yield [error_event(item, route)]
+                return
+    finally:
+        on_end()
 
 
 def error_event(exc: GatewayError, route: str = "") -> bytes:

@@ -153,26 +153,26 @@ class Replies:
         ping_first: bool = False,
         stream_id: str | None = None,
     ) -> Iterator[list[bytes]]:
-        """The stream's body: the route and trace of its call, not the call (_watch)."""
-        try:
-            chunks = relay(
-                listener,
-                heartbeat=self.heartbeat_s,
-                # A stream cut before its route's end is reported as broken
-                # (app/request/events.py).
-                end=END_OF_STREAM.get(route),
-                on_error=trace.stream_broke,
-                ping_first=ping_first,
-                route=route,
-                stream_id=stream_id,
-            )
-            if trace.hide_usage:
-                chunks = without_usage_chunk(chunks, trace.usage_taken)
-            yield from chunks
-        finally:
-            # Normal end, error, or the WSGI server closing us because the caller left.
+        """The stream's body: the route and trace of its call, not the call (_watch). At its
+        end (normal, an error, or the WSGI server closing it because the caller left) the
+        watcher stops and the listener is left."""
+
+        def ended() -> None:
             watcher.stop()
             listener.leave()
+
+        chunks = relay(
+            listener,
+            heartbeat=self.heartbeat_s,
+            # A stream cut before its route's end is reported as broken (app/request/events.py).
+            end=END_OF_STREAM.get(route),
+            on_error=trace.stream_broke,
+            on_end=ended,
+            ping_first=ping_first,
+            route=route,
+            stream_id=stream_id,
+        )
+        return without_usage_chunk(chunks, trace.usage_taken) if trace.hide_usage else chunks
 
 
 def wait_whole(call: Call, listener: Listener) -> bool:
