@@ -2,14 +2,12 @@
 
 ``finish()`` decorates the reply's headers (still unsent) and, for a streamed body, wraps it
 so the figures are taken when the last byte has left: time to first token, tokens per
-second, the caller leaving. Time to first token is the first data event of a chat or
-completions stream and the first output delta of a Responses stream (its lifecycle events
-come before the model has produced anything). Usage, cached prompt tokens and the
-service tier the answer was billed in come from the answer itself: the usage chunk, the
-``response.completed`` event, or the body (app/request/usage.py reads the usage). The log
-line never holds a credential; the request body only when LLMGATE_LOG_PROMPTS is on. With
-tracing on, the request's span (app/observe/tracing.py) ends here too, with the answer's
-GenAI attributes and the stream's span.
+second, the caller leaving (what each batch shows: app/edge/stream_facts.py). Usage, cached
+prompt tokens and the service tier the answer was billed in come from the answer itself:
+the usage chunk, the ``response.completed`` event, or the body (app/request/usage.py reads
+the usage). The log line never holds a credential; the request body only when
+LLMGATE_LOG_PROMPTS is on. With tracing on, the request's span (app/observe/tracing.py)
+ends here too, with the answer's GenAI attributes and the stream's span.
 """
 
 from __future__ import annotations
@@ -22,18 +20,17 @@ from typing import Any, TypeGuard
 
 from app.cache.policy import STATUS_HEADER
 from app.core.config import Settings
+from app.edge.stream_facts import StreamFacts
 from app.observe import access_log, tracing
 from app.observe.metrics import Metrics
 from app.observe.tracing import Span
 from app.request import events as streams
 from app.request import jsonedit
 from app.request.call import Call, Reply, Trace
-from app.request.usage import Usage, answer_facts, may_carry_usage, tier_of, usage_in_event
+from app.request.usage import answer_facts
 from app.resume.ids import STREAM_HEADER
 from app.tenancy.prices import PriceTable, usd
-from llmgate_wire import sse
 
-_PING = sse.comment()
 # The log line's encoder, built once (json.dumps builds one for each call given an option).
 _LINE = json.JSONEncoder(separators=(",", ":"))
 # Outcomes whose answer came from this caller's own upstream call (billed to it).
@@ -89,79 +86,6 @@ def _server_timing(trace: Trace) -> str:
     return ", ".join(parts)
 
 
-class StreamFacts:
-    def __init__(self, sent: int = 0) -> None:
-        self.sent = sent
-        self.first: float | None = None
-        self.last: float | None = None
-        self.events = 0
-        self.usage: Usage | None = None
-        self.service_tier: str | None = None
-        self.begun = time.monotonic()  # when the body started to be sent
-        self.first_chunk = b""  # the first output event (its model is the answer's)
-        self.last_chunk = b""  # a chat or completions stream's last data event (its tier)
-        self.model: str | None = None  # the answer's model, where the stream says it anyway
-
-    def output(self, chunk: bytes = b"") -> None:
-        """An event with generated output left: first token, last token, count."""
-        now = time.monotonic()
-        if self.first is None:
-            self.first, self.first_chunk = now, chunk
-        self.last = now
-        self.events += 1
-
-    def chunk(self, chunk: bytes) -> None:
-        """A chat or completions data event. Its tier is not looked for here (``ended``)."""
-        self.output(chunk)
-        self.last_chunk = chunk
-        if may_carry_usage(chunk):
-            self.usage = usage_in_event(chunk)
-
-    def ended(self) -> None:
-        """At a chat or completions stream's end: its service tier, from its first data
-        event, else its last. A provider that names the tier names it in every event
-        (OpenAI) or once, with the usage at the end; searching each event for it cost a
-        search of every token's bytes for a tier most providers never send."""
-        for chunk in (self.first_chunk, self.last_chunk) if self.last_chunk else ():
-            if self.service_tier is None and b'"service_tier"' in chunk:
-                data = streams.data_of(chunk)
-                self.service_tier = tier_of(
-                    data.get("service_tier") if isinstance(data, dict) else None
-                )
-
-    def typed(self, chunk: bytes) -> None:
-        """A Responses event: output deltas count; the terminal one carries usage and tier."""
-        if streams.is_output_delta(chunk):
-            self.output()
-        elif streams.event_type(chunk) in streams.TERMINAL_TYPES:
-            data = streams.data_of(chunk)
-            response = data.get("response") if isinstance(data, dict) else None
-            if isinstance(response, dict):
-                self.usage = Usage.of(response.get("usage"))
-                self.service_tier = tier_of(response.get("service_tier"))
-                model = response.get("model")
-                self.model = model if isinstance(model, str) else None
-
-    def message_event(self, chunk: bytes) -> None:
-        """An Anthropic Messages event (the /v1/messages door): content deltas count; the
-        usage is ``message_start``'s (the prompt) updated by each ``message_delta``'s
-        cumulative counts."""
-        kind = streams.event_type(chunk)
-        if kind == "content_block_delta":
-            self.output(chunk)
-        elif kind in ("message_start", "message_delta"):
-            data = streams.data_of(chunk)
-            if not isinstance(data, dict):
-                return
-            holder = data.get("message") if kind == "message_start" else data
-            usage = Usage.of(holder.get("usage")) if isinstance(holder, dict) else None
-            if usage is not None:
-                self.usage = usage if self.usage is None else self.usage.merged(usage)
-            if kind == "message_start" and isinstance(holder, dict):
-                model = holder.get("model")
-                self.model = model if isinstance(model, str) else None
-
-
 def _watched(
     call: Call,
     reply: Reply,
@@ -170,26 +94,18 @@ def _watched(
     record: Callable[[Call, Reply, StreamFacts], None],
 ) -> Iterator[bytes]:
     facts = StreamFacts()
-    typed = call.route == "responses"
-    messages = call.route == "messages"
+    typed, messages = call.route == "responses", call.route == "messages"
     if metrics is not None:
         metrics.active_streams.inc()
     # A resumable stream's events start with their id line (docs/streams.md): read past it.
     resumable = any(k == STREAM_HEADER for k, _ in reply.headers)
+    # A chat or completions stream's usual batch is observed in one call (``batch``).
+    plain = not (typed or messages or resumable)
     try:
         for batch in batches:
-            for sent in batch:
-                chunk = sse.split_id(sent)[1] if resumable else sent
-                if chunk == _PING:
-                    if metrics is not None:
-                        metrics.heartbeats.inc()
-                elif typed:
-                    facts.typed(chunk)
-                elif messages:
-                    facts.message_event(chunk)
-                elif chunk.startswith(b"data: ") and not chunk.startswith(b"data: [DONE]"):
-                    facts.chunk(chunk)
-                facts.sent += len(sent)
+            pings = facts.batch(batch) if plain else facts.each(batch, typed, messages, resumable)
+            if pings and metrics is not None:
+                metrics.heartbeats.inc(pings)
             if batch:
                 # Never an empty write: an empty chunk would end the HTTP response.
                 yield batch[0] if len(batch) == 1 else b"".join(batch)

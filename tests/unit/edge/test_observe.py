@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from app.edge.finish import _server_timing, cache_outcome, finish
 from app.observe.metrics import Metrics
 from app.request.call import SSE_HEADERS, Call, Reply, Trace
 from app.request.usage import Usage, answer_facts
+from app.resume.ids import STREAM_HEADER
 from llmgate_wire import sse
 
 
@@ -78,6 +81,63 @@ def test_a_streams_batches_go_out_joined_and_every_event_is_observed(caplog) -> 
     assert line["bytes_out"] == sum(map(len, writes))
     assert line["tokens_out"] == 3  # the usage event was found inside its batch
     assert line["ttft_ms"] is not None
+
+
+class Clock:
+    """The monotonic clock, at the time the test sets (the stream's batches set it)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("resumable", [False, True])
+def test_a_streams_figures_come_from_its_batches_as_they_leave(
+    monkeypatch, caplog, resumable: bool
+) -> None:
+    """Time to first token, tokens a second and heartbeats, by the clock each batch left at:
+    the usual path (one call a batch) and the general one (a resumable stream's id lines)."""
+    clock = Clock()
+    monkeypatch.setattr(time, "monotonic", clock)
+
+    def data(content: str) -> bytes:
+        return b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}\n\n' % content.encode()
+
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":4}}\n\n'
+    timed = [  # (when it leaves, the batch): five output events in all, the last two at 4.0
+        (0.7, [sse.comment()]),
+        (1.0, [data("a")]),
+        (1.5, [sse.comment()]),
+        (2.0, [data("b"), data("c")]),
+        (4.0, [data("d"), usage, b"data: [DONE]\n\n"]),
+    ]
+    if resumable:
+        timed = [(t, [sse.with_id(e, f"s:{t}") if e.startswith(b"data") else e for e in b])
+                 for t, b in timed]  # fmt: skip
+
+    def batches() -> Iterator[list[bytes]]:
+        for when, batch in timed:
+            clock.now = when
+            yield batch
+
+    metrics = Metrics(multiproc_dir="")
+    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    call.trace.started = 0.5
+    headers = list(SSE_HEADERS) + ([(STREAM_HEADER, "s")] if resumable else [])
+    _, body = finish(call, Reply(200, headers, batches()), Settings(), metrics)
+    with caplog.at_level(logging.INFO, logger="llmgate.access"):
+        writes = list(body)
+    figures = _figures(metrics)
+    assert figures["llmgate_heartbeats_total"] == 2
+    assert figures["llmgate_ttft_seconds_sum"] == pytest.approx(0.5)  # 1.0, from 0.5
+    # Five events from 1.0 to 4.0: four more in three seconds.
+    assert figures["llmgate_stream_tokens_per_second_count"] == 1
+    assert figures["llmgate_stream_tokens_per_second_sum"] == pytest.approx(4 / 3)
+    (line,) = [json.loads(r.getMessage()) for r in caplog.records if r.name == "llmgate.access"]
+    assert line["bytes_out"] == sum(map(len, writes)) == sum(len(e) for _, b in timed for e in b)
+    assert (line["ttft_ms"], line["tokens_out"]) == (500.0, 4)
 
 
 @pytest.mark.parametrize(
