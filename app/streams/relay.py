@@ -207,8 +207,10 @@ def relay(
             if head.status >= 300:
                 on_error(str(head.status))
                 error = GatewayError(_message_of(head.body, head.status), status=head.status)
-                yield [error_event(error, route) if route in ANTHROPIC_ROUTES else
-                       b"data: " + wrap_upstream_body(head.status, head.body) + b"\n\n"]  # fmt: skip
+                if route in ANTHROPIC_ROUTES:
+                    yield [error_event(error, route)]
+                else:
+                    yield [b"data: " + wrap_upstream_body(head.status, head.body) + b"\n\n"]
             else:
                 yield [head.body]
             return
