@@ -194,8 +194,9 @@ class Reader:
         and total timers still end the wait, as they end a read: when one of them comes
         before the patience runs out, the wait is theirs, and their error is raised."""
         s = self.settings
-        idle_left = s.idle_timeout_s - (time.monotonic() - since)
-        left = min(idle_left, deadline.remaining())
+        now = time.monotonic()  # one look at the clock for both budgets (a read per event)
+        idle_left = s.idle_timeout_s - (now - since)
+        left = min(idle_left, deadline.at - now)  # at most 0 once either has run out
         wait = left if patience.timeout is None else min(patience.timeout, left)
         if wait > 0 and (ready := resp.wait_readable(wait)):
             return ready

@@ -95,6 +95,17 @@ def test_idle_timeout_after_the_first_byte(make_stack) -> None:
     assert _final_error(resp)["code"] == "idle_timeout"
 
 
+def test_the_idle_timeout_runs_on_across_heartbeats(make_stack) -> None:
+    # Heartbeats every 0.3 s, each a wait of its own for the upstream's next byte: the 1 s
+    # idle timeout counts from the last byte, across them, not from each wait (else only
+    # the 8 s deadline would end the stall).
+    gw = make_stack(env={**FAST, "LLMGATE_HEARTBEAT_S": "0.3"}, memcached=False)
+    resp = _live_stream(gw, {"x-sim-fault": "stall-after", "x-sim-ttft-ms": "0"}, max_tokens=6)
+    arrivals = read_events(resp)
+    assert any(a.event.is_comment for a in arrivals)  # the stall had its heartbeats
+    assert data_events(arrivals)[-1].event.json()["error"]["code"] == "idle_timeout"
+
+
 def test_a_stream_whose_tokens_keep_coming_outlives_the_idle_timeout(make_stack) -> None:
     # 10 tokens 250 ms apart: 2.5 s in all, more than twice the 1 s idle timeout, which
     # counts from the last byte, not from the first read.
