@@ -182,19 +182,12 @@ class Solo:
                 self._events = self._events + part if self._events else part
 
     def _wait(self, timeout: float | None) -> bool:
-        """Run the next read (or wait for the one running) for at most ``timeout``; False
-        when it is still going."""
+        """Run the next read in a greenlet of its own (or wait for the one running) for at
+        most ``timeout``; False when it is still going. A stream's reads once its first
+        events are in run in the caller's greenlet instead (``next_batch``)."""
         if self._reading is None and self._shut is not None and self._end is None:
             self._parts.close()  # the drain: its error instead of what follows
             self._end = self._shut
-        if self._reading is None and self._end is None and self._inline:
-            self._patience.timeout = timeout
-            self._guard.on = True
-            try:
-                self._step()
-            finally:
-                self._guard.on = False  # ``off``, without a call: once per read
-            return True
         if self._reading is None and self._end is None:
             self._reading = gevent.spawn(self._step)
         if self._reading is not None:
@@ -224,7 +217,16 @@ class Solo:
         """The events read and not yet relayed, or the end once every event is read; None
         on timeout."""
         if not self._events and self._end is None and not self.gone:
-            self._wait(timeout)
+            if self._inline and self._reading is None and self._shut is None:
+                # The usual read, once the first events are in: here, in this greenlet.
+                self._patience.timeout = timeout
+                self._guard.on = True
+                try:
+                    self._step()
+                finally:
+                    self._guard.on = False  # ``off``, without a call: once per read
+            else:
+                self._wait(timeout)
         if self.gone:
             raise ClientGone()
         batch = self._events

@@ -1,9 +1,11 @@
 """A caller's own whole answer, made in its greenlet: what interrupts it, and only while it
-runs; a bug before the exchange is a 502 with the log's word, as a flight's is."""
+runs; a bug before the exchange is a 502 with the log's word, as a flight's is. A stream of
+the caller's own (``Solo``): the drain between two reads ends it before the next."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import gevent
 import pytest
@@ -11,12 +13,14 @@ import pytest
 from app.core.config import Settings
 from app.core.errors import GatewayShutdown, UpstreamProtocolError
 from app.request.call import Call
-from app.streams.alone import Guard, Interrupted, answer_alone
+from app.streams.alone import Guard, Interrupted, Solo, answer_alone
+from app.streams.answer import Head
 from app.streams.drain import Lifecycle
 from app.streams.relay import UpstreamCall
 from app.streams.reply import Replies
 from app.upstream.exchange import Upstream
 from app.upstream.retry import Deadline
+from llmgate_wire import sse
 
 
 def _parked(guard_out: list[Guard], seen: list[BaseException | str]) -> None:
@@ -74,3 +78,37 @@ def test_a_bug_before_the_exchange_is_a_502_and_the_log_says_why(caplog) -> None
     with caplog.at_level(logging.ERROR), pytest.raises(UpstreamProtocolError, match="relayed"):
         answer_alone(call, made, lifecycle, replies)
     assert "answer producer failed" in caplog.text and "a bug of ours" in caplog.text
+
+
+class EndlessStream:
+    """What ``Solo`` reads of an ``UpstreamCall``: a stream's head with its first event,
+    then one event a read for as long as it is read; its reads counted."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.closed = False
+
+    def parts(self, began: float, request_id: str, patience: object = None) -> Iterator[object]:
+        try:
+            yield Head(200, [], 1, None), began
+            while True:
+                self.reads += 1
+                yield [sse.Event.of_data(b"data: x\n\n", "x")]
+        finally:
+            self.closed = True
+
+    def waitable(self) -> bool:
+        return True  # read in the caller's greenlet once the first event is in
+
+
+def test_the_drain_between_two_reads_ends_a_solo_stream_before_the_next() -> None:
+    upstream = EndlessStream()
+    solo = Solo(upstream, "req")  # type: ignore[arg-type]
+    assert solo.wait_head(5) is not None
+    batch = solo.next_batch(5)
+    assert isinstance(batch, list) and len(batch) == 1
+    assert isinstance(solo.next_batch(5), list)  # and another
+    reads = upstream.reads
+    solo.shut_down(GatewayShutdown("draining"))  # while no read runs: the caller writes
+    assert isinstance(solo.next_batch(5), GatewayShutdown)
+    assert upstream.reads == reads and upstream.closed  # no read after it; the call closed
