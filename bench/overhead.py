@@ -120,6 +120,8 @@ class Measured:
     closed_per_1000: float | None = None
     # Memcached's CPU per request (gateway+keys' limits), apart from ``cpu_ms``.
     memcached_cpu_ms: float | None = None
+    # Each half's CPU per request (``merge``), in the order run: the spread within one run.
+    halves_cpu_ms: tuple[float, ...] = ()
 
     def row_data(self) -> dict:
         r = self.result
@@ -134,6 +136,7 @@ class Measured:
             "total_ms": summary(r.total),
             "rps": r.rps,
             "cpu_ms_per_request": self.cpu_ms,
+            "cpu_ms_per_request_halves": list(self.halves_cpu_ms),
             "memcached_cpu_ms_per_request": self.memcached_cpu_ms,
             "upstream_connections_per_1000": self.upstream_per_1000,
             "upstream_connections_closed_per_1000": self.closed_per_1000,
@@ -223,6 +226,7 @@ def merge(a: Measured, b: Measured) -> Measured:
         mean(a.others, b.others, ra.wall, rb.wall) or 0.0,
         mean(a.closed_per_1000, b.closed_per_1000, na, nb),
         mean(a.memcached_cpu_ms, b.memcached_cpu_ms, na, nb),
+        (a.cpu_ms, b.cpu_ms) if a.cpu_ms is not None and b.cpu_ms is not None else (),
     )
 
 

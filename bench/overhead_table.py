@@ -159,9 +159,22 @@ def _floor_note(by: dict[tuple[str, int, str], Measured]) -> str:
             ratio = over_floor(by, m)
             if m.cpu_ms is None or ratio is None:
                 return ""
-            sides.append(f"{path} {m.cpu_ms:.2f} ms ({ratio:.2f}x, target ≤ {target:.2f}x)")
+            sides.append(
+                f"{path} {m.cpu_ms:.2f} ms ({ratio:.2f}x, target ≤ {target:.2f}x"
+                + _halves(by[(kind, hi, "floor")], m)
+                + ")"
+            )
         parts.append(f"{kind}: " + ", ".join(sides))
     return f" At {hi} callers, CPU per call: " + "; ".join(parts) + "."
+
+
+def _halves(floor: Measured, m: Measured) -> str:
+    """Each half's ratio to the floor's same half (run A B C, then C B A): how far the
+    ratio moved within the run."""
+    if len(m.halves_cpu_ms) != 2 or len(floor.halves_cpu_ms) != 2 or not all(floor.halves_cpu_ms):
+        return ""
+    ratios = [g / f for g, f in zip(m.halves_cpu_ms, floor.halves_cpu_ms, strict=True)]
+    return "; halves " + " and ".join(f"{r:.2f}x" for r in ratios)
 
 
 def cpu_checks(by: dict[tuple[str, int, str], Measured]) -> list[Check]:

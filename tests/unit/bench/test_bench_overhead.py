@@ -7,12 +7,13 @@ other path, or at another load, gives another number than the floor's.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from bench import loadgen, overhead_table
-from bench.overhead import Measured
+from bench.overhead import Measured, merge
 from bench.report import Config
 
 # CPU ms per call at 200 callers; at 1 caller the floor's is ten times larger, the others'
@@ -88,3 +89,21 @@ def test_the_table_has_gateway_keys_rows_with_their_ratio_and_memcacheds_cpu(
     assert "stream: floor 4.00 ms, gateway 4.20 ms (1.05x" in note
     assert "gateway+keys 1.20 ms (1.20x, target ≤ 1.25x)" in note
     assert all((tmp_path / p.file).is_file() for p in section.plots)
+
+
+def test_the_note_gives_each_halfs_ratio_to_the_floors_same_half(tmp_path: Path) -> None:
+    """A run's two halves (A B C, then C B A) each give a ratio: the spread within one run,
+    which a ratio of the merged means hides."""
+    out = []
+    for m in runs():
+        if m.callers == 200 and m.kind == "stream" and m.path in ("floor", "gateway"):
+            # The floor 3.0 then 5.0 ms; the gateway 3.6 then 5.5: 1.20x and 1.10x.
+            halves = (3.0, 5.0) if m.path == "floor" else (3.6, 5.5)
+            m = dataclasses.replace(m, halves_cpu_ms=halves)
+        out.append(m)
+    section = overhead_table.section(Config(out_dir=tmp_path), out, {"idle_cpu_share": {}})
+    note = next(n for n in section.notes if n.startswith("floor:"))
+    assert "gateway 4.20 ms (1.05x, target ≤ 1.10x; halves 1.20x and 1.10x)" in note
+    assert "gateway+keys 5.60 ms (1.40x, target ≤ 1.25x)" in note  # no halves: none said
+    first, second = measured("stream", 200, "gateway"), measured("stream", 200, "floor")
+    assert merge(first, second).halves_cpu_ms == (4.2, 4.0)  # merge keeps both, in order
