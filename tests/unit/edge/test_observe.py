@@ -127,6 +127,7 @@ def test_a_streams_figures_come_from_its_batches_as_they_leave(
     call.trace.started = 0.5
     headers = list(SSE_HEADERS) + ([(STREAM_HEADER, "s")] if resumable else [])
     _, body = finish(call, Reply(200, headers, batches()), Settings(), metrics)
+    assert not isinstance(body, bytes)
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
         writes = list(body)
     figures = _figures(metrics)
