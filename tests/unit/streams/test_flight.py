@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import types
 
 import gevent
 import gevent.event
@@ -12,8 +13,10 @@ import pytest
 
 from app.cache.coalesce import Flights
 from app.cache.store import entry_from_flight
+from app.core.config import Settings
 from app.core.errors import ClientTooSlow, GatewayError, UpstreamProtocolError, UpstreamReset
 from app.request import events as streams
+from app.request.call import Trace
 from app.streams.flight import (
     CACHE,
     CANCELLED,
@@ -28,6 +31,7 @@ from app.streams.flight import (
     Head,
 )
 from app.streams.relay import relay
+from app.streams.reply import Replies
 from llmgate_wire import sse
 from tests.support.flights import script
 
@@ -125,6 +129,46 @@ def test_a_responses_stream_that_ends_failed_is_reported_broken(kind: str, told:
     heard: list[str] = []
     out = list(relay(listener, heartbeat=5, end=streams.TERMINAL, on_error=heard.append))
     assert out == [[e.raw for e in events]] and heard == told  # relayed as is, either way
+
+
+class Counted:
+    """A callable that counts its calls (the relay's end work, a watcher's stop)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+    def stop(self) -> None:
+        self.calls += 1
+
+
+@pytest.mark.parametrize("how", ["to its end", "ended by an error", "closed midway"])
+def test_the_relays_end_work_runs_once_however_its_body_ends(how: str) -> None:
+    a, b, done = _events("a", "b", "[DONE]")
+    failure: object = ValueError("x") if how == "ended by an error" else done
+    listener = Flight(script(HEAD, a, "sleep", b, failure, Finished(b""))).join()
+    ended = Counted()
+    batches = relay(listener, heartbeat=5, end=streams.DONE, on_end=ended)
+    assert next(batches) == [a.raw] and ended.calls == 0  # still being sent
+    if how == "closed midway":
+        assert isinstance(batches, types.GeneratorType)
+        batches.close()  # the server closes the body: the caller left
+    else:
+        assert sum(map(len, batches)) == 2  # b, then [DONE] or the error event
+    assert ended.calls == 1
+
+
+def test_a_streams_body_stops_its_watcher_and_leaves_its_listener_at_its_end() -> None:
+    a, done = _events("a", "[DONE]")
+    listener = Flight(script(HEAD, a, done, Finished(b""))).join()
+    assert listener.wait_head(5) == HEAD
+    watcher = Counted()
+    replies = Replies(Settings(), lambda name: {})
+    body = replies._stream("chat", Trace(), listener, watcher)  # type: ignore[arg-type]
+    assert [chunk for batch in body for chunk in batch] == [a.raw, done.raw]
+    assert watcher.calls == 1 and listener.left
 
 
 def test_a_late_joiner_reads_every_event_from_the_first() -> None:
