@@ -28,6 +28,7 @@ from app.cache.memcached import FLAG_MANIFEST, FLAG_PART, FLAG_VALUE, MemcachedB
 from app.cache.memory import MemoryBackend
 from app.cache.tiered import TieredCache
 from tests.conftest import ROOT
+from tests.support.clock import Clock
 from tests.support.faultproxy import FaultProxy
 from tests.support.faults import BlackHole
 from tests.support.memcached import start_memcached
@@ -89,14 +90,6 @@ def timed(call: Callable[[], object]) -> tuple[object, float]:
     return result, time.monotonic() - start
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 # -- the contract suite ---------------------------------------------------------------------
 class TieredAsBackend:
     """TieredCache.get also names the level; the contract only looks at the value."""
@@ -121,7 +114,7 @@ class Harness:
 
 @pytest.fixture(params=["memory", "memcached", "tiered"])
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    clock = FakeClock()
+    clock = Clock(1000.0)
 
     def tick(seconds: float) -> None:
         clock.now += seconds
@@ -451,7 +444,7 @@ def test_two_nodes_one_stopped_mid_run(logs: Path, mc_port: int, key) -> None:
 
 
 def test_tiered_keeps_serving_l1_when_l2_is_down(proxy: FaultProxy, key) -> None:
-    clock = FakeClock()
+    clock = Clock(1000.0)
     l2 = MemcachedBackend([("127.0.0.1", proxy.port)])
     tiers = TieredCache(MemoryBackend(MiB, clock=clock), l2, l1_ttl=30)
     assert tiers.set(key(), b"v", 300)
@@ -594,8 +587,8 @@ def test_a_connection_interrupted_mid_reply_is_never_reused(
 
 # -- tiered specifics -----------------------------------------------------------------------
 @pytest.fixture
-def tiers(mc: MemcachedBackend) -> Iterator[tuple[TieredCache, FakeClock]]:
-    clock = FakeClock()
+def tiers(mc: MemcachedBackend) -> Iterator[tuple[TieredCache, Clock]]:
+    clock = Clock(1000.0)
     yield TieredCache(MemoryBackend(MiB, clock=clock), mc, l1_ttl=10), clock
 
 

@@ -11,20 +11,13 @@ from app.cache.policy import Directive
 from app.cache.store import DECODED_KEYS, DECODED_MAX_BYTES, AnswerCache
 from app.cache.tiered import TieredCache
 from app.core.config import Settings
+from tests.support.clock import Clock
 
 KEY = "llmgate:v1:" + "a" * 64
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _cache() -> tuple[AnswerCache, TieredCache, Clock]:
-    clock = Clock()
+    clock = Clock(time.time())
     tiers = TieredCache(MemoryBackend(64 << 20), None, l1_ttl=3600)
     return AnswerCache(tiers, Settings(), shared=False, clock=clock), tiers, clock
 

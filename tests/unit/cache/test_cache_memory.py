@@ -12,26 +12,19 @@ import pytest
 
 from app.cache.backends import MAX_TTL_S, Backend, clamp_ttl, validate_key
 from app.cache.memory import MemoryBackend
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import Clock
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> Clock:
+    return Clock(1000.0)
 
 
 def test_is_a_backend() -> None:
     assert isinstance(MemoryBackend(1024), Backend)
 
 
-def test_size_is_key_plus_value_and_lru_entry_goes_first(clock: FakeClock) -> None:
+def test_size_is_key_plus_value_and_lru_entry_goes_first(clock: Clock) -> None:
     cache = MemoryBackend(96, clock=clock)  # values up to 12 bytes
     for name in "abcd":
         assert cache.set(f"k{name}", name.encode() * 10, 60)  # 2 + 10 bytes each
@@ -50,7 +43,7 @@ def test_size_is_key_plus_value_and_lru_entry_goes_first(clock: FakeClock) -> No
     assert cache.used_bytes <= 96
 
 
-def test_replacing_a_value_updates_the_byte_count(clock: FakeClock) -> None:
+def test_replacing_a_value_updates_the_byte_count(clock: Clock) -> None:
     cache = MemoryBackend(800, clock=clock)
     cache.set("k", b"x" * 100, 60)
     cache.set("k", b"y" * 10, 60)
@@ -59,7 +52,7 @@ def test_replacing_a_value_updates_the_byte_count(clock: FakeClock) -> None:
     assert cache.used_bytes == 0 and len(cache) == 0
 
 
-def test_ttl_follows_the_injected_clock(clock: FakeClock) -> None:
+def test_ttl_follows_the_injected_clock(clock: Clock) -> None:
     cache = MemoryBackend(1024, clock=clock)
     cache.set("short", b"1", 1)
     cache.set("long", b"2", 30)
@@ -73,7 +66,7 @@ def test_ttl_follows_the_injected_clock(clock: FakeClock) -> None:
     assert cache.used_bytes == 0  # expired entries leave when they are found
 
 
-def test_add_succeeds_over_an_expired_entry(clock: FakeClock) -> None:
+def test_add_succeeds_over_an_expired_entry(clock: Clock) -> None:
     cache = MemoryBackend(1024, clock=clock)
     assert cache.add("lease", b"a", 5)
     assert not cache.add("lease", b"b", 5)
@@ -82,7 +75,7 @@ def test_add_succeeds_over_an_expired_entry(clock: FakeClock) -> None:
     assert cache.get("lease") == b"c"
 
 
-def test_values_over_an_eighth_are_refused_and_drop_the_older_value(clock: FakeClock) -> None:
+def test_values_over_an_eighth_are_refused_and_drop_the_older_value(clock: Clock) -> None:
     cache = MemoryBackend(800, clock=clock)
     assert cache.set("k", b"x" * 100, 60)  # exactly max_bytes / 8
     assert not cache.set("k", b"x" * 101, 60)
@@ -91,7 +84,7 @@ def test_values_over_an_eighth_are_refused_and_drop_the_older_value(clock: FakeC
     assert cache.stats()["too_large"] == 2
 
 
-def test_ttl_is_clamped_to_whole_seconds_within_memcached_range(clock: FakeClock) -> None:
+def test_ttl_is_clamped_to_whole_seconds_within_memcached_range(clock: Clock) -> None:
     assert clamp_ttl(0) == 1 and clamp_ttl(-5) == 1
     assert clamp_ttl(10**9) == MAX_TTL_S < 2_592_000
     cache = MemoryBackend(1024, clock=clock)
@@ -124,7 +117,7 @@ def test_a_key_may_hold_exactly_the_characters_33_to_126() -> None:
             assert valid == (33 <= point <= 126), (point, key)
 
 
-def test_counters(clock: FakeClock) -> None:
+def test_counters(clock: Clock) -> None:
     cache = MemoryBackend(1024, clock=clock)
     cache.get("a")
     cache.set("a", b"1", 10)

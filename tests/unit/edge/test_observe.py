@@ -18,6 +18,7 @@ from app.request.call import SSE_HEADERS, Call, Reply, Trace
 from app.request.usage import Usage, answer_facts
 from app.resume.ids import STREAM_HEADER
 from llmgate_wire import sse
+from tests.support.clock import Clock
 
 
 def test_cache_outcome_labels_are_bounded() -> None:
@@ -81,16 +82,6 @@ def test_a_streams_batches_go_out_joined_and_every_event_is_observed(caplog) -> 
     assert line["bytes_out"] == sum(map(len, writes))
     assert line["tokens_out"] == 3  # the usage event was found inside its batch
     assert line["ttft_ms"] is not None
-
-
-class Clock:
-    """The monotonic clock, at the time the test sets (the stream's batches set it)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.mark.parametrize("resumable", [False, True])

@@ -12,23 +12,13 @@ from app.resume.reader import StoredStream
 from app.resume.record import ENDED, OPEN, SEALED, LogFault, Meta, encode_chunk, end_record
 from app.streams.answer import Finished
 from llmgate_wire import sse
+from tests.support.clock import Clock
 
 KEY = ids.log_key("key:test", "A" * 24)
 
 
 def event(n: int) -> bytes:
     return sse.encode_json({"n": n})
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += max(seconds, 0.001)
 
 
 def reader(store: MemoryBackend, clock: Clock, after: int) -> StoredStream:
