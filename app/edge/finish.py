@@ -31,8 +31,6 @@ from app.request.usage import answer_facts
 from app.resume.ids import STREAM_HEADER
 from app.tenancy.prices import PriceTable, usd
 
-# The log line's encoder, built once (json.dumps builds one for each call given an option).
-_LINE = json.JSONEncoder(separators=(",", ":"))
 # Outcomes whose answer came from this caller's own upstream call (billed to it).
 _UPSTREAM_OUTCOMES = frozenset({"miss", "bypass", "refresh"})
 
@@ -151,7 +149,7 @@ def _record(
         line["prices_version"] = None if prices is None else prices.version
         if settings.log_prompts:
             line["request_body"] = call.body.decode("utf-8", errors="replace")
-        access_log.write(_LINE.encode(line))
+        access_log.write(access_log.encode(line))
     if trace.span is not None:
         _end_span(trace.span, call, reply, facts, outcome, ttft, usage)
 

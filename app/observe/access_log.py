@@ -1,6 +1,15 @@
 """The request log's line: one JSON line per call (app/edge/finish.py), on the logger
 ``llmgate.access``.
 
+``encode`` writes the line with orjson, in a tenth of the time json's encoder takes (0.5
+against 5 us for the usual line of 25 fields, measured in docs/performance.md, "The request
+log's line"). The line is the same JSON value either way, in ASCII, as before: json escapes
+every character past ASCII, and orjson writes it as it is (UTF-8), so a line whose orjson text
+is not ASCII, or that orjson refuses (an integer past 64 bits, a lone surrogate), is written
+by json. The text may differ where the value does not: orjson writes 0.00001 where json
+writes 1e-05, and DEL unescaped. A float that is not a number, which JSON has no word for,
+is ``null`` (json writes ``NaN``, which JSON parsers refuse).
+
 The app factory gives the ``llmgate`` logger one handler of its own, writing each record's bare
 message to stderr (app/factory.py ``_log_to_stderr``). Sent through ``logging``, a line costs a
 ``LogRecord`` (the caller's frame looked up, the thread and process named, the time taken) and
@@ -19,11 +28,28 @@ only from its gevent loop, where a write to stderr does not yield; its one real 
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import TextIO
+from typing import Any, TextIO
+
+import orjson
 
 ACCESS = logging.getLogger("llmgate.access")
 BARE = "%(message)s"  # the factory's handler's format: the line as it was given
+# json's encoder, built once (json.dumps builds one for each call given an option).
+_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
+def encode(line: dict[str, Any]) -> str:
+    """``line`` as compact JSON in ASCII: orjson's text, or json's where orjson's is not ASCII
+    or orjson refuses the line."""
+    try:
+        text = orjson.dumps(line)
+    except TypeError:  # an integer past 64 bits, a lone surrogate, a key not a string
+        return _JSON.encode(line)
+    if not text.isascii():
+        return _JSON.encode(line)
+    return text.decode("ascii")
 
 
 def write(line: str) -> None:

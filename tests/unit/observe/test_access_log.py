@@ -5,10 +5,13 @@ else; any other configuration gets its records as before."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.observe import access_log
 from app.observe.access_log import ACCESS
@@ -112,3 +115,58 @@ def test_a_stream_that_cannot_be_written_never_fails_the_call(factory_handler) -
     _as_the_factory_leaves_it(factory_handler)
     factory_handler.stream.close()  # stderr gone (a closed pipe, say)
     access_log.write("lost")  # as logging's handler would: no exception reaches the call
+
+
+# What a log line may hold: the gateway's own values, and usage as a provider sent it
+# (any JSON, with json.loads's integers of any size and its lone surrogates).
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+    | st.text(alphabet=st.characters(codec="ascii"))
+    | st.sampled_from(["\ud800", "a\udfffb", "\u2028", "\x00\x1f\x7f", "é"])
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(), _VALUES, max_size=8))
+def test_a_line_is_the_json_value_json_would_write_in_ascii(line) -> None:
+    """The same value as json's encoder writes, all in ASCII, whichever encoder wrote it."""
+    text = access_log.encode(line)
+    assert text.isascii()
+    assert json.loads(text) == json.loads(json.dumps(line))
+
+
+def test_the_usual_line_takes_orjsons_path_and_the_rest_take_jsons(monkeypatch) -> None:
+    """Which encoder wrote a line: orjson for the usual one, json for a line whose orjson
+    text is not ASCII or that orjson refuses."""
+    written: list[str] = []
+    json_encode = access_log._JSON.encode
+
+    class Watched(json.JSONEncoder):
+        def encode(self, o: object) -> str:
+            written.append("json")
+            return json_encode(o)
+
+    monkeypatch.setattr(access_log, "_JSON", Watched())
+    usual = {"ts": 1796274317.195, "route": "chat", "status": 200, "usage": {"total": 55}}
+    assert access_log.encode(usual) == json.dumps(usual, separators=(",", ":"))
+    assert written == []
+    for other in ({"model": "é"}, {"n": 2**64}, {"model": "\ud800"}):
+        assert access_log.encode(other) == json.dumps(other, separators=(",", ":"))
+    assert written == ["json"] * 3
+
+
+def test_a_float_that_is_not_a_number_is_null() -> None:
+    """JSON has no word for it: null, where json would write NaN (which parsers refuse)."""
+    assert json.loads(access_log.encode({"usage": {"cost": float("nan")}})) == {
+        "usage": {"cost": None}
+    }
