@@ -32,7 +32,8 @@ from app.core.config import Settings
 from app.core.errors import ModelNotAllowed
 from app.observe.metrics import Metrics
 from app.observe.tracing import Tracer, Value
-from app.request import jsonedit, schema
+from app.request import schema
+from app.request.body_readings import BodyReading, BodyReadings, read_body
 from app.request.call import CLIENT_CLOSED, Call, Reply
 from app.request.headers import check_header_values
 from app.resume.service import Resumes, owner_of
@@ -108,6 +109,8 @@ class Gateway:
         # asks is logged as its reply begins (app/resume/service.py, Resumes.attach).
         self.resumes = Resumes(settings, resume_store, self.log_budget, metrics)
         self.replies = Replies(settings, self._whereabouts, self.resumes.attach)
+        # The last bodies read, and what they decided (app/request/body_readings.py).
+        self.readings = BodyReadings()
         self.coalescer = (
             None
             if answers is None
@@ -139,9 +142,10 @@ class Gateway:
     # -- the plan ---------------------------------------------------------------------------
     def plan(self, call: Call, caller: Caller) -> Plan:
         """Validate, admit, take the key's grant, and decide where and how the call goes."""
-        body, forward, stream = None, call.body, False
+        reading, body, forward, stream = None, None, call.body, False
         if call.route in VALIDATED_ROUTES:
-            body, forward, stream = self._read_body(call)
+            reading = self._read_body(call)
+            body, forward, stream = reading.body, reading.forward, reading.stream
         # Admission control (app/core/admission.py): a slot, and a stream slot for a stream,
         # or a 429 now; routes.py gives them back when the response body is closed. Before
         # the key's grant: a call this worker cannot take costs its caller nothing.
@@ -161,30 +165,24 @@ class Gateway:
                                     max_event_bytes=self.settings.max_event_bytes,
                                     route=call.route)  # fmt: skip
         cached = None
-        if body is not None and self.answers is not None:
+        if reading is not None and self.answers is not None:
             cached = cache_plan(self.settings, route=call.route, headers=call.headers,
-                                query=call.query, body=body,
+                                query=call.query, reading=reading,
                                 upstream=self.upstream.route_id(schema.model_of(body)),
                                 tenant=None if grant is None else grant.key.tenant)  # fmt: skip
         return Plan(call, body, stream, deadline, compute, cached)
 
-    def _read_body(self, call: Call) -> tuple[dict[str, Any], bytes, bool]:
-        """The validated body, the bytes to forward, whether it streams."""
-        body = schema.parse_body(
-            call.body,
-            max_depth=self.settings.max_json_depth,
-            max_array_items=self.settings.max_json_array_items,
-            max_containers=self.settings.max_json_containers,
-        )
-        schema.validate(call.route, body)
-        model, path = schema.model_of(body), call.path.removeprefix("/v1")
-        self.upstream.check_serves(model, call.route, path)
-        stream = schema.wants_stream(body)
-        call.trace.asked(call.route, call.method, call.path, body, stream)
-        if "cache" not in body:
-            return body, call.body, stream
-        # Our control object, not the provider's: it never goes upstream.
-        return body, jsonedit.without_member_of(call.body, body, "cache"), stream
+    def _read_body(self, call: Call) -> BodyReading:
+        """The body's reading: the validated document, the bytes to forward, whether it
+        streams. Read once while the same bytes keep coming (app/request/body_readings.py)."""
+        reading = self.readings.get(call.route, call.path, call.body)
+        if reading is None:
+            serves = partial(self.upstream.check_serves, route=call.route,
+                             path=call.path.removeprefix("/v1"))  # fmt: skip
+            read = read_body(call.body, call.route, self.settings, serves)
+            reading = self.readings.keep(call.route, call.path, call.body, read)
+        call.trace.asked(call.route, call.method, call.path, reading.body, reading.stream)
+        return reading
 
     def _grant(
         self, call: Call, key: GatewayKey, body: dict[str, Any] | None, stream: bool, forward: bytes

@@ -10,11 +10,11 @@ is named), the upstream route's, and the body's canonical form (app/cache/keys.p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from app.cache import keys, policy
 from app.cache.policy import Directive
 from app.core.config import Settings
+from app.request.body_readings import BodyReading
 
 
 @dataclass(frozen=True)
@@ -29,13 +29,15 @@ def cache_plan(
     route: str,
     headers: list[tuple[str, str]],
     query: str,
-    body: dict[str, Any],
+    reading: BodyReading,
     upstream: str,
     tenant: str | None,
 ) -> CachePlan | None:
     """The call's cache key and directive, or None when its route or body is not cached.
+    ``reading``: its body's (app/request/body_readings.py), whose canonical form is kept there;
     ``upstream``: the route id of the upstreams serving its model; ``tenant``: the gateway
     key's, when keys are on."""
+    body = reading.body
     if not policy.is_cacheable(route, body, settings.cache_mode):
         return None
     directive = policy.parse_cache_control(v for k, v in headers if k.lower() == "cache-control")
@@ -43,5 +45,8 @@ def cache_plan(
     directive = policy.check_namespace(directive, settings.allowed_namespaces)
     if tenant is None or directive.namespace is not None:
         tenant = keys.tenant_of(headers, namespace=directive.namespace)
-    key = keys.cache_key(upstream=upstream, route=route, tenant=tenant, body=body, query=query)
+    if reading.canonical is None:
+        reading.canonical = keys.canonical_body(body)
+    key = keys.cache_key(upstream=upstream, route=route, tenant=tenant, body=body, query=query,
+                         canonical=reading.canonical)  # fmt: skip
     return CachePlan(key, directive)

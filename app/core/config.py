@@ -14,6 +14,7 @@ the code imports the settings' names from.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -178,7 +179,7 @@ class Settings(InstanceSettings, CallSettings):
         """LLMGATE_OPS_ALLOW's entries (nginx checks their syntax when it starts)."""
         return ops_allow_entries(self.ops_allow)
 
-    @property
+    @functools.cached_property
     def allowed_namespaces(self) -> frozenset[str]:
         return frozenset(n.strip() for n in self.cache_namespaces.split(",") if n.strip())
 

@@ -24,6 +24,7 @@ from app.cache.plan import cache_plan
 from app.core.config import Settings
 from app.core.errors import BadRequest
 from app.request import schema
+from app.request.body_readings import BodyReading
 from app.request.paths import forwarded_path
 from llmgate_wire import sse
 from tests.support.sse_feed import cut_at, decode
@@ -211,7 +212,8 @@ def _gateway_checks(raw: bytes, route: str, cache_control: str = "") -> None:
     schema.wants_stream(body)
     schema.wants_usage(body)
     headers = [("Cache-Control", cache_control)]
-    cache_plan(_PLAN_SETTINGS, route=route, headers=headers, query="", body=body,
+    reading = BodyReading(body, raw, schema.wants_stream(body))
+    cache_plan(_PLAN_SETTINGS, route=route, headers=headers, query="", reading=reading,
                upstream="u", tenant=None)  # fmt: skip
 
 

@@ -1,0 +1,102 @@
+"""A body read once while it repeats (app/request/body_readings.py, through ``Gateway.plan``):
+what the bytes decide comes from the reading; what the caller decides (its tenant, its
+Cache-Control, its query) is decided for each call; a refused body is refused each time."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.cache.memory import MemoryBackend
+from app.cache.store import AnswerCache
+from app.cache.tiered import TieredCache
+from app.core.config import Settings
+from app.core.errors import BadRequest, ModelNotServed
+from app.gateway import Caller, Gateway, Plan
+from app.request.call import Call
+from app.upstream.catalog import UpstreamSpec
+from app.upstream.exchange import Upstream
+
+SETTINGS = Settings(upstream_url="http://127.0.0.1:9/v1", cache_lease_s=0)
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+RAW = json.dumps(BODY).encode()
+
+
+def _gateway() -> Gateway:
+    l1 = MemoryBackend(1 << 20)
+    answers = AnswerCache(TieredCache(l1, None, l1_ttl=60), SETTINGS, shared=False)
+    specs = [UpstreamSpec("only", "http://127.0.0.1:9/v1", models=("m",))]
+    return Gateway(SETTINGS, Upstream(SETTINGS, specs), answers)
+
+
+def _plan(gateway: Gateway, raw: bytes = RAW, *, route: str = "chat",
+          path: str = "/v1/chat/completions", headers=(), query: str = "") -> Plan:  # fmt: skip
+    return gateway.plan(Call(route, "POST", path, query, list(headers), raw), Caller(None))
+
+
+def test_the_same_bytes_on_the_same_route_and_path_are_read_once() -> None:
+    gateway = _gateway()
+    both = json.dumps({**BODY, "prompt": "hi"}).encode()  # a chat call's and a completion's
+    first = _plan(gateway, both)
+    assert _plan(gateway, both).body is first.body
+    assert _plan(gateway, both, headers=[("api-key", "b")], query="v=2").body is first.body
+    assert len(gateway.readings) == 1
+    # Any other bytes (the same JSON spaced otherwise), route or path: read on its own.
+    spaced = _plan(gateway, json.dumps(json.loads(both), indent=1).encode())
+    assert spaced.body == first.body and spaced.body is not first.body
+    other_route = _plan(gateway, both, route="completions", path="/v1/completions")
+    assert other_route.body == first.body and other_route.body is not first.body
+    assert _plan(gateway, both, path="/v1/chat/completions/").body is not first.body
+    assert len(gateway.readings) == 4
+
+
+def test_what_the_caller_decides_is_decided_for_each_call() -> None:
+    """One reading, and still each call's own tenant, Cache-Control and query in its key
+    and directive, and its own trace of what it asked."""
+    gateway = _gateway()
+    plans = {
+        "a": _plan(gateway, headers=[("api-key", "a")]),
+        "b": _plan(gateway, headers=[("api-key", "b")]),
+        "a, query": _plan(gateway, headers=[("api-key", "a")], query="v=2"),
+        "a, no-store": _plan(gateway, headers=[("api-key", "a"), ("Cache-Control", "no-store")]),
+        "a again": _plan(gateway, headers=[("api-key", "a")]),
+    }
+    assert len(gateway.readings) == 1
+    cached = {name: plan.cache for name, plan in plans.items()}
+    assert all(c is not None for c in cached.values())
+    keys = {name: c.key for name, c in cached.items() if c is not None}
+    assert len({keys["a"], keys["b"], keys["a, query"]}) == 3
+    assert keys["a again"] == keys["a"] == keys["a, no-store"]
+    stores = {name: c.directive.store for name, c in cached.items() if c is not None}
+    assert stores == {"a": True, "b": True, "a, query": True, "a, no-store": False,
+                      "a again": True}  # fmt: skip
+    for plan in plans.values():
+        assert (plan.call.trace.model, plan.call.trace.stream) == ("m", False)
+
+
+def test_the_gateways_cache_object_is_taken_out_of_what_goes_upstream_once_for_all() -> None:
+    gateway = _gateway()
+    raw = json.dumps({**BODY, "cache": {"ttl": 60}}).encode()
+    for _ in range(2):
+        plan = _plan(gateway, raw)
+        assert plan.cache is not None and plan.cache.directive.ttl == 60
+    kept = gateway.readings.get("chat", "/v1/chat/completions", raw)
+    assert kept is not None and kept.body["cache"] == {"ttl": 60}
+    assert json.loads(kept.forward) == BODY  # what goes upstream, for every call
+
+
+@pytest.mark.parametrize(
+    ("raw", "refused"),
+    [
+        (b"{", BadRequest),
+        (json.dumps({"messages": []}).encode(), BadRequest),
+        (json.dumps({**BODY, "model": "elsewhere"}).encode(), ModelNotServed),
+    ],
+)
+def test_a_refused_body_is_refused_each_time_and_never_kept(raw, refused) -> None:
+    gateway = _gateway()
+    for _ in range(3):
+        with pytest.raises(refused):
+            _plan(gateway, raw)
+    assert len(gateway.readings) == 0
