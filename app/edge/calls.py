@@ -114,19 +114,22 @@ def read_body(environ: Mapping[str, Any], limit: int) -> bytes:
     stream = environ["wsgi.input"]
     parts: list[bytes] = []
     size = 0
+    # Read until the declared length (no last read to learn the end: a small body is one
+    # read), or a body of unknown length until it ends or passes the limit.
+    want = limit + 1 if declared is None else declared
     try:
-        while chunk := stream.read(min(65536, limit + 1 - size)):
+        while size < want and (chunk := stream.read(min(65536, want - size))):
             parts.append(chunk)
             size += len(chunk)
-            if size > limit:
-                raise _too_large(limit)
     except OSError as exc:
         # gunicorn's NoMoreData: the connection ended inside a chunked body.
         raise errors.BadRequest(_CUT_SHORT, code="incomplete_body") from exc
+    if size > limit:
+        raise _too_large(limit)
     if declared is not None and size < declared:
         # A body of known length that ended early reads as a short one, without an error.
         raise errors.BadRequest(_CUT_SHORT, code="incomplete_body")
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _too_large(limit: int) -> errors.PayloadTooLarge:
