@@ -38,6 +38,8 @@ HIT, FLOOR = "HIT l1", "floor: hit"
 RPS, P50 = 6, 4
 # Issue 25: the gateway's L1 hits per second at least this share of the floor's.
 HITS_OVER_FLOOR = 0.9
+# Rounds of the L1 hits and of the floor's, in turns; each side's best is its row.
+ROUNDS = 3
 
 
 def _call(http: urllib3.PoolManager, url: str, payload: bytes) -> tuple[float, str]:
@@ -168,9 +170,11 @@ def _row(
 
 
 def run(cfg: Config) -> Section:
-    """Hits through nginx at 64 callers: L1 (the default), a streamed L1 hit, L2 only."""
+    """Hits through nginx at 64 callers: L1 (the default), a streamed L1 hit, L2 only; the
+    L1 hits and the floor's in turns, the best round of each."""
     callers = 8 if cfg.smoke else 64
     hits = 40 if cfg.smoke else 12000
+    rounds = 1 if cfg.smoke else ROUNDS
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-bench-cache-"))
     common = {
         "model": "sim-model",
@@ -183,15 +187,29 @@ def run(cfg: Config) -> Section:
     stream = loadgen.request_bytes("/v1/chat/completions", {**common, "stream": True}, auth)
     bypass = {**common, "temperature": 0.9}
     rows: list[list[Cell]] = []
+    # The shape's floor for a hit (bench/overhead.py's floor path, its answers kept in a
+    # dict in each worker): what the fixed parts cost to answer from memory. Up beside the
+    # gateway, so that their rounds take turns: a run of a few seconds each, one after the
+    # other, moved with the machine by up to a third.
+    floor_options = StackOptions(
+        run_dir=run_dir / "c", simulator_args=SIM, memcached=False, wsgi_app=FLOOR_APP
+    )
     try:
-        cfg.progress("cache: starting memcached, simulator, gunicorn, nginx")
-        with Stack(StackOptions(run_dir=run_dir / "a", simulator_args=SIM)) as stack:
+        cfg.progress("cache: starting memcached, simulator, gunicorn, nginx, and the floor")
+        with (
+            Stack(StackOptions(run_dir=run_dir / "a", simulator_args=SIM)) as stack,
+            Stack(floor_options) as floor,
+        ):
             direct = loadgen.request_bytes("/v1/chat/completions", bypass, auth)
             cfg.progress(f"cache: direct to the simulator, {callers} callers")
             host, port = stack.sim_url.removeprefix("http://").split(":")
             r = loadgen.run(host, int(port), direct, callers, callers * 2)
             rows.append(_row("direct (no cache)", callers, r, None, None))
-            rows.append(_measure(cfg, HIT, stack, stack.url, plain, callers, hits))
+            turns: dict[str, list[list[Cell]]] = {HIT: [], FLOOR: []}
+            for _ in range(rounds):
+                turns[HIT].append(_measure(cfg, HIT, stack, stack.url, plain, callers, hits))
+                turns[FLOOR].append(_measure(cfg, FLOOR, floor, floor.url, plain, callers, hits))
+            rows.append(best(turns[HIT]))
             rows.append(_measure(cfg, "HIT l1, stream", stack, stack.url, stream, callers, hits))
         # The L1 refuses values above 1/8 of its size: at 1 KiB every answer goes to L2.
         l2_only = {"LLMGATE_CACHE_L1_BYTES": "1024"}
@@ -199,17 +217,16 @@ def run(cfg: Config) -> Section:
         cfg.progress("cache: starting a gateway with the L1 off (hits from Memcached)")
         with Stack(options) as stack:
             rows.append(_measure(cfg, "HIT l2 (memcached)", stack, stack.url, plain, callers, hits))
-        # The shape's floor for a hit (bench/overhead.py's floor path, its answers kept in a
-        # dict in each worker): what the fixed parts cost to answer from memory.
-        options = StackOptions(
-            run_dir=run_dir / "c", simulator_args=SIM, memcached=False, wsgi_app=FLOOR_APP
-        )
-        cfg.progress("cache: starting the floor (its app keeps answers in a dict)")
-        with Stack(options) as stack:
-            rows.append(_measure(cfg, FLOOR, stack, stack.url, plain, callers, hits))
+        rows.append(best(turns[FLOOR]))
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    return section(rows, callers, hits)
+    return section(rows, callers, hits, rounds)
+
+
+def best(turns: list[list[Cell]]) -> list[Cell]:
+    """The round with the most answers a second: a round is slowed by what else the machine
+    does, never sped up."""
+    return max(turns, key=lambda row: float(row[RPS] or 0))
 
 
 def checks(rows: list[list[Cell]], callers: int) -> list[Check]:
@@ -236,7 +253,7 @@ def checks(rows: list[list[Cell]], callers: int) -> list[Check]:
     ]
 
 
-def section(rows: list[list[Cell]], callers: int, hits: int) -> Section:
+def section(rows: list[list[Cell]], callers: int, hits: int, rounds: int = 1) -> Section:
     """The table (each row's req/s over direct's and over the floor's), targets and notes."""
     found = checks(rows, callers)
     by = {row[0]: row for row in rows}
@@ -269,6 +286,7 @@ def section(rows: list[list[Cell]], callers: int, hits: int) -> Section:
                 "answer_tokens": 50,
                 "hits_per_row": hits,
                 "callers": callers,
+                "rounds_in_turns": rounds,
             },
         },
         checks=found,
@@ -282,6 +300,8 @@ def section(rows: list[list[Cell]], callers: int, hits: int) -> Section:
             "overhead section's floor), which answers a repeated request from a dict in its "
             "worker: what nginx, gunicorn and Flask cost to answer from memory, before any of "
             "the gateway's own work. The hits' target is a ratio to it (req/s x floor), "
-            "measured in the same run: at least 0.9x the floor's hits per second.",
+            "measured in the same run: at least 0.9x the floor's hits per second. Its stack "
+            f"is up beside the gateway's, and the two take turns: {rounds} rounds each (HIT "
+            "l1, floor, HIT l1, ...), each row the best of its side's rounds.",
         ],
     )
