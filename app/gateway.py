@@ -25,7 +25,7 @@ from typing import Any
 from app.cache.coalesce import Coalescer
 from app.cache.entry import Entry
 from app.cache.plan import CachePlan, cache_plan
-from app.cache.policy import BYPASS, COALESCED, STATUS_HEADER, refresh_early
+from app.cache.policy import BYPASS, COALESCED, STATUS_HEADER, is_cacheable, refresh_early
 from app.cache.replay import reply_from_entry
 from app.cache.store import AnswerCache, entry_from_flight
 from app.core.config import Settings
@@ -174,13 +174,16 @@ class Gateway:
 
     def _read_body(self, call: Call) -> BodyReading:
         """The body's reading: the validated document, the bytes to forward, whether it
-        streams. Read once while the same bytes keep coming (app/request/body_readings.py)."""
+        streams. Kept while the same bytes keep coming when the cache may serve the call (a
+        repeat is what a hit is made of; app/request/body_readings.py), else read each time."""
         reading = self.readings.get(call.route, call.path, call.body)
         if reading is None:
             serves = partial(self.upstream.check_serves, route=call.route,
                              path=call.path.removeprefix("/v1"))  # fmt: skip
-            read = read_body(call.body, call.route, self.settings, serves)
-            reading = self.readings.keep(call.route, call.path, call.body, read)
+            reading = read_body(call.body, call.route, self.settings, serves)
+            if self.answers is not None and is_cacheable(call.route, reading.body,
+                                                         self.settings.cache_mode):  # fmt: skip
+                reading = self.readings.keep(call.route, call.path, call.body, reading)
         call.trace.asked(call.route, call.method, call.path, reading.body, reading.stream)
         return reading
 

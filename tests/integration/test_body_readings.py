@@ -1,9 +1,10 @@
-"""A body's reading is shared by every call that sends the same bytes (app/request/
-body_readings.py), so no stage may edit it. Calls of every route, streamed and whole, to
-each kind of upstream (OpenAI, Anthropic, Gemini: their translations), through the Messages
-door both ways, each sent twice (the second from the reading, and a cache hit where the
-call is cached), without gateway keys and with one whose limits read the body: every reading
-kept is still the document its bytes parse to.
+"""A body's reading is shared by every call the cache may serve that sends the same bytes
+(app/request/body_readings.py), so no stage may edit it. Calls of every route, streamed and
+whole, to each kind of upstream (OpenAI, Anthropic, Gemini: their translations), through
+the Messages door both ways, each sent twice (the second from the reading, and a cache
+hit), without gateway keys and with one whose limits read the body: every reading kept is
+still the document its bytes parse to. The calls the cache does not serve (count_tokens, a
+sampled answer) keep no reading.
 
 In this process: the app (its gateway's readings read directly), the simulator as its
 upstream over loopback."""
@@ -72,8 +73,7 @@ def _calls() -> list[tuple[str, dict[str, Any]]]:
                     "metadata": {"user_id": "u"}}  # fmt: skip
         calls.append(("/v1/messages", messages))
         calls.append(("/v1/messages", {**messages, "stream": True}))
-    calls.append(("/v1/messages/count_tokens", {"model": "m-anthropic", "messages": USER}))
-    responses = {"model": "m-openai", "input": "hi", "temperature": 0}
+    responses = {"model": "m-openai", "input": "hi", "temperature": 0, "store": False}
     calls.append(("/v1/responses", responses))
     calls.append(("/v1/responses", {**responses, "stream": True}))
     calls.append(("/v1/completions", {"model": "m-openai", "prompt": "hi", "temperature": 0}))
@@ -81,10 +81,17 @@ def _calls() -> list[tuple[str, dict[str, Any]]]:
     return calls
 
 
+# Calls the cache does not serve (a sampled answer; a route it never keeps): read each time.
+UNCACHED = [
+    ("/v1/chat/completions", {"model": "m-openai", "messages": USER, "temperature": 0.7}),
+    ("/v1/messages/count_tokens", {"model": "m-anthropic", "messages": USER}),
+]
+
+
 def test_no_call_edits_the_reading_it_shares(app) -> None:
     client = app.test_client()
     sent = set()
-    for path, body in _calls():
+    for path, body in _calls() + UNCACHED:
         raw = json.dumps(body).encode()
         sent.add(raw)
         for _ in range(2):
@@ -93,6 +100,7 @@ def test_no_call_edits_the_reading_it_shares(app) -> None:
             assert answer.data  # the whole answer read, a stream to its end
     readings = app.extensions["llmgate"].readings
     kept = readings._kept
-    assert {raw for _, _, raw in kept} == sent  # every call's reading is here
+    # Every cached call's reading is here, and no other.
+    assert {raw for _, _, raw in kept} == sent - {json.dumps(body).encode() for _, body in UNCACHED}
     for (route, path, raw), reading in kept.items():
         assert reading.body == json.loads(raw), (route, path)

@@ -75,6 +75,19 @@ def test_what_the_caller_decides_is_decided_for_each_call() -> None:
         assert (plan.call.trace.model, plan.call.trace.stream) == ("m", False)
 
 
+def test_a_call_the_cache_does_not_serve_keeps_no_reading() -> None:
+    """A sampled answer, or a gateway without a cache: read each time (without a cache, the
+    same bytes again are rare)."""
+    gateway = _gateway()
+    sampled = json.dumps({**BODY, "temperature": 0.7}).encode()
+    assert _plan(gateway, sampled).body is not _plan(gateway, sampled).body
+    assert len(gateway.readings) == 0
+    specs = [UpstreamSpec("only", "http://127.0.0.1:9/v1", models=("m",))]
+    uncached = Gateway(SETTINGS, Upstream(SETTINGS, specs), None)
+    assert _plan(uncached).body is not _plan(uncached).body
+    assert len(uncached.readings) == 0
+
+
 def test_the_gateways_cache_object_is_taken_out_of_what_goes_upstream_once_for_all() -> None:
     gateway = _gateway()
     raw = json.dumps({**BODY, "cache": {"ttl": 60}}).encode()
