@@ -168,7 +168,7 @@ class Gateway:
         if reading is not None and self.answers is not None:
             cached = cache_plan(self.settings, route=call.route, headers=call.headers,
                                 query=call.query, reading=reading,
-                                upstream=self.upstream.route_id(schema.model_of(body)),
+                                upstream=self.upstream.route_id,
                                 tenant=None if grant is None else grant.key.tenant)  # fmt: skip
         return Plan(call, body, stream, deadline, compute, cached)
 

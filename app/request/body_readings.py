@@ -21,7 +21,7 @@ small beside the call it asks for.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.config import Settings
@@ -36,14 +36,15 @@ MAX_BODY_KEPT = 64 << 10
 @dataclass(eq=False)
 class BodyReading:
     """One body as a route reads it: the validated document (read-only: shared), the bytes
-    that go upstream, whether it asks for a stream; and the body's canonical form once a
-    cache key was made of it (app/cache/keys.py), so the next key hashes it without encoding
-    it again."""
+    that go upstream, whether it asks for a stream; and what the cache made of it
+    (app/cache/plan.py): its canonical form, and its plans by what else decides them (the
+    query, the Cache-Control values, the tenant: no credential, the tenant is a hash)."""
 
     body: dict[str, Any]
     forward: bytes
     stream: bool
     canonical: bytes | None = None
+    cache_plans: dict[tuple[str, tuple[str, ...], str], Any] = field(default_factory=dict)
 
 
 def read_body(

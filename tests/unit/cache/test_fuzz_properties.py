@@ -214,7 +214,7 @@ def _gateway_checks(raw: bytes, route: str, cache_control: str = "") -> None:
     headers = [("Cache-Control", cache_control)]
     reading = BodyReading(body, raw, schema.wants_stream(body))
     cache_plan(_PLAN_SETTINGS, route=route, headers=headers, query="", reading=reading,
-               upstream="u", tenant=None)  # fmt: skip
+               upstream=lambda model: "u", tenant=None)  # fmt: skip
 
 
 def _json_bytes(value: Any) -> bytes:

@@ -9,11 +9,13 @@ import json
 import pytest
 
 from app.cache.memory import MemoryBackend
+from app.cache.plan import MAX_PLANS, cache_plan
 from app.cache.store import AnswerCache
 from app.cache.tiered import TieredCache
 from app.core.config import Settings
 from app.core.errors import BadRequest, ModelNotServed
 from app.gateway import Caller, Gateway, Plan
+from app.request.body_readings import BodyReading
 from app.request.call import Call
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Upstream
@@ -113,3 +115,42 @@ def test_a_refused_body_is_refused_each_time_and_never_kept(raw, refused) -> Non
         with pytest.raises(refused):
             _plan(gateway, raw)
     assert len(gateway.readings) == 0
+
+
+def test_a_readings_plans_are_each_callers_own_past_their_bound() -> None:
+    """More tenants than a reading keeps plans for: each still gets its own key, the same
+    key a gateway that never saw the others gives it."""
+    gateway = _gateway()
+    tenants = [f"k{n}" for n in range(MAX_PLANS + 5)]
+    for _ in range(2):
+        found = [_plan(gateway, headers=[("api-key", t)]).cache for t in tenants]
+        keys = [c.key for c in found if c is not None]
+        assert len(set(keys)) == len(tenants)
+        reading = gateway.readings.get("chat", "/v1/chat/completions", RAW)
+        assert reading is not None and len(reading.cache_plans) <= MAX_PLANS
+    alone = [_plan(_gateway(), headers=[("api-key", t)]).cache for t in tenants]
+    assert keys == [c.key for c in alone if c is not None]
+
+
+def test_a_gateway_keys_tenant_and_a_shared_namespace_decide_the_key() -> None:
+    """The tenant a grant names (keys on), and a namespace the body asks for, which the
+    operator allows: the same bytes and headers, each its own key."""
+    settings = Settings(upstream_url="http://127.0.0.1:9/v1", cache_namespaces="team")
+    raw = json.dumps({**BODY, "cache": {"namespace": "team"}}).encode()
+    reading = BodyReading(json.loads(raw), RAW, False)
+    headers = [("api-key", "a")]
+
+    def plan(tenant: str | None, reading: BodyReading = reading) -> str:
+        planned = cache_plan(settings, route="chat", headers=headers, query="", reading=reading,
+                             upstream=lambda model: "u", tenant=tenant)  # fmt: skip
+        assert planned is not None
+        return planned.key
+
+    shared = plan("grant-a")
+    assert plan("grant-b") == shared == plan(None)  # the namespace, whoever asks
+    own = BodyReading(BODY, RAW, False)
+    assert len({plan("grant-a", own), plan("grant-b", own), plan(None, own)}) == 3
+    refusing = _gateway()  # a namespace the operator did not allow: refused each time
+    for _ in range(2):
+        with pytest.raises(BadRequest):
+            _plan(refusing, raw)
