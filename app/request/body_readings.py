@@ -6,8 +6,11 @@ its schema checked, the model's upstreams asked whether they serve it, the gatew
 bytes, or when: the route, the path and the bytes decide it, with the worker's settings and
 upstreams, which do not change while it runs. So a body read once is not read again while
 it is among the last ones read (``BodyReadings``): a repeat, the case a cache hit is made of,
-starts from the same ``BodyReading``. What does depend on the caller (its key, its grant, its
-tenant, its headers) is decided for each call, as before, after the reading.
+starts from the same ``BodyReading``. The gateway keeps the readings of the calls its cache
+may serve, and only those: without a cache the same bytes again are rare. What does depend
+on the caller (its key, its grant, its tenant, its headers) is decided for each call, as
+before, after the reading; the cache's plans made of a reading are kept on it by what else
+decided them (app/cache/plan.py).
 
 Only a body read whole and without error is kept: a refused one is refused again, each time
 in full. A ``BodyReading`` is shared by every call that read the same bytes, so nothing may edit
