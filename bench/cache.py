@@ -209,6 +209,7 @@ def run(cfg: Config) -> Section:
             for _ in range(rounds):
                 turns[HIT].append(_measure(cfg, HIT, stack, stack.url, plain, callers, hits))
                 turns[FLOOR].append(_measure(cfg, FLOOR, floor, floor.url, plain, callers, hits))
+            rates = {side: [float(r[RPS] or 0) for r in each] for side, each in turns.items()}
             rows.append(best(turns[HIT]))
             rows.append(_measure(cfg, "HIT l1, stream", stack, stack.url, stream, callers, hits))
         # The L1 refuses values above 1/8 of its size: at 1 KiB every answer goes to L2.
@@ -220,7 +221,7 @@ def run(cfg: Config) -> Section:
         rows.append(best(turns[FLOOR]))
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    return section(rows, callers, hits, rounds)
+    return section(rows, callers, hits, rounds, rates)
 
 
 def best(turns: list[list[Cell]]) -> list[Cell]:
@@ -253,7 +254,13 @@ def checks(rows: list[list[Cell]], callers: int) -> list[Check]:
     ]
 
 
-def section(rows: list[list[Cell]], callers: int, hits: int, rounds: int = 1) -> Section:
+def section(
+    rows: list[list[Cell]],
+    callers: int,
+    hits: int,
+    rounds: int = 1,
+    rates: dict[str, list[float]] | None = None,
+) -> Section:
     """The table (each row's req/s over direct's and over the floor's), targets and notes."""
     found = checks(rows, callers)
     by = {row[0]: row for row in rows}
@@ -261,6 +268,10 @@ def section(rows: list[list[Cell]], callers: int, hits: int, rounds: int = 1) ->
     for row in rows:
         rps = float(row[RPS] or 0)
         row[RPS + 1 : RPS + 1] = [rps / base if base else None, rps / floor if floor else None]
+    notes = []
+    if rates is not None:  # every round, so a run shows its own spread
+        taken = [f"{side} " + ", ".join(f"{r:.0f}" for r in each) for side, each in rates.items()]
+        notes.append("Each round's hits a second, in the order taken: " + "; ".join(taken) + ".")
     return Section(
         key="cache",
         title=f"Cache hits through nginx, {callers} callers",
@@ -288,6 +299,7 @@ def section(rows: list[list[Cell]], callers: int, hits: int, rounds: int = 1) ->
                 "callers": callers,
                 "rounds_in_turns": rounds,
             },
+            "rounds_rps": rates,
         },
         checks=found,
         notes=[
@@ -303,5 +315,6 @@ def section(rows: list[list[Cell]], callers: int, hits: int, rounds: int = 1) ->
             "measured in the same run: at least 0.9x the floor's hits per second. Its stack "
             f"is up beside the gateway's, and the two take turns: {rounds} rounds each (HIT "
             "l1, floor, HIT l1, ...), each row the best of its side's rounds.",
+            *notes,
         ],
     )

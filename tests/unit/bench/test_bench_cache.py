@@ -56,3 +56,12 @@ def test_each_side_of_the_turns_is_its_best_round() -> None:
     second is the side's figure, whichever round it came in."""
     turns = [row("HIT l1", 9.0, 2500.0), row("HIT l1", 7.0, 2900.0), row("HIT l1", 8.0, 2700.0)]
     assert cache.best(turns) is turns[1]
+
+
+def test_the_notes_and_the_data_keep_every_round_of_the_turns() -> None:
+    rates = {"HIT l1": [2500.0, 2900.0], "floor: hit": [3000.0, 3100.0]}
+    section = cache.section(rows(), 64, 12000, 2, rates)
+    assert section.data["rounds_rps"] == rates
+    assert section.notes[-1] == (
+        "Each round's hits a second, in the order taken: HIT l1 2500, 2900; floor: hit 3000, 3100."
+    )
