@@ -24,8 +24,8 @@ from tests.support.kinds import kinds_toml
 from tests.support.sim import start_simulator
 
 USER: Any = [{"role": "user", "content": "hi"}]
-# The Messages door's callers send Anthropic's version header; the OpenAI door's ignore it.
 SECRET = "sk-gateway-team"
+# The Messages door's callers send Anthropic's version header; the OpenAI door's ignore it.
 HEADERS = {"Content-Type": "application/json", "anthropic-version": "2023-06-01",
            "Authorization": f"Bearer {SECRET}"}  # fmt: skip
 
@@ -94,10 +94,12 @@ def test_no_call_edits_the_reading_it_shares(app) -> None:
     for path, body in _calls() + UNCACHED:
         raw = json.dumps(body).encode()
         sent.add(raw)
-        for _ in range(2):
+        for n in range(2):
             answer = client.post(path, data=raw, headers=HEADERS)
             assert answer.status_code == 200, (path, body["model"], answer.data[:300])
             assert answer.data  # the whole answer read, a stream to its end
+            if n and (path, body) not in UNCACHED:  # the second from the reading, a hit
+                assert answer.headers["X-LLMGate-Cache"].startswith("HIT"), (path, body)
     readings = app.extensions["llmgate"].readings
     kept = readings._kept
     # Every cached call's reading is here, and no other.
