@@ -57,6 +57,11 @@ def without_usage_chunk(
         kept = []
         for chunk in batch:
             if chunk.startswith(b"data: {"):
+                if _USAGE not in chunk:
+                    # No usage member at all (a server that writes no null, as many
+                    # OpenAI-compatible ones): neither the usage chunk nor a null to cut.
+                    kept.append(chunk)
+                    continue
                 # Every event but the last of such a stream: the null cut in one search, none
                 # of the general path's calls (no id line, and not the usage chunk: its usage
                 # is an object).
@@ -78,6 +83,8 @@ def without_usage_chunk(
 # In compact JSON, unescaped, these bytes can only be a member: inside a string the quotes
 # would be escaped. Chunks of chat and completions streams have usage at the top level only.
 _NULL_USAGE = b'"usage":null'
+# A chunk without these bytes has no usage member (usage_chunk reads none in it either).
+_USAGE = b'"usage"'
 
 
 def _without_null_usage(chunk: bytes) -> bytes:

@@ -19,7 +19,7 @@ from app.core.errors import (
     ModelNotPriced,
     RateLimited,
 )
-from app.request import bounds
+from app.request import bounds, metering
 from app.request.jsonedit import with_member
 from app.request.metering import with_usage_requested, without_usage_chunk
 from app.request.usage import Usage, usage_chunk
@@ -518,6 +518,26 @@ def test_the_null_usage_the_gateway_caused_is_taken_out_of_every_chunk() -> None
         "id": "c",
         "choices": [{"index": 0, "delta": {"content": "hi"}}],
     }
+
+
+def test_chunks_without_usage_pass_as_they_are_without_a_parse(monkeypatch) -> None:
+    # Servers that write no ``"usage":null`` (the simulator, many OpenAI-compatible ones):
+    # each such chunk goes on as the same bytes, without the usage chunk's test or a split.
+    plain = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    looked: list[bytes] = []
+
+    def usage_chunk_seen(raw: bytes) -> Usage | None:
+        looked.append(raw)
+        return usage_chunk(raw)
+
+    monkeypatch.setattr(metering, "usage_chunk", usage_chunk_seen)
+    seen: list[Usage] = []
+    batch = [plain, plain, b": ping\n\n", USAGE, b"data: [DONE]\n\n"]
+    out = list(without_usage_chunk(iter([batch]), seen.append))
+    assert out == [[plain, plain, b": ping\n\n", b"data: [DONE]\n\n"]]
+    assert out[0][0] is plain  # kept, not copied
+    assert seen == [Usage({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})]
+    assert plain not in looked and looked == [b": ping\n\n", USAGE, b"data: [DONE]\n\n"]
 
 
 def test_usage_is_requested_editing_only_stream_options() -> None:
