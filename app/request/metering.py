@@ -57,17 +57,17 @@ def without_usage_chunk(
         kept = []
         for chunk in batch:
             if chunk.startswith(b"data: {"):
-                if _USAGE not in chunk:
-                    # No usage member at all (a server that writes no null, as many
-                    # OpenAI-compatible ones): neither the usage chunk nor a null to cut.
-                    kept.append(chunk)
-                    continue
                 # Every event but the last of such a stream: the null cut in one search, none
                 # of the general path's calls (no id line, and not the usage chunk: its usage
                 # is an object).
                 cut = chunk.replace(b',"usage":null', b"", 1)
                 if len(cut) < len(chunk):
                     kept.append(cut)
+                    continue
+                if _USAGE not in chunk:
+                    # No usage member at all (a server that writes no null, as many
+                    # OpenAI-compatible ones do): neither the usage chunk nor a null to cut.
+                    kept.append(chunk)
                     continue
             # A resumable stream's event starts with its id line (docs/streams.md).
             id_line, event = sse.split_id(chunk)
