@@ -522,8 +522,8 @@ def test_the_null_usage_the_gateway_caused_is_taken_out_of_every_chunk() -> None
 
 def test_chunks_without_usage_pass_as_they_are_without_a_parse(monkeypatch) -> None:
     # Servers that write no ``"usage":null`` (many OpenAI-compatible ones, the simulator's
-    # scripted streams):
-    # each such chunk goes on as the same bytes, without the usage chunk's test or a split.
+    # scripted streams): each such chunk goes on as the same bytes, without the usage
+    # chunk's test or a split.
     plain = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
     looked: list[bytes] = []
 
