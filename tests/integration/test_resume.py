@@ -217,6 +217,13 @@ def log_items(gw: StackHandle) -> dict[str, bytes | None]:
     return {key: memcached_get(port, key) for key in memcached_keys(port, "llmgate:rs:")}
 
 
+def items_from_now_on(gw: StackHandle) -> Callable[[], dict[str, bytes | None]]:
+    """What ``log_items`` will hold that it does not hold now: the stack is shared, and an
+    earlier test's log may still be in its window."""
+    earlier = set(log_items(gw))
+    return lambda: {k: v for k, v in log_items(gw).items() if k not in earlier}
+
+
 def started_and_dropped(
     gw: StackHandle,
     prompt: str,
@@ -309,13 +316,7 @@ def test_a_caller_who_leaves_is_billed_once_and_its_log_is_gone_after_the_window
     make_stack,
 ) -> None:
     gw = resume_stack(make_stack)
-    # The stack is shared: an earlier test's log may still be in its window. This one's
-    # items are those that were not there before it started.
-    earlier = set(log_items(gw))
-
-    def own() -> dict[str, bytes | None]:
-        return {k: v for k, v in log_items(gw).items() if k not in earlier}
-
+    own = items_from_now_on(gw)  # this test's log items only
     sid = started_and_dropped(gw, f"leave {uuid.uuid4().hex}", after=10, tps="40")
     # The upstream is read to its end though nobody reads it: called once, never cut.
     assert wait_for(lambda: gw.sim_stats()["streams_completed"] == 1, timeout=10)
@@ -339,13 +340,7 @@ def test_a_caller_who_leaves_is_billed_once_and_its_log_is_gone_after_the_window
 @pytest.mark.slow  # waits out the window
 def test_a_stream_nobody_comes_back_to_is_stopped_after_the_window(make_stack) -> None:
     gw = resume_stack(make_stack)
-    # The stack is shared: an earlier test's log may still be in its window (as in the
-    # billed-once test above). This one's items are those that were not there before it.
-    earlier = set(log_items(gw))
-
-    def own() -> dict[str, bytes | None]:
-        return {k: v for k, v in log_items(gw).items() if k not in earlier}
-
+    own = items_from_now_on(gw)  # this test's log items only
     # 200 words at 5 a second: 40 s of answer; the caller leaves after 3 events.
     sid = started_and_dropped(gw, f"abandon {uuid.uuid4().hex}", after=3, tps="5", words=200)
     assert own(), "the log is written while the stream runs"
