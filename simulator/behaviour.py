@@ -62,6 +62,9 @@ class Behaviour:
     tool_call: bool = False  # Responses: call the request's first function tool
     script: str | None = None  # a scripted answer (scripts.py) instead of generated words
     ping_ms: float | None = None  # Anthropic: a ping event every ping_ms while a stream waits
+    # OpenAI chat: "final" (usage where OpenAI puts it), "none" (no usage at all, as servers
+    # that ignore include_usage), "every" (a running usage on every chunk, as some do).
+    usage: str = "final"
 
     @property
     def token_gap(self) -> float:
@@ -118,6 +121,17 @@ def _script(name: str, raw: str) -> str | None:
     return value
 
 
+USAGE_MODES = ("final", "none", "every")
+
+
+def _usage(name: str, raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in USAGE_MODES:
+        known = ", ".join(USAGE_MODES)
+        raise BehaviourError(f"unknown simulator usage {raw!r}; known: {known}", name)
+    return value
+
+
 def _switch(name: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value not in ("0", "1", "true", "false"):
@@ -142,6 +156,7 @@ _PARSERS: dict[str, Callable[[str, str], object]] = {
     "tool_call": _switch,
     "script": _script,
     "ping_ms": _rate,
+    "usage": _usage,
 }
 CONTROLS = tuple(_PARSERS)
 

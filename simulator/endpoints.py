@@ -124,14 +124,17 @@ def _completion(
     )
 
 
-def _framer(body: dict[str, Any], c: r.Completion, *, chat: bool) -> r.ChunkFramer | None:
+def _framer(
+    body: dict[str, Any], c: r.Completion, *, chat: bool, usage: str = "final"
+) -> r.ChunkFramer | None:
     if not flag(body, "stream"):
         return None
     return r.ChunkFramer(
         c,
         chat=chat,
-        include_usage=_stream_option(body, "include_usage"),
+        include_usage=_stream_option(body, "include_usage") and usage != "none",
         obfuscate=_stream_option(body, "include_obfuscation"),
+        running_usage=usage == "every",
     )
 
 
@@ -146,7 +149,11 @@ def chat(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) ->
     if behaviour.script is not None:
         return _chat_script(body, script_of(behaviour), new_id, now)
     c = _completion(body, behaviour, prompt, length, "chatcmpl-", new_id, now)
-    return Reply(_tokens(c), r.chat_completion(c), _framer(body, c, chat=True))
+    whole = r.chat_completion(c)
+    if behaviour.usage == "none":
+        del whole["usage"]
+    framer = _framer(body, c, chat=True, usage=behaviour.usage)
+    return Reply(_tokens(c), whole, framer)
 
 
 def _tokens(c: r.Completion) -> int:

@@ -206,6 +206,9 @@ class ChunkFramer:
     chat: bool
     include_usage: bool
     obfuscate: bool = False  # stream_options.include_obfuscation: an `obfuscation` field
+    # A running usage on every chunk (the prompt, and the pieces so far), as some
+    # OpenAI-compatible servers send it, whether asked or not.
+    running_usage: bool = False
     _token_template: tuple[bytes, bytes] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -226,6 +229,10 @@ class ChunkFramer:
         return False  # the role chunk comes with the first token
 
     def piece(self, slot: int) -> bytes:
+        if self.running_usage:
+            c = self.completion
+            counts = usage(c.prompt_tokens, slot + 1)
+            return sse(self._chunk(self._choice(c.tokens[slot], None), usage=counts))
         return self.token(self.completion.tokens[slot])
 
     def _choice(self, token: str, finish_reason: str | None) -> dict[str, Any]:
@@ -255,7 +262,8 @@ class ChunkFramer:
             return None
         choice = self._choice("", None)
         choice["delta"] = {"role": "assistant", "content": ""}
-        return sse(self._chunk(choice))
+        running = {"usage": usage(self.completion.prompt_tokens, 0)} if self.running_usage else {}
+        return sse(self._chunk(choice, **running))
 
     def token(self, token: str) -> bytes:
         prefix, suffix = self._token_template
@@ -273,7 +281,8 @@ class ChunkFramer:
     def closing(self) -> list[bytes]:
         """Finish chunk, optional usage chunk, then the [DONE] sentinel."""
         c = self.completion
-        events = [sse(self._chunk(self._choice("", c.finish_reason)))]
+        running = {"usage": c.usage} if self.running_usage else {}
+        events = [sse(self._chunk(self._choice("", c.finish_reason), **running))]
         if self.include_usage:
             events.append(sse(self._chunk(None, usage=c.usage)))
         events.append(DONE)

@@ -111,6 +111,11 @@ def _watched(
         call.trace.caller_left()
         raise
     finally:
+        # The relay ends first (its listener leaves: a stream nobody else reads stops its
+        # upstream call), so the key's stream slot is freed once the upstream is done.
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
         if metrics is not None:
             metrics.active_streams.dec()
         record(call, reply, facts)
@@ -133,18 +138,23 @@ def _record(
     facts.ended()
     _find_usage(call, reply, facts)
     usage = facts.usage.tokens() if facts.usage is not None else (None, None, None)
-    # What the provider billed this caller for: a replay or a follower billed none.
+    # What the provider billed this caller for: a replay or a follower billed none. Its
+    # usage counts only from a whole answer that the upstream counted itself: a stream cut
+    # or left early shows part of it (a Messages stream shows the prompt from its first
+    # event), an estimate none of it; the key keeps the call's reservation then.
     billed = reply.status < 400 and outcome in _UPSTREAM_OUTCOMES
-    trace.settle(facts.usage, billed)
+    whole = isinstance(reply.body, bytes) or trace.completed
+    bill = facts.usage if whole and not trace.usage_estimated else None
+    trace.settle(bill, billed)
     price = prices.price_of(trace.model) if prices is not None else None
-    cost = price.cost(facts.usage) if price is not None and billed and facts.usage else None
+    cost = price.cost(bill) if price is not None and billed and bill else None
     if metrics is not None:
         _count(metrics, call, reply, facts, outcome, duration, ttft, usage)
     if settings.log_requests:
         line = _line(call, reply, facts, outcome, duration, ttft, usage)
         # The receipt: the provider's usage as it sent it, its price and the table's version,
         # to be matched with the provider's invoice by upstream_request_id.
-        line["usage"] = facts.usage.sent if billed and facts.usage is not None else None
+        line["usage"] = bill.sent if billed and bill is not None else None
         line["cost_usd"] = None if cost is None else usd(cost)
         line["prices_version"] = None if prices is None else prices.version
         if settings.log_prompts:

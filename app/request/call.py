@@ -68,6 +68,11 @@ class Trace:
     # The answer is the gateway's own error (routes.py): nothing of the upstream reached the
     # caller, so the call is given back to its key's limits whole.
     own_error: bool = False
+    # A stream's usage is the upstream's bill only when the stream reached its route's end
+    # (relay.py), and any answer's only when the upstream reported it (a translation that
+    # had to estimate it says so). Otherwise the reservation stands (app/edge/finish.py).
+    completed: bool = False
+    usage_estimated: bool = False
     # The request's span when tracing is on (app/observe/tracing.py), ended by app/edge/finish.py.
     span: Span | None = None
 
@@ -128,6 +133,12 @@ class Trace:
     def stream_broke(self, error: str) -> None:
         """A 200 stream ended in an error event: its type (app/streams/relay.py)."""
         self.stream_error = error
+
+    def answer_whole(self, usage_estimated: bool) -> None:
+        """The answer is whole: a body came, or the stream reached its route's end without
+        an error (app/streams/relay.py). ``usage_estimated``: the usage it shows is a
+        translation's estimate, the upstream having reported none."""
+        self.completed, self.usage_estimated = True, usage_estimated
 
     def usage_taken(self, usage: Usage) -> None:
         """The usage chunk taken out of the caller's stream (``hide_usage``)."""

@@ -274,5 +274,7 @@ class SettledAtTheEnd:
         if usage is not None or not billed:
             self.inner.settle(usage, billed, served)
             return
+        # The caller left (or its stream broke): the answer goes on for a resume, and the
+        # key keeps the call's stream slot and reservation until the upstream's own end.
         writer, inner = self.writer, self.inner
-        writer.when_finished(lambda: inner.settle(writer.usage, billed, served))
+        writer.when_finished(lambda: inner.settle(writer.bill, billed, served))

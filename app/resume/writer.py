@@ -28,11 +28,11 @@ from typing import Protocol
 
 import gevent
 
-from app.request.events import TERMINAL_TYPES, data_of, event_type
+from app.request.events import END_OF_STREAM, TERMINAL_TYPES, data_of, event_type, is_error_event
 from app.request.usage import Usage, may_carry_usage, usage_in_event
 from app.resume import ids
 from app.resume.record import ENDED, OPEN, SEAL_BYTES, SEALED, Meta, encode_chunk, end_record
-from app.streams.answer import ClientGone
+from app.streams.answer import ClientGone, Finished
 from app.streams.flight import Flight
 from llmgate_wire import sse
 
@@ -77,6 +77,9 @@ class LogWriter:
         self.window_s, self.cap = window_s, cap
         self.lifetime_s = lifetime_s  # how long the stream may still run (its deadline)
         self.usage: Usage | None = None  # the answer's usage as it passed (the settlement's)
+        self._end = END_OF_STREAM.get(meta.route)
+        self._saw_end = self._saw_error = False
+        self._whole = False  # the answer reached its end as the caller's relay would bill it
         self.how = "failed"  # how the log ended: complete, abandoned, deleted, overflow, failed
         self.finished = False
         self._waiting: list[Callable[[], None]] = []
@@ -90,6 +93,14 @@ class LogWriter:
         self._written = 0
         self._alone_since: float | None = None
         gevent.spawn(self._run)
+
+    @property
+    def bill(self) -> Usage | None:
+        """The answer's usage when it is the upstream's bill for the whole answer (the
+        stream reached its route's end without an error, and the usage is not a
+        translation's estimate), as app/edge/finish.py bills a caller who read to the end;
+        else None: the call keeps its reservation."""
+        return self.usage if self._whole else None
 
     def when_finished(self, then: Callable[[], None]) -> None:
         """Run ``then`` once the writer is done (at once if it is)."""
@@ -150,6 +161,9 @@ class LogWriter:
             self._flush(ENDED, self.window_s, end_record(item))
             self._ended()
             self.how = "complete"
+            if isinstance(item, Finished):
+                ended = self._saw_end or self._end is None
+                self._whole = ended and not self._saw_error and not item.usage_estimated
             return
 
     def _add(self, batch: list[sse.Event]) -> bool:
@@ -162,6 +176,10 @@ class LogWriter:
             self._chunk.append(raw)
             self._chunk_bytes += len(raw)
             self.usage = _usage_after(self.meta.route, raw, self.usage)
+            if not self._saw_error and is_error_event(event):
+                self._saw_error = True
+            if not self._saw_end and self._end is not None and self._end.ends(event):
+                self._saw_end = True
         return True
 
     def _flush(self, state: bytes, ttl: int, end: dict | None = None) -> None:

@@ -176,8 +176,8 @@ class Solo:
         else:
             if isinstance(part, tuple):
                 self.head, self.head_at = part
-            elif isinstance(part, bytes):
-                self._end = Finished(part)
+            elif isinstance(part, Finished):
+                self._end = part
             else:  # the batch as read: handed on whole, not copied
                 self._events = self._events + part if self._events else part
 

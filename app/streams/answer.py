@@ -17,8 +17,13 @@ class Head:
     attempts: int
     body: bytes | None  # None: an event stream follows
     upstream: str = ""  # the configured name of the upstream that answered
+    # A whole body's usage is an estimate a translation wrote: the upstream reported none
+    # (app/upstream/translation.py), so the call is billed its reservation.
+    usage_estimated: bool = False
 
 
 @dataclass(frozen=True)
 class Finished:
     leftover: bytes  # bytes of an unterminated last event, if any
+    # The stream's usage is an estimate a translation wrote (the upstream reported none).
+    usage_estimated: bool = False

@@ -242,8 +242,9 @@ class Flight:
         """The number of the next event the slowest reading listener reads."""
         return min((r.position for r in self._readers), default=self.log.count)
 
-    def finish(self, leftover: bytes = b"") -> None:
-        self.end = Finished(leftover)  # announced once the flight is done (_run)
+    def finish(self, leftover: bytes = b"", *, usage_estimated: bool = False) -> None:
+        # Announced once the flight is done (_run).
+        self.end = Finished(leftover, usage_estimated)
 
     def fail(self, exc: GatewayError) -> None:
         self.end = exc

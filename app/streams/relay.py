@@ -42,9 +42,10 @@ from app.upstream.retry import Deadline
 from llmgate_wire import sse
 
 # What an upstream call hands over, in order: its head with when it began (the answer's
-# first byte, on the monotonic clock); for a stream, its events a batch per read, then what
-# followed its last whole event (bytes, often none).
-Part = tuple[Head, float | None] | list[sse.Event] | bytes
+# first byte, on the monotonic clock); for a stream, its events a batch per read, then its
+# end (what followed its last whole event, often nothing, and whether its usage is the
+# upstream's own).
+Part = tuple[Head, float | None] | list[sse.Event] | Finished
 
 
 class UpstreamCall:
@@ -86,18 +87,24 @@ class UpstreamCall:
             self._build = None
         assert self._exchange is not None
         with self._exchange.run(began=began, request_id=request_id) as answer:
+            whole = answer.body is not None
             head = Head(
-                answer.status, answer.headers, answer.attempts, answer.body, answer.upstream
+                answer.status,
+                answer.headers,
+                answer.attempts,
+                answer.body,
+                answer.upstream,
+                usage_estimated=whole and answer.usage_estimated,
             )
             at = answer.started_at
-            if answer.body is None:
+            if not whole:
                 yield head, at
                 yield from answer.events(patience)
-                leftover = answer.leftover()
+                end = Finished(answer.leftover(), answer.usage_estimated)
         if head.body is not None:
             yield head, at
         else:
-            yield leftover
+            yield end
 
     def waitable(self) -> bool:
         """Whether the stream's reads can wait with ``patience`` (after its head)."""
@@ -117,10 +124,10 @@ def publish(flight: Flight, parts: Iterator[Part]) -> None:
         flight.publish_head(head, at=at)
         return
     for events in parts:
-        if isinstance(events, bytes):  # the end
+        if isinstance(events, Finished):  # the end
             if flight.head is None:  # it ended before any event
                 flight.publish_head(head)
-            flight.finish(events)
+            flight.finish(events.leftover, usage_estimated=events.usage_estimated)
             return
         assert isinstance(events, list)
         if flight.head is None:
@@ -154,6 +161,7 @@ def relay(
     on_ping: Callable[[], None] = lambda: None,
     on_error: Callable[[str], None] = lambda _: None,
     on_end: Callable[[], None] = lambda: None,
+    on_complete: Callable[[bool], None] = lambda _: None,
     ping_first: bool = False,
     route: str = "",
     stream_id: str | None = None,
@@ -172,7 +180,10 @@ def relay(
     an error event gets an error event: a stream never ends silently. ``on_error`` hears the
     error type of a stream that ends in an error event (its own or the upstream's) or in a
     Responses ``response.failed``, once. ``on_end`` runs once the body is done with, ended,
-    failed or closed (not when it is closed before it started). ``ping_first``: the 200 was
+    failed or closed (not when it is closed before it started). ``on_complete`` hears that
+    the stream reached its route's end without an error, before its last bytes leave, with
+    whether its usage is an estimate (``Finished``): only such a stream's usage is what the
+    upstream billed for the whole answer (app/edge/finish.py). ``ping_first``: the 200 was
     committed because a heartbeat interval passed with nothing to send, so a ping leaves with
     the headers: the caller's line is never silent for more than one interval. ``route``: the
     door the call came in by, whose shape the gateway's own error event takes
@@ -249,7 +260,10 @@ def relay(
                     cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
                     on_error(tracing.error_type(cut))
                     yield [error_event(cut, route)]
-                elif item.leftover:
+                    return
+                if not saw_error:
+                    on_complete(item.usage_estimated)
+                if item.leftover:
                     yield [item.leftover]
                 return
             else:

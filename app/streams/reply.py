@@ -88,6 +88,8 @@ class Replies:
         if head is not None:
             where = self.whereabouts(head.upstream) if trace.span is not None else {}
             trace.answered(head.attempts, head.upstream, where)
+            if head.body is not None:
+                trace.answer_whole(head.usage_estimated)
         if head_at is not None:
             trace.upstream_began(head_at - started)
 
@@ -168,6 +170,7 @@ class Replies:
             end=END_OF_STREAM.get(route),
             on_error=trace.stream_broke,
             on_end=ended,
+            on_complete=trace.answer_whole,
             ping_first=ping_first,
             route=route,
             stream_id=stream_id,

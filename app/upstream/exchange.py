@@ -212,6 +212,14 @@ class Exchange:
         decoder = self._started().decoder
         return decoder.close() if decoder is not None else b""
 
+    @property
+    def usage_estimated(self) -> bool:
+        """Whether the usage the answer carries is an estimate a translation wrote because
+        the upstream reported none (translation.py's ``usage_reported``: known for a whole
+        body once read, for a stream at its end). Billing then keeps the call's reservation
+        (app/tenancy/access.py): an estimate never stands for what the provider billed."""
+        return getattr(self._started().resp.raw, "usage_reported", None) is False
+
     # -- inside ------------------------------------------------------------------------------
     def _started(self) -> Start:
         if self._start is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import tempfile
 import time
 import uuid
@@ -27,6 +26,7 @@ from tests.conftest import require_binary
 from tests.integration.test_cluster import instance_metric
 from tests.support.keys_file import keys_toml
 from tests.support.memcached import memcached_get, memcached_keys
+from tests.support.sse_reader import drop
 from tests.support.stack import StackHandle
 from tests.support.waiting import wait_for
 
@@ -69,17 +69,6 @@ def read_n(resp: urllib3.BaseHTTPResponse, n: int | None) -> list[sse.Event]:
             break
         out += [e for e in decoder.feed(chunk) if not e.is_comment]
     return out if n is None else out[:n]  # what came beyond n is as if never read
-
-
-def drop(resp: urllib3.BaseHTTPResponse) -> None:
-    """Close the caller's connection abruptly: the gateway sees the caller leave."""
-    conn = getattr(resp, "connection", None)
-    sock = getattr(conn, "sock", None)
-    if sock is not None:
-        sock.shutdown(socket.SHUT_RDWR)
-    resp.release_conn()
-    if conn is not None:
-        conn.close()
 
 
 def text_of(events: list[sse.Event]) -> str:

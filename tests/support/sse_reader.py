@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from dataclasses import dataclass
 
@@ -41,3 +42,14 @@ def content_of(arrivals: list[Arrival]) -> str:
 
 def data_events(arrivals: list[Arrival]) -> list[Arrival]:
     return [a for a in arrivals if not a.event.is_comment]
+
+
+def drop(resp: urllib3.BaseHTTPResponse) -> None:
+    """Close the caller's connection abruptly: the gateway sees the caller leave."""
+    conn = getattr(resp, "connection", None)
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        sock.shutdown(socket.SHUT_RDWR)
+    resp.release_conn()
+    if conn is not None:
+        conn.close()
