@@ -253,7 +253,7 @@ class Metrics:
         self.resumable_streams = Counter(
             "llmgate_resumable_streams_total",
             "Streams that asked to be resumable (docs/streams.md), by what they got: yes, or "
-            "the reason they were not (disabled, log_memory, budget, joined_late, cached).",
+            "why not (disabled, log_memory, budget, joined_late, cached, store).",
             ["result"],
             registry=reg,
         )
@@ -262,8 +262,8 @@ class Metrics:
             "Resumable streams' logs at their end, by how it ended: complete (the answer's "
             "end logged), abandoned (the caller was gone a whole window and nobody resumed: "
             "the upstream call was stopped), deleted (its owner deleted it after leaving: "
-            "stopped too), overflow (past LLMGATE_RESUME_STREAM_BYTES), "
-            "failed (Memcached refused a write, or the writer was dropped).",
+            "stopped too), overflow (past LLMGATE_RESUME_STREAM_BYTES), withdrawn (lost "
+            "by Memcached, not kept to write again), failed (the writer was dropped).",
             ["how"],
             registry=reg,
         )
@@ -281,9 +281,9 @@ class Metrics:
             "is not counted).",
             registry=reg,
         )
-        for result in ("yes", "disabled", "log_memory", "budget", "joined_late", "cached"):
+        for result in ("yes", "disabled", "log_memory", "budget", "joined_late", "cached", "store"):
             self.resumable_streams.labels(result)
-        for how in ("complete", "abandoned", "deleted", "overflow", "failed"):
+        for how in ("complete", "abandoned", "deleted", "overflow", "withdrawn", "failed"):
             self.resume_logs.labels(how)
         for outcome in ("resumed", "deleted", "not_found"):
             self.resumes.labels(outcome)

@@ -22,6 +22,7 @@ LAST_EVENT_ID = "Last-Event-ID"
 DISABLED, LOG_MEMORY, BUDGET = "disabled", "log_memory", "budget"
 JOINED_LATE = "joined_late"  # coalesced onto a stream whose first events are no longer kept
 CACHED = "cached"  # the answer came from the cache
+STORE = "store"  # Memcached did not take the log's first item (down, or just restarted)
 
 _KEY_PREFIX = "llmgate:rs:"
 _YES = ("true", "1", "yes")

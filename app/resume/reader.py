@@ -6,9 +6,10 @@ ids, pings while it waits, the end (or one error event). It reads the chunks wri
 (app/resume/record.py), then polls the open chunk every ``POLL_S`` for the rest; the relay
 leaves out the events the caller already has. While it reads it keeps the stream's ``resumed_key``
 alive, so the writer does not stop a stream someone came back to. A log that stops growing
-before its end (its writer's worker died, Memcached lost an item) ends the resume with an
-error event once the stream's own deadline has passed, or at once when its writer stopped the
-stream and deleted the log: never silence, never a hang.
+before its end (its writer's worker died, Memcached lost an item its writer could not write
+again) ends the resume with an error event once the stream's own deadline has passed, or
+within two seconds when its writer stopped the stream and deleted the log: never silence,
+never a hang.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class StoredStream:
         self._grew_at = clock()
         self._marked_at: float | None = None
         self._looked_at = clock()
+        self._missing = False  # the meta item was missing at the last look
         self._live = False  # the first read is done: later events are live, not replayed
 
     # -- as relay() reads a listener ------------------------------------------------------
@@ -136,11 +138,17 @@ class StoredStream:
 
     def _still_there(self, now: float) -> bool:
         """Whether the log's meta item is still there, looked at once a second while the log
-        does not grow: its writer deletes it when it stops the stream (app/resume/writer.py)."""
+        does not grow: its writer deletes it when it stops the stream (app/resume/writer.py).
+        Missing at two looks in a row: one look may fall between a Memcached restart and
+        the writer's rewrite of what it lost (within a second, ``CHECK_S`` there)."""
         if now - self._looked_at < CHECK_S:
             return True
         self._looked_at = now
-        return self.store.get(self.key) is not None
+        if self.store.get(self.key) is not None:
+            self._missing = False
+            return True
+        missing, self._missing = self._missing, True
+        return not missing
 
     def _mark(self) -> None:
         """Tell the writer someone reads this stream (at most once a third of the window)."""

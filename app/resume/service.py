@@ -35,6 +35,7 @@ from app.resume.writer import LogWriter, Store
 from app.streams.flight import Flight
 from app.streams.log_memory import LogBudget, LogShare
 from app.streams.relay import relay
+from app.streams.reply import NO_OFFER, Offer
 
 # The routes whose streams can be resumed, and the door of GET /v1/streams/{id}.
 STREAM_ROUTES = frozenset({"chat", "completions", "responses", "messages"})
@@ -106,29 +107,34 @@ class Resumes:
         ``attach``)."""
         return ids.asked(call.headers)
 
-    def attach(self, call: Call, flight: Flight) -> tuple[str | None, list[tuple[str, str]]]:
+    def attach(self, call: Call, flight: Flight) -> Offer:
         """For a stream about to be relayed from ``flight``: when its call asks to be
         resumable, its log is started (a writer joins the flight) and the stream id and the
         headers that say so are returned; else no id, and the headers that say why (none
         for a call that did not ask). The flight may be the call's own, or one it coalesced
         onto (which a resumable call keeps going for a resume as its own)."""
         if not ids.asked(call.headers):
-            return None, []
+            return NO_OFFER
         if flight.event_count and not flight.log_whole:  # joined too late to log from 1
-            return None, ids.refused_headers(self._counted(ids.JOINED_LATE))
+            return Offer(None, ids.refused_headers(self._counted(ids.JOINED_LATE)))
         admitted = self.admit()
         if isinstance(admitted, str):
-            return None, ids.refused_headers(admitted)
+            return Offer(None, ids.refused_headers(admitted))
         span = call.trace.span
-        meta = Meta(call.route, call.trace.hide_usage,
-                    None if span is None else span.inject({}).get("traceparent"))  # fmt: skip
+        traceparent = None if span is None else span.inject({}).get("traceparent")
+        meta = Meta(call.route, call.trace.hide_usage, traceparent)
         # The stream may run until its deadline (LLMGATE_DEADLINE_S, from its flight's start).
         lifetime_s = max(0.0, self.deadline_s - (self._clock() - flight.started))
-        resumable = self.begin(flight, admitted, owner=owner_of(call), meta=meta,
-                               lifetime_s=lifetime_s)  # fmt: skip
+        resumable = self.begin(
+            flight, admitted, owner=owner_of(call), meta=meta, lifetime_s=lifetime_s
+        )
+        if resumable is None:
+            return Offer(None, ids.refused_headers(self._counted(ids.STORE)))
         if call.trace.grant is not None:
             call.trace.grant = SettledAtTheEnd(call.trace.grant, resumable.writer)
-        return resumable.stream_id, ids.granted_headers(resumable.stream_id, self.window_s)
+        writer = resumable.writer
+        granted = ids.granted_headers(resumable.stream_id, self.window_s)
+        return Offer(resumable.stream_id, granted, lambda: writer.withdrawn)
 
     # -- a resume ---------------------------------------------------------------------------
     def is_resume(self, call: Call) -> bool:
@@ -166,10 +172,18 @@ class Resumes:
         return Reply(200, [*headers, (STATUS_HEADER, RESUMED)], self._counted_at_end(body, reader))
 
     def _deleted(self, stream_id: str, key: str) -> Reply:
-        """DELETE /v1/streams/{id}: the stream's writer stops it once its caller is gone (a
-        caller still reading stops it by closing its connection)."""
+        """DELETE /v1/streams/{id}: the log is deleted now (a resume after this one is the
+        404 of any unknown id), and a stream still running stops being logged within a
+        second; its upstream call stops once its caller is gone (a caller still reading
+        stops it by closing its connection)."""
         assert self.store is not None
         self.store.set(ids.deleted_key(key), b"1", self.window_s)
+        self.store.delete(key)  # the meta item: no resume finds the stream from now on
+        for i in range(self.cap // SEAL_BYTES + 1):  # its chunks, up to the first not there
+            chunk = ids.chunk_key(key, i)
+            if self.store.get(chunk) is None:
+                break
+            self.store.delete(chunk)
         body = json.dumps({"id": stream_id, "object": "stream", "deleted": True}).encode()
         return Reply(200, [("Content-Type", "application/json")], body)
 
@@ -211,8 +225,9 @@ class Resumes:
 
     def begin(
         self, flight: Flight, admitted: Admitted, *, owner: str, meta: Meta, lifetime_s: float
-    ) -> Resumable:
-        """Log ``flight`` for resumes (call before the flight's greenlet first runs)."""
+    ) -> Resumable | None:
+        """Log ``flight`` for resumes (call before the flight's greenlet first runs); None
+        when Memcached did not take the log's first item: the stream is not resumable."""
         stream_id = ids.new_stream_id()
 
         def ended(writer: LogWriter) -> None:
@@ -222,9 +237,22 @@ class Resumes:
                 self.metrics.resume_logs.labels(writer.how).inc()
 
         assert self.store is not None
-        writer = LogWriter(self.store, ids.log_key(owner, stream_id), flight, meta,
-                           window_s=self.window_s, cap=self.cap, lifetime_s=lifetime_s,
-                           on_end=ended, clock=self._clock)  # fmt: skip
+        writer = LogWriter(
+            self.store,
+            ids.log_key(owner, stream_id),
+            flight,
+            meta,
+            window_s=self.window_s,
+            cap=self.cap,
+            lifetime_s=lifetime_s,
+            on_end=ended,
+            share=admitted.share,
+            clock=self._clock,
+        )
+        if not writer.open():
+            admitted.share.release()
+            admitted.reservation.expire_at(self._clock())
+            return None
         return Resumable(stream_id, writer)
 
     def find(self, owner: str, stream_id: str, after: int) -> tuple[Meta, StoredStream] | None:

@@ -166,6 +166,7 @@ def relay(
     route: str = "",
     stream_id: str | None = None,
     after: int = 0,
+    withdrawn: Callable[[], str | None] | None = None,
 ) -> Iterator[list[bytes]]:
     """A listener's body: events as they arrive, pings between them, one error event at worst.
 
@@ -189,7 +190,9 @@ def relay(
     door the call came in by, whose shape the gateway's own error event takes
     (``error_event``). ``stream_id``: a resumable stream's (docs/streams.md), whose events
     each carry an ``id:`` line numbering them from 1; ``after``: a resume's, whose caller has
-    the events up to that number (read for how the stream ended, not sent again).
+    the events up to that number (read for how the stream ended, not sent again);
+    ``withdrawn``: a resumable stream's look at whether its log was given up since it began
+    (its reason), said once in a comment: ``: llmgate: resumable=no; reason=<why>``.
 
     One generator from the head to the end, the events' loop in it: a stream's every write
     resumes it, and each level of generators more would cost each write its resumption.
@@ -255,6 +258,9 @@ def relay(
                 numbered = [(first + k, e) for k, e in enumerate(batch) if first + k > after]
                 if numbered:
                     yield [sse.with_id(e.raw, f"{stream_id}:{n}") for n, e in numbered]
+                if withdrawn is not None and (why := withdrawn()):
+                    withdrawn = None  # said once: a resume of this stream would find nothing
+                    yield [sse.comment(f"llmgate: resumable=no; reason={why}")]
             elif isinstance(item, Finished):
                 if end is not None and not (saw_end or saw_error):
                     cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")

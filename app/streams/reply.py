@@ -11,6 +11,7 @@ stops being waited for, and the last one to leave cancels the flight.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.core.config import Settings
@@ -27,9 +28,22 @@ from app.upstream.retry import Deadline
 UPSTREAM_HEADER = "X-LLMGate-Upstream"
 # Where an upstream is, by its configured name, for the request's span (app/upstream/spans.py).
 Whereabouts = Callable[[str], Mapping[str, Value]]
-# For a call about to stream from a flight: its stream id when it asked to be resumable and
-# could be (its log started), and the headers that say whether (app/resume/service.py).
-Resumable = Callable[[Call, Any], tuple[str | None, list[tuple[str, str]]]]
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What a call about to stream from a flight got when it asked to be resumable
+    (app/resume/service.py): its stream id (None: not resumable), the headers that say
+    whether, and for a resumable one a look at whether its log was withdrawn since it
+    began (the reason, said to the caller in-stream: app/resume/writer.py)."""
+
+    stream_id: str | None
+    headers: list[tuple[str, str]]
+    withdrawn: Callable[[], str | None] | None = None
+
+
+NO_OFFER = Offer(None, [])
+Resumable = Callable[[Call, Any], Offer]
 
 
 class Reading(Listening, Protocol):
@@ -52,17 +66,16 @@ class Replies:
     def answer(self, call: Call, listener: Listener, stream: bool) -> Reply:
         """The caller's reply from a flight: a complete response, or a live stream (a
         resumable one's events numbered, when the call asked: docs/streams.md)."""
-        stream_id: str | None = None
-        said: list[tuple[str, str]] = []
+        offer = NO_OFFER
         if stream and self.resumable is not None:
             # Before anything waits: the log starts at the flight's first event.
-            stream_id, said = self.resumable(call, listener.flight)
-        reply = self._answer(call, listener, stream, stream_id)
-        if said and not isinstance(reply.body, bytes):
-            reply.headers += said
+            offer = self.resumable(call, listener.flight)
+        reply = self._answer(call, listener, stream, offer)
+        if offer.headers and not isinstance(reply.body, bytes):
+            reply.headers += offer.headers
         return reply
 
-    def _answer(self, call: Call, listener: Listener, stream: bool, stream_id: str | None) -> Reply:
+    def _answer(self, call: Call, listener: Listener, stream: bool, offer: Offer) -> Reply:
         watcher = _watch(call, listener)
         try:
             head = self._await_first_byte(listener, stream)
@@ -77,7 +90,7 @@ class Replies:
         flight = listener.flight
         began = flight.head_at if flight.source == UPSTREAM else None
         self.answered(call.trace, head, flight.started, began)
-        return self.reply_for(call, head, listener, watcher, stream_id)
+        return self.reply_for(call, head, listener, watcher, offer)
 
     def answered(
         self, trace: Trace, head: Head | None, started: float, head_at: float | None
@@ -99,7 +112,7 @@ class Replies:
         head: Head | None,
         listener: Reading,
         watcher: DisconnectWatcher,
-        stream_id: str | None = None,
+        offer: Offer = NO_OFFER,
     ) -> Reply:
         """The caller's reply once the head and first event are in (``head``), or once a
         stream's first heartbeat interval passed without them (None): a stream, or a whole
@@ -108,8 +121,7 @@ class Replies:
             # The upstream is slow to answer a stream: commit the 200 now, a ping with it,
             # and keep the line alive with pings; whatever the upstream says later travels
             # as SSE.
-            body = self._stream(call.route, call.trace, listener, watcher, ping_first=True,
-                                stream_id=stream_id)  # fmt: skip
+            body = self._stream(call.route, call.trace, listener, watcher, offer, ping_first=True)
             return Reply(200, list(SSE_HEADERS), body)
         if head.body is None:
             headers = [
@@ -121,7 +133,7 @@ class Replies:
             return Reply(
                 head.status,
                 list(SSE_HEADERS) + headers,
-                self._stream(call.route, call.trace, listener, watcher, stream_id=stream_id),
+                self._stream(call.route, call.trace, listener, watcher, offer),
             )
         watcher.stop()
         listener.leave()
@@ -151,9 +163,9 @@ class Replies:
         trace: Trace,
         listener: Reading,
         watcher: DisconnectWatcher,
+        offer: Offer = NO_OFFER,
         *,
         ping_first: bool = False,
-        stream_id: str | None = None,
     ) -> Iterator[list[bytes]]:
         """The stream's body: the route and trace of its call, not the call (_watch). At its
         end (normal, an error, or the WSGI server closing it because the caller left) the
@@ -173,7 +185,8 @@ class Replies:
             on_complete=trace.answer_whole,
             ping_first=ping_first,
             route=route,
-            stream_id=stream_id,
+            stream_id=offer.stream_id,
+            withdrawn=offer.withdrawn,
         )
         return without_usage_chunk(chunks, trace.usage_taken) if trace.hide_usage else chunks
 

@@ -149,7 +149,8 @@ def test_resumable_messages_streams_whose_callers_left_stay_within_a_daily_budge
     read to its end by a resume and billed its own usage, which equals what the simulator
     generated for it."""
     key, before = f"day3000-{kind}", sim_tokens(sim)
-    ids, refused = [], 0
+    ids: list[str] = []
+    refused = 0
     for n in range(6):
         resp = open_stream(
             gw, "messages", kind, key, tokens=1000, tps=400, resumable=True, prompt=f"budget {n}"
@@ -163,6 +164,7 @@ def test_resumable_messages_streams_whose_callers_left_stay_within_a_daily_budge
         assert resp.headers["X-LLMGate-Resumable"].startswith("yes")
         seen = read_events(resp, 2)
         assert len(seen) >= 2 and b"message_stop" not in seen[-1].raw
+        assert seen[-1].id is not None
         ids.append(seen[-1].id)
         drop(resp)
     assert refused >= 3 and len(ids) <= 3, (len(ids), refused)

@@ -27,7 +27,7 @@ def script(*steps: object) -> Callable[[Flight], None]:
             elif step == "sleep":
                 gevent.sleep(0)
             elif isinstance(step, Finished):
-                flight.finish(step.leftover)
+                flight.finish(step.leftover, usage_estimated=step.usage_estimated)
             elif isinstance(step, BaseException):
                 raise step
 

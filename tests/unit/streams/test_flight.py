@@ -119,8 +119,9 @@ def test_a_stream_ending_without_done_gets_an_error_event() -> None:
     assert told == [UpstreamReset.code]
 
 
-@pytest.mark.parametrize(("kind", "told"), [("response.failed", ["upstream_error"]),
-                                            ("response.completed", [])])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "told"), [("response.failed", ["upstream_error"]), ("response.completed", [])]
+)
 def test_a_responses_stream_that_ends_failed_is_reported_broken(kind: str, told: list[str]) -> None:
     raw = sse.encode('{"type": "response.created"}', event="response.created")
     raw += sse.encode(json.dumps({"type": kind}), event=kind)
@@ -129,6 +130,49 @@ def test_a_responses_stream_that_ends_failed_is_reported_broken(kind: str, told:
     heard: list[str] = []
     out = list(relay(listener, heartbeat=5, end=streams.TERMINAL, on_error=heard.append))
     assert out == [[e.raw for e in events]] and heard == told  # relayed as is, either way
+
+
+@pytest.mark.parametrize(
+    ("steps", "heard"),
+    [
+        (("a", "[DONE]", Finished(b"")), [False]),  # whole
+        (("a", "[DONE]", Finished(b"", usage_estimated=True)), [True]),  # whole, estimated
+        (("a", Finished(b"")), []),  # cut before [DONE]
+        (("a", '{"error": {"message": "x"}}', Finished(b"")), []),  # the upstream's error
+        (("a", UpstreamReset("cut")), []),  # broken
+    ],
+)
+def test_only_a_stream_that_reached_its_end_is_told_complete(steps, heard) -> None:
+    """``on_complete`` (what a settlement bills on, app/edge/finish.py) hears a stream that
+    reached its route's end without an error, with whether its usage is an estimate; never a
+    cut, broken or failed one."""
+    items = [_events(s)[0] if isinstance(s, str) else s for s in steps]
+    listener = Flight(script(HEAD, *items)).join()
+    told: list[bool] = []
+    list(relay(listener, heartbeat=5, end=streams.DONE, on_complete=told.append))
+    assert told == heard
+
+
+def test_a_resumable_stream_whose_log_was_withdrawn_says_so_once() -> None:
+    """The comment after the batch in which the log was given up, once; events go on."""
+    a, b, c, done = _events("a", "b", "c", "[DONE]")
+    gate = gevent.event.Event()
+    listener = Flight(script(HEAD, a, gate, b, "sleep", c, done, Finished(b""))).join()
+    why: list[str] = []
+    batches = relay(
+        listener,
+        heartbeat=5,
+        end=streams.DONE,
+        stream_id="S",
+        withdrawn=lambda: why[0] if why else None,
+    )
+    assert next(batches) == [sse.with_id(a.raw, "S:1")]
+    why.append("withdrawn")
+    gate.set()
+    rest = [chunk for batch in batches for chunk in batch]
+    notes = [chunk for chunk in rest if chunk.startswith(b":")]
+    assert notes == [b": llmgate: resumable=no; reason=withdrawn\n\n"]
+    assert rest[1:] == [sse.with_id(e.raw, f"S:{n}") for n, e in ((2, b), (3, c), (4, done))]
 
 
 class Counted:
@@ -200,8 +244,9 @@ def test_without_a_kept_log_only_unread_events_stay_in_memory() -> None:
 def test_past_the_log_limit_the_flight_stops_logging_takes_no_followers_and_is_not_stored() -> None:
     events = _events(*("x" * 100 for _ in range(50)), "[DONE]")
     flights = Flights()
-    flight = Flight(script(HEAD, *[x for e in events for x in (e, "sleep")], Finished(b"")),
-                    log_limit=1000)  # fmt: skip
+    flight = Flight(
+        script(HEAD, *[x for e in events for x in (e, "sleep")], Finished(b"")), log_limit=1000
+    )
     flights.put("k", flight)
     reader = flight.join()
     assert flights.get("k") is flight  # small so far: followers welcome
@@ -218,8 +263,9 @@ def test_past_the_log_limit_the_flight_stops_logging_takes_no_followers_and_is_n
 
 def test_a_listener_waiting_for_the_whole_answer_does_not_hold_the_log_back() -> None:
     many = _events(*(str(i) for i in range(500)))
-    flight = Flight(script(HEAD, *[x for e in many for x in (e, "sleep")], Finished(b"")),
-                    keep_log=False)  # fmt: skip
+    flight = Flight(
+        script(HEAD, *[x for e in many for x in (e, "sleep")], Finished(b"")), keep_log=False
+    )
     reader, waiter = flight.join(), flight.join()
     waiting = gevent.spawn(waiter.wait_complete, 5)
     assert len(_drain(reader)) == 501
@@ -264,8 +310,9 @@ def test_a_slow_reader_holds_the_producer_back_at_the_buffer_limit() -> None:
     """Back-pressure: the producer (which reads the upstream) waits while the reader is more
     than buffer_limit bytes behind, so memory per stream is the buffer, not the stream."""
     events = _big_events(200, 10_000)
-    flight = Flight(script(HEAD, *events, Finished(b"")), keep_log=False,
-                    buffer_limit=64_000, send_timeout=5)  # fmt: skip
+    flight = Flight(
+        script(HEAD, *events, Finished(b"")), keep_log=False, buffer_limit=64_000, send_timeout=5
+    )
     reader = flight.join()
     most_behind = 0
     for expected in events:
@@ -287,8 +334,9 @@ def test_without_the_limit_the_producer_runs_ahead() -> None:
 
 def test_a_reader_that_takes_nothing_for_the_send_timeout_is_dropped() -> None:
     events = _big_events(50, 10_000)
-    flight = Flight(script(HEAD, *events, Finished(b"")), keep_log=False,
-                    buffer_limit=20_000, send_timeout=0.05)  # fmt: skip
+    flight = Flight(
+        script(HEAD, *events, Finished(b"")), keep_log=False, buffer_limit=20_000, send_timeout=0.05
+    )
     reader = flight.join()
     assert reader.wait_head(5) == HEAD
     gevent.sleep(0.2)  # the caller stalls
@@ -302,8 +350,9 @@ def test_a_reader_that_takes_nothing_for_the_send_timeout_is_dropped() -> None:
 
 def test_a_stalled_follower_is_dropped_without_stopping_the_others() -> None:
     events = _big_events(50, 10_000)
-    flight = Flight(script(HEAD, *events, Finished(b"")), keep_log=False,
-                    buffer_limit=20_000, send_timeout=0.05)  # fmt: skip
+    flight = Flight(
+        script(HEAD, *events, Finished(b"")), keep_log=False, buffer_limit=20_000, send_timeout=0.05
+    )
     stalled, reading = flight.join(), flight.join()
     got = []
     while isinstance(item := reading.next_item(5), sse.Event):
@@ -314,8 +363,9 @@ def test_a_stalled_follower_is_dropped_without_stopping_the_others() -> None:
 
 def test_a_reader_leaving_frees_a_producer_waiting_for_it() -> None:
     events = _big_events(50, 10_000)
-    flight = Flight(script(HEAD, *events, Finished(b"")), keep_log=False,
-                    buffer_limit=20_000, send_timeout=30)  # fmt: skip
+    flight = Flight(
+        script(HEAD, *events, Finished(b"")), keep_log=False, buffer_limit=20_000, send_timeout=30
+    )
     slow, fast = flight.join(), flight.join()
     gevent.sleep(0)
     got = [fast.next_item(5) for _ in range(flight.event_count)]  # fast is caught up
