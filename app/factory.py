@@ -26,13 +26,13 @@ from app.gateway import Gateway
 from app.observe import access_log
 from app.observe.metrics import Metrics
 from app.observe.tracing import Tracer
+from app.patches import http_headers
 from app.tenancy.access import Access
 from app.tenancy.key_source import KeySource
 from app.tenancy.keyring import KeysFileError
 from app.tenancy.limits import Counters, MemoryCounters
 from app.tenancy.prices import PriceTable
 from app.upstream import catalog as upstreams
-from app.upstream import header_parse
 from app.upstream.breaker import BreakerPolicy
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Upstream
@@ -43,7 +43,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     settings = settings or Settings.from_env(environ)
     specs, prices = load_upstreams(settings, environ)
     # The upstream answers' headers parsed without the email package (same messages).
-    header_parse.install()
+    http_headers.install()
     app = Flask("llmgate")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ It makes the gateway's choices inside the shape, so the ratio of the two stays h
 POST to /v1/chat/completions takes the same kind of lane as the gateway's API calls
 (app/edge/lane.py), answered from the WSGI environ around Flask's per-request machinery, its
 headers read from the environ as the gateway reads them (app/request/headers.py), and the
-upstream's headers are parsed as the gateway parses them (app/upstream/header_parse.py).
+upstream's headers are parsed as the gateway parses them (app/patches/http_headers.py).
 ``LLMGATE_FLOOR_LANE=0`` sends the call through Flask's view instead, and
 ``LLMGATE_FLOOR_HEADERS=email`` leaves http.client's own header parser in place: `python -m
 bench.floor_layers` measures what each choice saves a call.
@@ -29,8 +29,8 @@ import urllib3
 from flask import Flask, Response, request
 from werkzeug.http import HTTP_STATUS_CODES
 
+from app.patches import http_headers
 from app.request.headers import environ_headers
-from app.upstream import header_parse
 
 app = Flask(__name__)
 _UPSTREAM = os.environ["LLMGATE_UPSTREAM_URL"].rstrip("/")
@@ -115,6 +115,6 @@ def _lane(flask_app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[b
 
 
 if os.environ.get("LLMGATE_FLOOR_HEADERS", "") != "email":
-    header_parse.install()
+    http_headers.install()
 if os.environ.get("LLMGATE_FLOOR_LANE", "1") != "0":
     app.wsgi_app = _lane(app.wsgi_app)  # type: ignore[method-assign]

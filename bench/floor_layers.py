@@ -5,7 +5,7 @@ In turns, the stack with gunicorn serving bench/floor_app.py three ways: through
 with http.client's own header parser (``flask``), through its lane (``lane``: the call
 answered from the WSGI environ, as the gateway's app/edge/lane.py answers its API calls), and
 with the lane and the upstream's headers parsed as the gateway parses them (``lane+headers``,
-app/upstream/header_parse.py; the floor's default). Each is measured as bench/ab.py measures
+app/patches/http_headers.py; the floor's default). Each is measured as bench/ab.py measures
 a revision (issue 11's calls, CPU of the nginx and gunicorn trees per answered call after a
 warm-up); the summaries compare each side with the one before.
 """

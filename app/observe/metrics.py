@@ -1,4 +1,4 @@
-"""Prometheus metrics: prometheus_client is imported here and in app/observe/metric_values.py.
+"""Prometheus metrics: prometheus_client is imported here (and patched by app/patches/).
 
 Under gunicorn every worker writes its samples to `PROMETHEUS_MULTIPROC_DIR` (set, and wiped
 at start, by gunicorn.conf.py; a dead worker is marked there so its live gauges drop out) and
@@ -10,7 +10,6 @@ every metric with its labels; a test fails when they differ.
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
@@ -27,7 +26,8 @@ from prometheus_client import (
 from app.core.admission import KINDS, Load
 from app.core.errors import ERROR_CAUSES
 from app.observe.labels import CACHE_OUTCOMES
-from app.observe.metric_values import use_lean_values
+from app.patches.prometheus_labels import remember_children
+from app.patches.prometheus_values import use_lean_values
 
 use_lean_values()  # before any metric is made
 # LLM calls range from a cache hit (ms) to a long reasoning stream (minutes).
@@ -52,19 +52,6 @@ LATENCY_BUCKETS = (
 )
 RATE_BUCKETS = (1, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000)
 CACHE_OP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
-
-
-# Children (one label set's value) each metric keeps at hand, past which the least recently
-# used is looked up again: far more than the label sets of a worker's routes and statuses.
-CHILDREN = 4096
-
-
-def _remember_children(metric: Counter | Gauge | Histogram) -> None:
-    """``metric.labels`` answers a label set it has seen from a dict (0.14 us against 1.6:
-    prometheus_client converts every value and takes a lock per call, a dozen times a
-    request). The child is the metric's own, so the counts are the same; no child is ever
-    removed here (``remove`` is never called), so none kept can be stale."""
-    metric.labels = functools.lru_cache(maxsize=CHILDREN)(metric.labels)  # type: ignore[method-assign,assignment]
 
 
 class Metrics:
@@ -344,7 +331,7 @@ class Metrics:
             self.pool.labels(state)
         for metric in vars(self).values():
             if isinstance(metric, Counter | Gauge | Histogram) and metric._labelnames:
-                _remember_children(metric)
+                remember_children(metric)
 
     def observe_key_usage(
         self, key: str, prompt: Any, completion: Any, picodollars: int = 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.client
-import io
 import queue
 import socket
 import ssl
@@ -28,8 +27,6 @@ from gevent.socket import wait_read
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import HTTPError
-
-from app.core.timers import Alarm
 
 # The most read at once from an answer, and the largest error body read (not dropped) to
 # keep its connection when the call is retried.
@@ -211,97 +208,6 @@ class Raw(Protocol):
     def close(self) -> None: ...
 
     def release_conn(self) -> None: ...
-
-
-def body_reader(raw: Raw) -> Callable[[int], bytes]:
-    """urllib3's read1; for a body sent in chunks and not compressed (an event stream, as
-    providers send one), http.client's read1 beneath it. urllib3's layer (content decoding,
-    length accounting, an error-catching context manager per call) cost about as much as
-    the read itself, once per event of every stream, and does nothing for such a body: the
-    chunked framing already tells a cut from an end (http.client raises IncompleteRead).
-    A body with a Content-Length keeps urllib3's read, which checks that it came whole."""
-    fp = getattr(raw, "_fp", None)
-    if (
-        isinstance(fp, http.client.HTTPResponse)
-        and fp.chunked
-        and not raw.headers.get("content-encoding")
-    ):
-        return fp.read1
-    return raw.read1
-
-
-def chunked_beneath(raw: Raw) -> http.client.HTTPResponse | None:
-    """The http.client response under urllib3's when its body is read through it
-    (``body_reader``'s fast path: chunked, not compressed), else None."""
-    fp = getattr(raw, "_fp", None)
-    if (
-        isinstance(fp, http.client.HTTPResponse)
-        and fp.chunked
-        and not raw.headers.get("content-encoding")
-        and isinstance(fp.fp, io.BufferedReader)
-        and hasattr(fp.fp.raw, "_sock")  # socket.SocketIO's socket: its readiness is waited on
-    ):
-        return fp
-    return None
-
-
-# What ``wait_readable`` found (falsy: nothing came in the alarm's time).
-NOT_YET = 0
-ARRIVED = 1  # the socket has data: ``read1`` goes on, and may still wait for a line's rest
-BUFFERED = 2  # what ``read1`` needs is in the buffer: it returns without waiting at all
-
-
-def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
-    """Whether ``fp.read1`` can go on without waiting on the upstream, once data came or
-    ``alarm`` rang (NOT_YET); BUFFERED when it cannot wait at all, so its reader need not
-    arm a timer around it. Nothing is lost while it waits: ``peek`` of an empty buffer
-    waits for the socket before it reads anything (the alarm ends that wait, where no byte
-    has been taken yet); the CRLF that ends a chunk is taken as http.client would take it
-    (its ``chunk_left`` says so); and a buffer holding only part of what ``read1`` needs
-    waits on the socket itself, or on nothing when TLS already holds decrypted bytes
-    (ARRIVED: the read may still wait for the rest of a line that came in parts)."""
-    buffered = fp.fp
-    if buffered is None:
-        return BUFFERED  # the body ended: the read says so at once
-    alarm.arm()
-    try:
-        seen = buffered.peek(1)
-        if fp.chunk_left == 0 and seen.startswith(b"\r\n"):
-            # The CRLF that ends the last chunk, which read1 would take next: taken now
-            # (from the buffer, no wait), so an empty buffer waits on the socket as a read
-            # does, through the socket's own watcher, not a new one per event.
-            buffered.read(2)
-            fp.chunk_left = None
-            seen = buffered.peek(1)
-        if enough_buffered(seen, fp.chunk_left):
-            return BUFFERED
-        sock = fp.fp.raw._sock  # type: ignore[attr-defined]
-        pending = getattr(sock, "pending", None)  # an SSLSocket's decrypted bytes
-        if pending is None or not pending():
-            wait_read(sock.fileno())
-        return ARRIVED
-    except Alarm as exc:
-        if exc is not alarm:
-            raise
-        return NOT_YET
-    except OSError:
-        return ARRIVED  # a reset: the read meets it too, and reports it as the upstream's
-    finally:
-        alarm.disarm()
-
-
-def enough_buffered(seen: bytes, chunk_left: int | None) -> bool:
-    """Whether http.client's ``read1`` of a chunked body can return without waiting on the
-    socket, given the bytes its buffer holds (``seen``) and its ``chunk_left``. Inside a
-    chunk's data any byte will do; between chunks it first reads the CRLF that ends the
-    last one (when ``chunk_left`` is 0) and the next size line, then one read of data, so
-    the line must be whole with something after it. The last chunk's "0" line is followed
-    by the CRLF that ends the body."""
-    if chunk_left:
-        return bool(seen)
-    start = 2 if chunk_left == 0 else 0
-    line_end = seen.find(b"\n", start)
-    return line_end != -1 and line_end + 1 < len(seen)
 
 
 def discard(raw: Raw) -> None:

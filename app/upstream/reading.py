@@ -33,9 +33,10 @@ from app.core.errors import (
     UpstreamTimeout,
 )
 from app.core.timers import Alarm
+from app.patches.chunked_reads import ARRIVED, BUFFERED, NOT_YET
 from app.request.events import END_OF_STREAM, StreamEnd, is_error_event
 from app.upstream.ledger import Ledger
-from app.upstream.pools import ARRIVED, BUFFERED, NOT_YET, READ_SIZE
+from app.upstream.pools import READ_SIZE
 from app.upstream.retry import Deadline
 from app.upstream.transport import UpstreamResponse
 from llmgate_wire import sse

@@ -27,8 +27,8 @@ import urllib3
 from app.core.errors import UpstreamReset
 from app.dialects import anthropic, gemini, messages
 from app.dialects.chat import dumps
+from app.patches import chunked_reads
 from app.request.headers import AUTH_HEADERS, with_upstream_key
-from app.upstream import pools
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.pools import READ_SIZE, Raw
 from llmgate_wire import sse
@@ -214,7 +214,7 @@ class Translated:
         if self._done:
             return b""
         if self._read is None:
-            self._read = pools.body_reader(self._raw)
+            self._read = chunked_reads.body_reader(self._raw)
         if self._stream is not None:
             while chunk := self._read(READ_SIZE):
                 try:

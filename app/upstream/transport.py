@@ -49,6 +49,7 @@ from app.core.reasons import reason
 from app.core.timers import Alarm
 from app.observe.metrics import Metrics
 from app.observe.tracing import Span
+from app.patches import chunked_reads
 from app.request import jsonedit
 from app.request.headers import with_upstream_key
 from app.upstream import pools
@@ -92,7 +93,7 @@ class UpstreamResponse:
     span: Span | None = None  # the attempt's span, ended when the exchange is done
     idle_timer: Alarm | None = None  # armed again for each read (app/upstream/reading.py)
     patience_timer: Alarm | None = None  # the same for each wait for data (wait_readable)
-    # The body's reader, chosen at the first read (pools.body_reader): not a constructor argument.
+    # The body's reader, chosen at its first read (chunked_reads.body_reader): not an argument.
     _read: Callable[[int], bytes] | None = field(default=None, init=False, repr=False)
     # The http.client response a stream's waits look into, once looked up (``_looked``).
     _chunked: http.client.HTTPResponse | None = field(default=None, init=False, repr=False)
@@ -103,32 +104,32 @@ class UpstreamResponse:
         return self._beneath() is not None
 
     def _beneath(self) -> http.client.HTTPResponse | None:
-        """``pools.chunked_beneath``, looked up once: it is asked before every read."""
+        """``chunked_reads.chunked_beneath``, looked up once: it is asked before every read."""
         if not self._looked:
-            self._chunked, self._looked = pools.chunked_beneath(self.raw), True
+            self._chunked, self._looked = chunked_reads.chunked_beneath(self.raw), True
         return self._chunked
 
     def wait_readable(self, timeout: float | None) -> int:
         """Wait at most ``timeout`` seconds (None: not at all) for data the next read can
-        take without waiting: ``pools.wait_readable``'s NOT_YET when none came, BUFFERED
+        take without waiting: ``chunked_reads.wait_readable``'s NOT_YET when none came, BUFFERED
         when the read cannot wait at all. A body that cannot be waited on (``can_wait``) is
         always ready (ARRIVED): its reads wait as they would."""
         if timeout is None:
-            return pools.ARRIVED
+            return chunked_reads.ARRIVED
         fp = self._chunked if self._looked else self._beneath()
         if fp is None:
-            return pools.ARRIVED
+            return chunked_reads.ARRIVED
         if self.patience_timer is None or self.patience_timer.seconds != timeout:
             if self.patience_timer is not None:
                 self.patience_timer.close()
             self.patience_timer = Alarm(max(timeout, 0.001))
-        return pools.wait_readable(fp, self.patience_timer)
+        return chunked_reads.wait_readable(fp, self.patience_timer)
 
     def read1(self, size: int) -> bytes:
         """What has arrived of the body, up to ``size`` bytes (b"" at its end); a failed
         read is UpstreamReset. A timer's exception passes through untouched."""
         if self._read is None:
-            self._read = pools.body_reader(self.raw)
+            self._read = chunked_reads.body_reader(self.raw)
         try:
             return self._read(size)
         except (

@@ -19,6 +19,7 @@ import urllib3
 from urllib3.exceptions import HTTPError
 
 from app.core.reasons import reason
+from app.patches import chunked_reads
 from app.upstream import pools
 
 # A class name followed by its arguments, or an object's default repr: what must not show.
@@ -84,14 +85,14 @@ def server() -> Iterator[Callable[[Callable[[socket.socket], None]], str]]:
 
 def _failure(url: str) -> BaseException:
     """What the gateway's pools raise for ``url``: at the connect, or reading the body the way
-    the gateway does (pools.body_reader)."""
+    the gateway does (chunked_reads.body_reader)."""
     manager = urllib3.PoolManager(retries=False)
     manager.pool_classes_by_scheme = pools.pool_classes(None)
     try:
         resp = manager.request(
             "GET", url, preload_content=False, timeout=urllib3.Timeout(connect=1, read=0.3)
         )
-        read = pools.body_reader(resp)
+        read = chunked_reads.body_reader(resp)
         while read(65536):
             pass
     except (HTTPError, OSError, http.client.HTTPException) as exc:

@@ -1,5 +1,5 @@
 """Waiting for a chunked event stream's next data without taking any of it: what a stream of
-the caller's own does between heartbeats (app/upstream/pools.py, ``wait_readable``).
+the caller's own does between heartbeats (app/patches/chunked_reads.py, ``wait_readable``).
 
 Over a real socket pair with gevent's sockets, an upstream writes a chunked stream cut at
 every kind of place (inside a size line, between the CRLF ending a chunk and the next size
@@ -14,14 +14,14 @@ import itertools
 import random
 import struct
 import time
-from typing import cast
+from typing import Any, cast
 
 import gevent
 import pytest
 from gevent import socket
 
 from app.core.timers import Alarm
-from app.upstream import pools
+from app.patches import chunked_reads
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 WAIT_S = 0.02
@@ -47,7 +47,7 @@ def _chunk(data: bytes) -> bytes:
     ],
 )
 def test_what_read1_needs_buffered(seen: bytes, chunk_left: int | None, enough: bool) -> None:
-    assert pools.enough_buffered(seen, chunk_left) is enough
+    assert chunked_reads.enough_buffered(seen, chunk_left) is enough
 
 
 def _read_through(pieces: list[bytes], pause: float) -> tuple[bytes, int, dict[int, int]]:
@@ -67,14 +67,14 @@ def _read_through(pieces: list[bytes], pause: float) -> tuple[bytes, int, dict[i
     writer = gevent.spawn(upstream)
     resp = http.client.HTTPResponse(ours)
     resp.begin()
-    assert resp.chunked and pools.chunked_beneath(cast(pools.Raw, _Raw(resp))) is resp
+    assert resp.chunked and chunked_reads.chunked_beneath(cast(Any, _Raw(resp))) is resp
     alarm = Alarm(WAIT_S)
     body, not_yet = b"", 0
-    slow = {pools.ARRIVED: 0, pools.BUFFERED: 0}
+    slow = {chunked_reads.ARRIVED: 0, chunked_reads.BUFFERED: 0}
     told = dict.fromkeys(slow, 0)
     while True:
-        ready = pools.wait_readable(resp, alarm)
-        if ready == pools.NOT_YET:
+        ready = chunked_reads.wait_readable(resp, alarm)
+        if ready == chunked_reads.NOT_YET:
             not_yet += 1
             continue
         told[ready] += 1
@@ -87,7 +87,7 @@ def _read_through(pieces: list[bytes], pause: float) -> tuple[bytes, int, dict[i
     writer.join(5)
     alarm.close()
     ours.close()
-    assert told[pools.BUFFERED] > 0  # the usual case: each chunk came whole
+    assert told[chunked_reads.BUFFERED] > 0  # the usual case: each chunk came whole
     return body, not_yet, slow
 
 
@@ -102,7 +102,7 @@ def test_between_whole_chunks_a_wait_says_not_yet_and_ready_never_lies() -> None
     body, not_yet, slow = _read_through(pieces, pause=0.25)
     assert body == b"".join(EVENTS[:12])
     assert not_yet >= 12  # every pause seen as one: a heartbeat's turn
-    assert slow == {pools.ARRIVED: 0, pools.BUFFERED: 0}
+    assert slow == {chunked_reads.ARRIVED: 0, chunked_reads.BUFFERED: 0}
 
 
 def test_cut_anywhere_a_wait_takes_nothing_and_nothing_is_lost() -> None:
@@ -117,7 +117,7 @@ def test_cut_anywhere_a_wait_takes_nothing_and_nothing_is_lost() -> None:
     body, not_yet, slow = _read_through(pieces, pause=WAIT_S * 2.5)
     assert body == b"".join(EVENTS)
     assert not_yet >= len(pieces) // 2
-    assert slow[pools.BUFFERED] == 0
+    assert slow[chunked_reads.BUFFERED] == 0
 
 
 def test_a_size_line_in_three_parts_is_read_as_one_that_can_wait() -> None:
@@ -130,7 +130,7 @@ def test_a_size_line_in_three_parts_is_read_as_one_that_can_wait() -> None:
     pieces = [HEAD, b"1", b"a", b"\r\n" + data + b"\r\n0\r\n\r\n"]
     body, _, slow = _read_through(pieces, pause=WAIT_S * 2.5)
     assert body == data
-    assert slow == {pools.ARRIVED: 1, pools.BUFFERED: 0}
+    assert slow == {chunked_reads.ARRIVED: 1, chunked_reads.BUFFERED: 0}
 
 
 class _Raw:
@@ -159,7 +159,7 @@ def test_a_reset_is_left_to_the_read_to_report() -> None:
     theirs.close()  # with a zero linger: a reset, not an end
     gevent.sleep(0.05)
     alarm = Alarm(5)
-    assert pools.wait_readable(resp, alarm) == pools.ARRIVED
+    assert chunked_reads.wait_readable(resp, alarm) == chunked_reads.ARRIVED
     with pytest.raises((OSError, http.client.HTTPException)):
         resp.read1(65536)
     alarm.close()

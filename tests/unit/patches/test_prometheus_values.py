@@ -1,5 +1,5 @@
 """A worker's metric values without a lock or a pid check per update
-(app/observe/metric_values.py ``lean_values``): what they write is what /metrics reads from
+(app/patches/prometheus_values.py ``lean_values``): what they write is what /metrics reads from
 the files, and a forked child writes into files of its own, never its parent's."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, valu
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from app.observe.metric_values import lean_values
+from app.patches.prometheus_values import lean_values
 
 
 def _lean_class(monkeypatch, tmp_path: Path) -> type:

@@ -1,5 +1,12 @@
-"""A worker's metric values, written as prometheus_client's multiprocess mode writes them, but
-cheaper to update (docs/performance.md, "The metrics' updates")."""
+"""Patch: prometheus_client's multiprocess value class (``values.ValueClass``), for a
+worker's metric values written as its multiprocess mode writes them, but cheaper to update
+(docs/performance.md, "The metrics' updates").
+
+It fits (``fits``) a value class whose ``inc`` and ``set`` do nothing but what the lean ones
+here do (write ``_value`` and ``_timestamp``, and ``_file.write_value(_key, ...)``) besides
+the lock and the pid check it leaves out: prometheus_client 0.20 to 0.26. A class whose
+updates touch anything more is left as it is.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +15,39 @@ from typing import Any
 
 from prometheus_client import values
 
+from app.patches import refuse
+
+# What a multiprocess value's update may touch for the lean one to do the same: its own
+# fields and the file's write; the pid check (name-mangled) is what the lean one leaves out.
+_UPDATE_NAMES = {"_value", "_timestamp", "_file", "write_value", "_key"}
+
+
+def fits(value_class: Any) -> str | None:
+    """None when ``value_class``'s updates are the ones ``lean_values`` rewrites."""
+    for name in ("inc", "set"):
+        update = getattr(value_class, name, None)
+        code = getattr(update, "__code__", None)
+        if code is None:
+            return f"the value class has no plain {name} method"
+        touched = {n for n in code.co_names if not n.endswith("__check_for_pid_change")}
+        if touched != _UPDATE_NAMES:
+            return f"its {name} touches {sorted(touched ^ _UPDATE_NAMES)} too"
+    return None
+
 
 def use_lean_values() -> None:
     """Every metric value this process makes from now on is a lean one (when multiprocess:
-    ``PROMETHEUS_MULTIPROC_DIR`` was set as prometheus_client was imported). Runs before the
-    first metric is made (app/observe/metrics.py, at its import): a value made before would
-    keep its own handle on the same files."""
-    values.ValueClass = lean_values(values.ValueClass)
+    ``PROMETHEUS_MULTIPROC_DIR`` was set as prometheus_client was imported), when the class
+    fits. Runs before the first metric is made (app/observe/metrics.py, at its import): a
+    value made before would keep its own handle on the same files."""
+    current = values.ValueClass
+    if not getattr(current, "_multiprocess", False) or getattr(current, "lean", False):
+        return
+    reason = fits(current)
+    if reason is None:
+        values.ValueClass = lean_values(current)
+    else:
+        refuse("prometheus_values", reason)
 
 
 def lean_values(value_class: Any) -> Any:

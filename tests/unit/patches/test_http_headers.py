@@ -1,4 +1,4 @@
-"""app/upstream/header_parse.py builds the very message http.client's own parser builds, for
+"""app/patches/http_headers.py builds the very message http.client's own parser builds, for
 any header lines: plain ones on its own path, anything else through the standard parser."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.upstream import header_parse
-from app.upstream.header_parse import parse_headers, parse_lines
+from app.patches import http_headers as header_parse
+from app.patches.http_headers import parse_headers, parse_lines
 
 
 def _standard(lines: list[bytes]) -> http.client.HTTPMessage:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.observe.metrics import CHILDREN, Metrics
+from app.observe.metrics import Metrics
+from app.patches.prometheus_labels import CHILDREN
 
 
 def _samples(metrics: Metrics, name: str) -> dict[tuple, float]:
