@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import logging
+from collections.abc import Iterator
 from importlib import metadata
 from types import SimpleNamespace
 from typing import Any
@@ -24,7 +25,7 @@ PATCHED = ("urllib3", "prometheus_client")
 
 
 @pytest.fixture(autouse=True)
-def _fresh_refusals(monkeypatch) -> None:
+def _fresh_refusals(monkeypatch) -> Iterator[None]:
     monkeypatch.setattr(patches, "_refused", set())
     chunked_reads.usable.cache_clear()
     yield
@@ -67,6 +68,8 @@ def test_a_moved_header_reader_leaves_http_clients_own_parser(monkeypatch, caplo
 def test_a_value_class_that_updates_more_is_left_as_it_is(monkeypatch, caplog) -> None:
     class Richer:
         _multiprocess = True
+        _file: Any
+        _key: str
 
         def inc(self, amount: float) -> None:
             self._value = amount
