@@ -98,3 +98,52 @@ def test_a_drain_file_makes_nginx_answer_readyz_and_a_gone_gunicorn_itself(tmp_p
         timeout=30,
     )
     assert result.returncode == 0, result.stderr
+
+
+def _nginx_conf(**env: str) -> str:
+    """What `make nginx-conf` prints (python -m runner.nginx) with ``env`` as the only
+    LLMGATE_* settings."""
+    import os
+    import sys
+
+    from tests.conftest import ROOT
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LLMGATE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner.nginx"],
+        cwd=ROOT, env={**base, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _listening(text: str) -> tuple[list[str], list[str], list[str]]:
+    """The config's listen lines, upstream servers and certificate lines."""
+    listen = re.findall(r"^\s*listen (\S+)", text, re.M)
+    servers = re.findall(r"^\s*server (\S+) max_fails", text, re.M)
+    certs = re.findall(r"^\s*(ssl_certificate(?:_key)? \S+);", text, re.M)
+    return listen, servers, certs
+
+
+def test_nginx_conf_listens_and_proxies_where_the_settings_say(tmp_path: Path) -> None:
+    text = _nginx_conf(
+        LLMGATE_PORT="9090", LLMGATE_HOST="0.0.0.0", LLMGATE_TLS_PORT="9443",
+        LLMGATE_BIND="0.0.0.0:9000,127.0.0.2:9001", LLMGATE_RUN_DIR=str(tmp_path),
+    )  # fmt: skip
+    listen, servers, certs = _listening(text)
+    assert listen == ["0.0.0.0:9090", "0.0.0.0:9443"]
+    assert servers == ["127.0.0.1:9000", "127.0.0.2:9001"]  # gunicorn's wildcard: loopback
+    # No certificate given: the self-signed one `make run` keeps in its run directory.
+    assert certs == [f"ssl_certificate {tmp_path}/tls/llmgate.crt",
+                     f"ssl_certificate_key {tmp_path}/tls/llmgate.key"]  # fmt: skip
+    given = _nginx_conf(LLMGATE_TLS_PORT="9443", LLMGATE_TLS_CERT="/etc/c.pem",
+                        LLMGATE_TLS_KEY="/etc/k.pem")  # fmt: skip
+    assert _listening(given)[2] == ["ssl_certificate /etc/c.pem", "ssl_certificate_key /etc/k.pem"]
+
+
+def test_nginx_conf_defaults_are_make_runs() -> None:
+    listen, servers, _ = _listening(_nginx_conf())
+    assert listen == ["127.0.0.1:8080", "127.0.0.1:8443"] and servers == ["127.0.0.1:8000"]
+    listen, _, certs = _listening(_nginx_conf(LLMGATE_TLS_PORT="0"))
+    assert listen == ["127.0.0.1:8080"] and certs == []
