@@ -67,7 +67,7 @@ def options_from_env(
             print(f"llmgate: {name} is not installed; running without it. Install: {INSTALL_HINT}")
     if args.instances > 1 and not have_nginx:
         raise StartError("several instances need nginx in front of them")
-    tls_port: int | None = settings.tls_port if have_nginx and settings.tls_port else None
+    tls_port: int | None = runner.tls_port if have_nginx and runner.tls_port else None
     if tls_port is not None and not settings.tls_cert and find_binary("openssl") is None:
         print(
             "llmgate: openssl is not installed and LLMGATE_TLS_CERT is not set: no HTTPS "
@@ -87,6 +87,8 @@ def options_from_env(
         logs_to_stdout=runner.logs_to_stdout,
         instances=args.instances,
         memcached_nodes=args.memcached_nodes,
+        memcached_port=runner.memcached_port,
+        simulator_port=runner.simulator_port,
         tls_port=tls_port,
         tls_cert=settings.tls_cert,
         tls_key=settings.tls_key,
