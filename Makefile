@@ -6,6 +6,8 @@ PY := .venv/bin/python
 setup:
 	@scripts/setup.sh
 
+# One command, no shell: the runner's parent is make itself, which it watches for the
+# signals make does not pass on (runner/make_parent.py).
 run: setup
 	@$(PY) -m runner
 

@@ -9,10 +9,11 @@ while calls are served for LLMGATE_DRAIN_DELAY_S, then gunicorn ends its calls w
 LLMGATE_GRACEFUL_TIMEOUT_S while nginx goes on answering, then nginx quits (deploy/Dockerfile
 runs this same command; a Kubernetes pod is stopped with SIGTERM).
 
-A start that cannot be is one line, last: a bad setting (runner/settings.py for the
-runner's own, app/core/config.py for the gateway's), a port or run directory another server or
-runner holds (runner/claims.py: nginx's reuseport would let a second one join the port), or
-the cause a child gave as it died (runner/procs.py), whose log keeps the rest.
+A start that cannot be is one line, last: a bad setting (runner/settings.py for the runner's
+own, app/core/config.py for the gateway's), a port or run directory another server or runner
+holds (runner/claims.py: nginx's reuseport would let a second one join the port), or the
+cause a child gave as it died (runner/procs.py), whose log keeps the rest. Under make, make
+adds no line after it, and a SIGINT to make alone stops the stack (runner/make_parent.py).
 
 `make run-cluster` is the same runner with ``--instances 3 --memcached-nodes 2``: several
 gunicorn instances behind one nginx upstream block, sharing two Memcached nodes.
@@ -32,6 +33,7 @@ from app.core.config import Settings, SettingsError
 from app.upstream.catalog import ConfigError
 from runner import limits, resolve
 from runner.drain import drain, turn_unready
+from runner.make_parent import MakeParent
 from runner.procs import StartError, find_binary
 from runner.settings import RunnerSettings, with_values
 from runner.stack import Stack, StackOptions
@@ -193,7 +195,17 @@ def _say(line: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`make run`: under make, a failure ends make quietly so its own line does not follow
+    ours, and make's SIGINT stops us (runner/make_parent.py)."""
     args = parse_args(argv)
+    make = MakeParent.find()
+    code = run(args, make)
+    if code and make is not None:
+        make.end_quietly()
+    return code
+
+
+def run(args: argparse.Namespace, make: MakeParent | None) -> int:
     try:
         runner = RunnerSettings.from_env(os.environ)
         options = options_from_env(args, runner)
@@ -232,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     print(banner(stack, options), flush=True)
     try:
         while not stopping:
+            if make is not None and make.stopping():
+                stopping = True  # as on our own Ctrl-C
+                break
             if reloading:
                 reloading = False
                 try:
