@@ -29,6 +29,11 @@ DRAINING_502 = (
     '{"error":{"message":"The gateway instance is shutting down; retry the request.",'
     '"type":"api_error","param":null,"code":"gateway_shutdown"}}'
 )
+# The same on the Messages door, in Anthropic's shape (a 503 there is overloaded_error).
+DRAINING_502_ANTHROPIC = (
+    '{"type":"error","error":{"type":"overloaded_error",'
+    '"message":"The gateway instance is shutting down; retry the request."}}'
+)
 _FIELD = re.compile(r"\{\{ (\w+) \}\}")
 
 
@@ -160,13 +165,14 @@ class NginxParams:
     def _drain(self) -> dict[str, str]:
         if not self.drain_file:
             none = "# no drain file: nginx answers nothing itself"
-            return {"drain_readyz": none, "drain_502": none}
+            return {"drain_readyz": none, "drain_502": none, "drain_502_anthropic": none}
         # `if` with a `return` is the one use of it nginx documents as safe in a location.
         test = f"if (-f {json.dumps(self.drain_file, ensure_ascii=False)})"
         return {
             "drain_readyz": f"{test} {{ return 503 '{DRAINING_READYZ}\\n'; }}\n"
             "            default_type application/json;",
             "drain_502": f"{test} {{ return 503 '{DRAINING_502}\\n'; }}",
+            "drain_502_anthropic": f"{test} {{ return 503 '{DRAINING_502_ANTHROPIC}\\n'; }}",
         }
 
     def _server_line(self, address: str) -> str:
