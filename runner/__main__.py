@@ -156,9 +156,10 @@ def capacity(stack: Stack) -> str:
     sizing = stack.sizing
     assert sizing is not None
     return (
-        f"{sizing.stream_capacity} streams at once (LLMGATE_WORKER_CONNECTIONS="
-        f"{sizing.worker_connections} x {sizing.app_workers} workers; nginx: "
-        f"{sizing.nginx_workers} workers x {sizing.nginx_connections} connections)"
+        f"{sizing.stream_capacity} streams, {sizing.request_capacity} API requests at once "
+        f"(LLMGATE_WORKER_CONNECTIONS={sizing.worker_connections} x {sizing.app_workers} "
+        f"workers; nginx: {sizing.nginx_workers} workers x {sizing.nginx_connections} "
+        "connections)"
     )
 
 
