@@ -6,6 +6,8 @@ PY := .venv/bin/python
 setup:
 	@scripts/setup.sh
 
+# One command, no shell: the runner's parent is make itself, which it watches for the
+# signals make does not pass on (runner/make_parent.py).
 run: setup
 	@$(PY) -m runner
 
@@ -25,8 +27,8 @@ test: setup-test
 # quick integration tests, real processes still. `make test` runs the slow ones too, in one
 # process. These run in TEST_PROCS pytest processes (pytest-xdist), a test file at a time
 # each, so a module's stacks stay in one process: 4 on 2 cores, because the tests mostly
-# wait (paced streams, timeouts, processes starting): about 1.5 min instead of 5
-# (docs/conventions.md).
+# wait (paced streams, timeouts, processes starting); the time measured last is in the
+# README's Development section (docs/conventions.md).
 TEST_PROCS ?= 4
 test-fast: setup-test
 	$(PY) -m pytest -m "not slow" -n $(TEST_PROCS) --dist loadfile

@@ -57,7 +57,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
         build_access(settings, metrics, prices),
         build_tracer(settings, metrics),
         prices,
-        build_resume_store(settings),
+        build_resume_store(settings, metrics),
     )
     # This worker's admission limits (app/core/admission.py), taken by each API call's ticket.
     app.extensions["llmgate.admission"] = Gate(
@@ -92,7 +92,7 @@ def build_access(
     # The same nodes as the answer cache, fixed and found by DNS alike (Kubernetes names
     # its Memcached pods by a headless service): a key's limits are one count for every
     # worker and instance, never one per worker.
-    client = memcached_client(settings, "limits")
+    client = memcached_client(settings, "limits", metrics=metrics)
     counters: Counters = MemoryCounters() if client is None else MemcachedCounters(client)
     try:
         source = KeySource(settings.keys_file)

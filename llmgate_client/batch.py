@@ -8,7 +8,8 @@ Rules:
 - Outcomes come back in input order; finished ones wait only for their predecessors.
 - With a ``deadline``, nothing is started once it has passed and each call gets the batch
   deadline as its own upper bound; inputs never started become ``DeadlineExceeded`` outcomes
-  with ``attempts == 0``.
+  with ``attempts == 0``, as does an input the call refused before sending it (not a JSON
+  object, or the reader's verdict on a line).
 - The progress callback runs on the caller's thread (never on a worker), once per outcome.
 
 Connections: workers share the client's pool (``block=True``), so the number of sockets is
@@ -45,8 +46,13 @@ class Outcome(Generic[R]):
 
     @property
     def attempts(self) -> int:
+        """The HTTP attempts the call made: its error's count, or its result's. An error
+        that is not the client's (a bad input item, refused before any request: the client
+        raises everything of a request that went out as an ``LLMGateError``) made none."""
         if isinstance(self.error, LLMGateError):
             return self.error.attempts
+        if self.error is not None:
+            return 0
         return int(getattr(self.result, "attempts", 1))
 
 

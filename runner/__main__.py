@@ -9,10 +9,11 @@ while calls are served for LLMGATE_DRAIN_DELAY_S, then gunicorn ends its calls w
 LLMGATE_GRACEFUL_TIMEOUT_S while nginx goes on answering, then nginx quits (deploy/Dockerfile
 runs this same command; a Kubernetes pod is stopped with SIGTERM).
 
-A start that cannot be is one line, last: a bad setting (runner/settings.py for the
-runner's own, app/core/config.py for the gateway's), a port or run directory another server or
-runner holds (runner/claims.py: nginx's reuseport would let a second one join the port), or
-the cause a child gave as it died (runner/procs.py), whose log keeps the rest.
+A start that cannot be is one line, last: a bad setting (runner/settings.py for the runner's
+own, app/core/config.py for the gateway's), a port or run directory another server or runner
+holds (runner/claims.py: nginx's reuseport would let a second one join the port), or the
+cause a child gave as it died (runner/procs.py), whose log keeps the rest. Under make, make
+adds no line after it, and a SIGINT to make alone stops the stack (runner/make_parent.py).
 
 `make run-cluster` is the same runner with ``--instances 3 --memcached-nodes 2``: several
 gunicorn instances behind one nginx upstream block, sharing two Memcached nodes.
@@ -32,6 +33,7 @@ from app.core.config import Settings, SettingsError
 from app.upstream.catalog import ConfigError
 from runner import limits, resolve
 from runner.drain import drain, turn_unready
+from runner.make_parent import MakeParent
 from runner.procs import StartError, find_binary
 from runner.settings import RunnerSettings, with_values
 from runner.stack import Stack, StackOptions
@@ -67,7 +69,7 @@ def options_from_env(
             print(f"llmgate: {name} is not installed; running without it. Install: {INSTALL_HINT}")
     if args.instances > 1 and not have_nginx:
         raise StartError("several instances need nginx in front of them")
-    tls_port: int | None = settings.tls_port if have_nginx and settings.tls_port else None
+    tls_port: int | None = runner.tls_port if have_nginx and runner.tls_port else None
     if tls_port is not None and not settings.tls_cert and find_binary("openssl") is None:
         print(
             "llmgate: openssl is not installed and LLMGATE_TLS_CERT is not set: no HTTPS "
@@ -87,6 +89,8 @@ def options_from_env(
         logs_to_stdout=runner.logs_to_stdout,
         instances=args.instances,
         memcached_nodes=args.memcached_nodes,
+        memcached_port=runner.memcached_port,
+        simulator_port=runner.simulator_port,
         tls_port=tls_port,
         tls_cert=settings.tls_cert,
         tls_key=settings.tls_key,
@@ -152,9 +156,10 @@ def capacity(stack: Stack) -> str:
     sizing = stack.sizing
     assert sizing is not None
     return (
-        f"{sizing.stream_capacity} streams at once (LLMGATE_WORKER_CONNECTIONS="
-        f"{sizing.worker_connections} x {sizing.app_workers} workers; nginx: "
-        f"{sizing.nginx_workers} workers x {sizing.nginx_connections} connections)"
+        f"{sizing.stream_capacity} streams, {sizing.request_capacity} API requests at once "
+        f"(LLMGATE_WORKER_CONNECTIONS={sizing.worker_connections} x {sizing.app_workers} "
+        f"workers; nginx: {sizing.nginx_workers} workers x {sizing.nginx_connections} "
+        "connections)"
     )
 
 
@@ -191,7 +196,17 @@ def _say(line: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`make run`: under make, a failure ends make quietly so its own line does not follow
+    ours, and make's SIGINT stops us (runner/make_parent.py)."""
     args = parse_args(argv)
+    make = MakeParent.find()
+    code = run(args, make)
+    if code and make is not None:
+        make.end_quietly()
+    return code
+
+
+def run(args: argparse.Namespace, make: MakeParent | None) -> int:
     try:
         runner = RunnerSettings.from_env(os.environ)
         options = options_from_env(args, runner)
@@ -230,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     print(banner(stack, options), flush=True)
     try:
         while not stopping:
+            if make is not None and make.stopping():
+                stopping = True  # as on our own Ctrl-C
+                break
             if reloading:
                 reloading = False
                 try:

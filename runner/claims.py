@@ -39,7 +39,7 @@ class Listener:
     host: str
     port: int
     setting: str  # the port's, e.g. LLMGATE_PORT
-    host_setting: str = "LLMGATE_HOST"
+    host_setting: str = "LLMGATE_HOST"  # empty: the host is fixed (loopback)
 
 
 class Claims:
@@ -108,8 +108,9 @@ def _bindable(listener: Listener) -> bool:
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 return False
+            either = f" or {listener.host_setting}" if listener.host_setting else ""
             raise StartError(
                 f"cannot listen on {listener.host}:{listener.port} ({exc.strerror}); "
-                f"set {listener.setting} or {listener.host_setting}"
+                f"set {listener.setting}{either}"
             ) from None
     return True

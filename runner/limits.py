@@ -99,11 +99,13 @@ def warnings(kernel: Kernel, sizing: Sizing, *, instances: int = 1) -> list[str]
             f"RLIMIT_NOFILE soft limit {soft} is below the hard {hard} and was not raised: "
             f"set `ulimit -n {hard}`"
         )
-    if hard is not None and hard < sizing.gunicorn_nofile:
+    # Said in the banner's terms: API requests at once (streams among them), the capacity
+    # being the smallest bound (runner/sizing.py).
+    if hard is not None and sizing.gunicorn_fits:
         found.append(
             f"RLIMIT_NOFILE hard limit {hard} < {sizing.gunicorn_nofile} a gunicorn worker "
-            f"needs (LLMGATE_WORKER_CONNECTIONS={sizing.worker_connections}): accepts fail past "
-            "it; raise it or lower the setting"
+            f"needs (LLMGATE_WORKER_CONNECTIONS={sizing.worker_connections}): they hold "
+            f"{sizing.gunicorn_fits} API requests at once; raise it"
         )
     if sizing.capped:
         found.append(

@@ -1,7 +1,8 @@
 """Renders nginx/llmgate.conf.template. Pure apart from reading the template file.
 
-`python -m runner.nginx` prints a config rendered from the current LLMGATE_* environment,
-a starting point for /etc/nginx (adjust `listen`, the upstream servers and the paths).
+`python -m runner.nginx` (`make nginx-conf`) prints a config rendered from the current
+LLMGATE_* environment, a starting point for /etc/nginx: its listeners, upstream servers and
+certificate are those the settings name (``main``); the paths may need adjusting.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ DRAINING_READYZ = '{"ready":false,"checks":{"draining":true}}'
 DRAINING_502 = (
     '{"error":{"message":"The gateway instance is shutting down; retry the request.",'
     '"type":"api_error","param":null,"code":"gateway_shutdown"}}'
+)
+# The same on the Messages door, in Anthropic's shape (a 503 there is overloaded_error).
+DRAINING_502_ANTHROPIC = (
+    '{"type":"error","error":{"type":"overloaded_error",'
+    '"message":"The gateway instance is shutting down; retry the request."}}'
 )
 _FIELD = re.compile(r"\{\{ (\w+) \}\}")
 
@@ -159,13 +165,14 @@ class NginxParams:
     def _drain(self) -> dict[str, str]:
         if not self.drain_file:
             none = "# no drain file: nginx answers nothing itself"
-            return {"drain_readyz": none, "drain_502": none}
+            return {"drain_readyz": none, "drain_502": none, "drain_502_anthropic": none}
         # `if` with a `return` is the one use of it nginx documents as safe in a location.
         test = f"if (-f {json.dumps(self.drain_file, ensure_ascii=False)})"
         return {
             "drain_readyz": f"{test} {{ return 503 '{DRAINING_READYZ}\\n'; }}\n"
             "            default_type application/json;",
             "drain_502": f"{test} {{ return 503 '{DRAINING_502}\\n'; }}",
+            "drain_502_anthropic": f"{test} {{ return 503 '{DRAINING_502_ANTHROPIC}\\n'; }}",
         }
 
     def _server_line(self, address: str) -> str:
@@ -214,29 +221,46 @@ def start_nginx(
 
 
 def main() -> None:
-    """`make nginx-conf`: the config for the current LLMGATE_* environment."""
-    from runner.settings import RunnerSettings
+    """`make nginx-conf`: the config for the current LLMGATE_* environment, listening where
+    `make run` would (LLMGATE_HOST, LLMGATE_PORT, LLMGATE_TLS_PORT) and proxying to gunicorn
+    where it listens (LLMGATE_BIND, else gunicorn.conf.py's 127.0.0.1:8000)."""
+    from runner.settings import RunnerSettings, with_values
 
     try:
+        runner = RunnerSettings.from_env(os.environ)
         settings = Settings.from_env(os.environ)
-        workers = RunnerSettings.from_env(os.environ).workers
         connections = worker_connections(os.environ)
     except SettingsError as exc:
-        raise SystemExit(f"llmgate: {exc}") from None
+        raise SystemExit(f"llmgate: {with_values(str(exc), os.environ)}") from None
     # A system nginx starts as root and may raise its own descriptor limit: sized uncapped.
-    sizing = size_for(settings, connections, workers, os.cpu_count() or 1, None)
+    sizing = size_for(settings, connections, runner.workers, os.cpu_count() or 1, None)
+    # HTTPS with the operator's certificate, else the self-signed one `make run` keeps
+    # (runner/tls.py); none with LLMGATE_TLS_PORT 0.
+    made = (runner.run_dir / "tls").absolute()
+    tls_listen = f"{runner.host}:{runner.tls_port}" if runner.tls_port else ""
     print(
         render_nginx(
             NginxParams.for_settings(
                 settings,
-                listen="8080",
-                app_servers=["127.0.0.1:8000"],
-                app_workers=workers,
+                listen=f"{runner.host}:{runner.port}",
+                app_servers=app_servers(runner.bind),
+                app_workers=runner.workers,
                 sizing=sizing,
                 access_log="/var/log/nginx/llmgate.access.log",
+                tls_listen=tls_listen,
+                tls_cert=(settings.tls_cert or str(made / "llmgate.crt")) if tls_listen else "",
+                tls_key=(settings.tls_key or str(made / "llmgate.key")) if tls_listen else "",
             )
         )
     )
+
+
+def app_servers(bind: tuple[tuple[str, int], ...]) -> list[str]:
+    """nginx's upstream servers for gunicorn's LLMGATE_BIND: each address it listens on, a
+    wildcard one reached on loopback; gunicorn.conf.py's default when none is given."""
+    wildcard = ("0.0.0.0", "", "*")
+    servers = [f"{'127.0.0.1' if host in wildcard else host}:{port}" for host, port in bind]
+    return servers or ["127.0.0.1:8000"]
 
 
 if __name__ == "__main__":

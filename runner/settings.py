@@ -34,6 +34,11 @@ class RunnerSettings:
     # LLMGATE_BIND: gunicorn's fixed addresses as (host, port); empty: a free loopback port.
     bind: tuple[tuple[str, int], ...] = ()
     workers: int = 2  # LLMGATE_WORKERS
+    tls_port: int = 8443  # LLMGATE_TLS_PORT: nginx's HTTPS port; 0: no HTTPS listener
+    # LLMGATE_SIMULATOR_PORT, LLMGATE_MEMCACHED_PORT: where the runner's own simulator and
+    # Memcached listen (the nodes of `make run-cluster`: this port and the next); 0: a free one.
+    simulator_port: int = 0
+    memcached_port: int = 0
     # LLMGATE_GRACEFUL_TIMEOUT_S, whole seconds as gunicorn takes it.
     graceful_timeout_s: int = GRACEFUL_TIMEOUT_S
     drain_delay_s: int = DRAIN_DELAY_S  # LLMGATE_DRAIN_DELAY_S, whole seconds
@@ -63,6 +68,9 @@ class RunnerSettings:
             host=host,
             bind=_bind(raw("BIND")),
             workers=_int("LLMGATE_WORKERS", raw("WORKERS"), cls.workers, 1),
+            tls_port=_int("LLMGATE_TLS_PORT", raw("TLS_PORT"), cls.tls_port, 0, 65535),
+            simulator_port=_int("LLMGATE_SIMULATOR_PORT", raw("SIMULATOR_PORT"), 0, 0, 65535),
+            memcached_port=_int("LLMGATE_MEMCACHED_PORT", raw("MEMCACHED_PORT"), 0, 0, 65535),
             graceful_timeout_s=_int(
                 "LLMGATE_GRACEFUL_TIMEOUT_S", raw("GRACEFUL_TIMEOUT_S"), GRACEFUL_TIMEOUT_S, 1
             ),

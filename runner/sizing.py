@@ -62,12 +62,26 @@ class Sizing:
     gunicorn_nofile: int  # descriptors a gunicorn worker may need at its limits
     wanted_nginx_nofile: int  # what nginx would take without the hard limit
     capped: bool  # the hard descriptor limit made nginx (and limit_conn) smaller
+    # Requests every gunicorn worker together can hold under the hard descriptor limit (a
+    # request holds its caller's connection and its upstream one); 0: the limit is not lower.
+    gunicorn_fits: int = 0
+
+    @property
+    def request_capacity(self) -> int:
+        """API requests (streams among them) the stack admits at once: the app's limit, or
+        gunicorn's connections without one, within nginx's guard and the descriptors."""
+        return self._within(self.requests or self.app_workers * self.worker_connections)
 
     @property
     def stream_capacity(self) -> int:
-        """Streams the gateway admits at once (nginx's guard included)."""
-        app = self.streams or self.requests or self.app_workers * self.worker_connections
-        return min(app, self.conn_limit) if self.conn_limit else app
+        """Streams the stack admits at once: the app's stream limit (its request limit
+        without one), within nginx's guard and the descriptors. The banner of `make run`
+        says it, with ``request_capacity``."""
+        return self._within(self.streams or self.request_capacity)
+
+    def _within(self, app: int) -> int:
+        bounds = [app] + [b for b in (self.conn_limit, self.gunicorn_fits) if b]
+        return min(bounds)
 
 
 def size(
@@ -96,6 +110,10 @@ def size(
         conn_limit = min(conn_limit, fits) if conn_limit else fits
     # A gunicorn worker: its callers' connections, an upstream one per request in progress.
     upstream = requests_per_worker if requests_per_worker > 0 else worker_connections
+    gunicorn_nofile = worker_connections + upstream + FD_SPARE
+    gunicorn_fits = 0
+    if nofile_hard is not None and nofile_hard < gunicorn_nofile:
+        gunicorn_fits = max(1, (nofile_hard - FD_SPARE) // 2) * app_workers
     return Sizing(
         app_workers=app_workers,
         worker_connections=worker_connections,
@@ -105,9 +123,10 @@ def size(
         nginx_connections=connections,
         nginx_nofile=nofile,
         conn_limit=conn_limit,
-        gunicorn_nofile=worker_connections + upstream + FD_SPARE,
+        gunicorn_nofile=gunicorn_nofile,
         wanted_nginx_nofile=wanted,
         capped=capped,
+        gunicorn_fits=gunicorn_fits,
     )
 
 

@@ -57,6 +57,10 @@ class StackOptions:
     tls_cert: str = ""
     tls_key: str = ""
     memcached_nodes: int = 1  # Memcached nodes started (make run-cluster: 2)
+    # Where they listen: node i on memcached_port + i (LLMGATE_MEMCACHED_PORT), and the
+    # simulator on simulator_port (LLMGATE_SIMULATOR_PORT); 0: free ports.
+    memcached_port: int = 0
+    simulator_port: int = 0
     # Another WSGI app for gunicorn to serve in the gateway's place (bench/floor.py's
     # measuring stick), as gunicorn's APP_MODULE argument; empty: the gateway.
     wsgi_app: str = ""
@@ -108,7 +112,31 @@ class Stack:
         for item in filter(None, opts.app_bind.split(",")):
             host, _, port = item.strip().rpartition(":")
             found.append(Listener(host, int(port), "LLMGATE_BIND", host_setting="LLMGATE_BIND"))
+        if opts.memcached and opts.memcached_port:
+            last = opts.memcached_port + opts.memcached_nodes - 1
+            if last > 65535:
+                raise StartError(
+                    f"LLMGATE_MEMCACHED_PORT {opts.memcached_port} leaves no port for "
+                    f"{opts.memcached_nodes} Memcached nodes (the last would be {last}); "
+                    f"set it to {65536 - opts.memcached_nodes} or lower"
+                )
+            for node_port in range(opts.memcached_port, last + 1):
+                found.append(
+                    Listener("127.0.0.1", node_port, "LLMGATE_MEMCACHED_PORT", host_setting="")
+                )
+        if self.starts_simulator and opts.simulator_port:
+            found.append(
+                Listener(
+                    "127.0.0.1", opts.simulator_port, "LLMGATE_SIMULATOR_PORT", host_setting=""
+                )
+            )
         return found
+
+    @property
+    def starts_simulator(self) -> bool:
+        """No upstream is given (LLMGATE_UPSTREAM_URL, LLMGATE_CONFIG): the simulator is it."""
+        opts = self.options
+        return not opts.upstream_url and not opts.env.get("LLMGATE_CONFIG", "").strip()
 
     def claim(self) -> None:
         """Take this stack's ports and run directory, or raise StartError saying which one
@@ -146,7 +174,7 @@ class Stack:
             if opts.memcached:
                 for _ in range(opts.memcached_nodes):
                     self._start_memcached()
-            if not opts.upstream_url and not opts.env.get("LLMGATE_CONFIG", "").strip():
+            if self.starts_simulator:
                 self._start_simulator()
             for index in range(opts.instances):
                 self.start_instance(index)
@@ -264,8 +292,8 @@ class Stack:
         return argv
 
     def _start_memcached(self) -> None:
-        port = free_port()
         index = len(self.memcached_addrs)
+        port = self.options.memcached_port + index if self.options.memcached_port else free_port()
         name = "memcached" if self.options.memcached_nodes == 1 else f"memcached-{index}"
         proc = Proc(
             name,
@@ -278,7 +306,7 @@ class Stack:
         self.memcached_addrs.append(f"127.0.0.1:{port}")
 
     def _start_simulator(self) -> None:
-        port = free_port()
+        port = self.options.simulator_port or free_port()
         argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port)]
         proc = Proc(
             "simulator",

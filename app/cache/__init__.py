@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from app.core.config import Settings
@@ -40,12 +41,16 @@ def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> An
     from app.cache.tiered import TieredCache
 
     l1 = MemoryBackend(settings.cache_l1_bytes, name="l1")
-    l2 = memcached_client(settings, "l2", max_value_bytes=settings.cache_max_entry_bytes)
+    l2 = memcached_client(
+        settings, "l2", max_value_bytes=settings.cache_max_entry_bytes, metrics=metrics
+    )
     tiers = TieredCache(l1, l2, l1_ttl=settings.cache_l1_ttl_s)
     return AnswerCache(tiers, settings, shared=l2 is not None, metrics=metrics)
 
 
-def build_resume_store(settings: Settings) -> LogStore | MemoryBackend | None:
+def build_resume_store(
+    settings: Settings, metrics: Metrics | None = None
+) -> LogStore | MemoryBackend | None:
     """Where resumable streams' logs are kept (docs/streams.md): Memcached, so any worker of
     any instance can serve a resume; without it each worker's memory (a resume must then
     reach the same worker). None when resuming is off."""
@@ -54,18 +59,22 @@ def build_resume_store(settings: Settings) -> LogStore | MemoryBackend | None:
     from app.cache.log_store import LogStore
     from app.cache.memory import MemoryBackend
 
-    client = memcached_client(settings, "resume")
+    client = memcached_client(settings, "resume", metrics=metrics)
     return LogStore(client) if client is not None else MemoryBackend(256 << 20, name="resume")
 
 
 def memcached_client(
-    settings: Settings, name: str, *, max_value_bytes: int | None = None
+    settings: Settings,
+    name: str,
+    *,
+    max_value_bytes: int | None = None,
+    metrics: Metrics | None = None,
 ) -> MemcachedBackend | None:
     """A client of the Memcached nodes of LLMGATE_MEMCACHED, fixed ``host:port`` entries and
     ``dns+name:port`` names alike (a name's addresses looked up again and again, so the
     ring follows the nodes as they come and go); None when there are none. ``name``: the
     client's, in its metrics and log lines (the answer cache's ``l2``, the key limits'
-    ``limits``)."""
+    ``limits``, resumable streams' ``resume``), where its nodes' changes are counted."""
     from app.cache.memcached import DEFAULT_MAX_VALUE_BYTES, MemcachedBackend
 
     nodes, names = settings.memcached_nodes, settings.memcached_dns
@@ -79,6 +88,7 @@ def memcached_client(
         max_value_bytes=DEFAULT_MAX_VALUE_BYTES if max_value_bytes is None else max_value_bytes,
         name=name,
         discovered=bool(names),
+        on_event=None if metrics is None else _node_events(metrics, name),
     )
     if names:
         from app.cache.discovery import NodeWatcher
@@ -88,3 +98,9 @@ def memcached_client(
             nodes, names, client.set_nodes, every_s=settings.memcached_dns_refresh_s
         ).start()
     return client
+
+
+def _node_events(metrics: Metrics, name: str) -> Callable[[str], None]:
+    """The counter of the client ``name``'s nodes' changes (dropped, failed, back)."""
+    events = metrics.memcached_node_events
+    return lambda event: events.labels(name, event).inc()

@@ -132,7 +132,7 @@ class MemcachedCounters:
     def read(self, keys: list[str]) -> dict[str, int] | None:
         """The counters that exist among ``keys``; None when a node cannot be reached."""
         found: dict[str, tuple[int, bytes]] | None
-        found = self.memcached.run(keys, lambda mc: mc.get_many(keys), None)
+        found = self.memcached.run(keys, lambda mc: mc.get_many(keys), None, read=True)
         if found is None:
             return None
         counts = {}

@@ -18,7 +18,8 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 
-log = logging.getLogger(__name__)
+# Under the gateway's logger: its handler (app/factory.py) is the one the worker's log has.
+log = logging.getLogger("llmgate.memcached")
 
 Node = tuple[str, int]
 Resolver = Callable[[str, int], list[Node]]

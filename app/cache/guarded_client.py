@@ -12,6 +12,12 @@ that never survives an interrupted command, and a hash ring that can pipeline.
 - Node health is the backend's, not HashClient's: ``GuardedClient`` turns ``OSError`` and
   unexpected closes into ``NodeFailure``, which HashClient re-raises untouched with
   ``ignore_exc=False``, so its own dead-node machinery never engages.
+- A restarted node leaves every pooled connection to its old process closed on its side
+  (CLOSE-WAIT here): a command on one is written, then reads EOF or a reset. The failure
+  says when the dropped connection was opened (``NodeFailure.dropped``), so the backend can
+  tell it from a node that cannot be reached, and ``close_idle`` closes the node's other
+  idle connections, opened before the same restart: pymemcache's pool hands its free ones
+  out in turn (pool.py), and each would have failed once in its turn.
 - pymemcache's ring (``RendezvousHash``) scores every node for every key with a pure-Python
   murmur3, about 10 us a node, and a command looks its key up twice (the backend's breaker
   and HashClient); a call's limit counters asked it a dozen times for the same few keys.
@@ -25,6 +31,7 @@ that never survives an interrupted command, and a hash ring that can pipeline.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -45,12 +52,21 @@ _END = b"MN\r\n"  # the reply of the meta no-op that ends every pipeline
 _RECV = 65536
 
 
-class NodeFailure(MemcacheError):
-    """The node could not be reached or dropped the connection (not an OSError on purpose)."""
+# What a node's end of an established connection going away looks like from here: EOF
+# (pymemcache's unexpected close), a reset, or a write after the reset.
+_DROPPED = (MemcacheUnexpectedCloseError, ConnectionResetError, BrokenPipeError)
 
-    def __init__(self, node: str) -> None:
+
+class NodeFailure(MemcacheError):
+    """The node could not be reached or dropped the connection (not an OSError on purpose).
+    ``dropped``: when the connection was opened, if the node dropped one opened by an earlier
+    command (a restart does that to every pooled one); None for a connect that failed, a
+    timeout, or a connection opened by this very command."""
+
+    def __init__(self, node: str, dropped: float | None = None) -> None:
         super().__init__(f"memcached node {node} failed")
         self.node = node
+        self.dropped = dropped
 
 
 def node_name(server: Any) -> str:
@@ -93,13 +109,20 @@ class GuardedClient(Client):
     """A pymemcache ``Client`` that never survives an interrupted command."""
 
     poisoned = False
+    opened_at = 0.0  # when its socket was connected (time.monotonic)
+
+    def _connect(self) -> None:
+        super()._connect()
+        self.opened_at = time.monotonic()
 
     def _guard(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        reused = self.sock is not None  # opened by an earlier command
         try:
             return call(*args, **kwargs)
         except (OSError, MemcacheUnexpectedCloseError) as exc:
             self.close()
-            raise NodeFailure(node_name(self.server)) from exc
+            dropped = self.opened_at if reused and isinstance(exc, _DROPPED) else None
+            raise NodeFailure(node_name(self.server), dropped) from exc
         except Exception:
             raise  # pymemcache already closed the socket (base.py `except Exception`)
         except BaseException:
@@ -181,6 +204,13 @@ class GuardedHashClient(HashClient):
         client = self.clients.pop(key, None)
         if client is not None:
             client.close()
+
+    def close_idle(self, node: str) -> None:
+        """Close the sockets of ``node``'s idle connections: each opens a new one at its next
+        command. One in use is left to its command (it is destroyed if that fails)."""
+        pool = getattr(self.clients.get(node), "client_pool", None)
+        for idle in pool.free if pool is not None else ():
+            idle.close()
 
     def pipeline(self, key: str, commands: list[bytes]) -> list[bytes]:
         """``commands``, each with its CRLFs and all on ``key``'s node, sent in one write; their

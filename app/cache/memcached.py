@@ -19,6 +19,16 @@ What pymemcache does not give us, and how it is handled here (docs/stack-notes.m
   Our client (app/cache/guarded_client.py) turns ``OSError`` and unexpected closes into
   ``NodeFailure``; a ``NodeBreaker`` skips a failed node for ``dead_timeout`` seconds, then
   lets one probe.
+- A node that dropped a pooled connection (EOF, reset, broken pipe: what a restart leaves)
+  is not skipped for it: its idle connections are closed, a read runs again at once on a new
+  one (reading twice changes nothing; a write is not repeated, lest an ``add`` or ``incr``
+  count twice: it fails, as a miss), and whether the node is up is left to that new
+  connection. Before, each stale connection in the pool failed in its turn and skipped the
+  node for ``dead_timeout`` each time, for minutes after a restart.
+- Each change of a node's state is said once, at WARNING (the ``llmgate`` logger's handler,
+  app/factory.py, prints it in the worker's log) and counted (``on_event``): ``dropped``
+  (it closed our connections: restarted, or gone), ``failed`` (skipped from now), ``back``
+  (answering again).
 - A command interrupted mid-reply (``gevent.Timeout``) poisons its connection; the backend
   destroys it from its pool (app/cache/guarded_client.py says why pymemcache does not).
 - ``max_pool_size`` raises instead of waiting: a semaphore of ``pool_size`` slots (each call
@@ -46,7 +56,8 @@ from app.core.reasons import reason
 if TYPE_CHECKING:
     from app.cache.discovery import NodeWatcher
 
-log = logging.getLogger(__name__)
+# Under the gateway's logger: its handler (app/factory.py) is the one the worker's log has.
+log = logging.getLogger("llmgate.memcached")
 
 T = TypeVar("T")
 
@@ -89,9 +100,11 @@ class MemcachedBackend:
         part_bytes: int = DEFAULT_PART_BYTES,
         name: str = "l2",
         discovered: bool = False,
+        on_event: Callable[[str], None] | None = None,
     ) -> None:
         """``discovered``: the nodes come (also) from DNS (app/cache/discovery.py, through
-        ``set_nodes``), so the ring may start, or become, empty: every call is a miss then."""
+        ``set_nodes``), so the ring may start, or become, empty: every call is a miss then.
+        ``on_event``: told ``dropped``, ``failed`` or ``back`` once per change of a node."""
         if not nodes and not discovered:
             raise ValueError("MemcachedBackend needs at least one node")
         if not 0 < part_bytes < 1024 * 1024 - 1024:
@@ -114,6 +127,10 @@ class MemcachedBackend:
             default_noreply=False,
         )
         self._breaker = NodeBreaker(dead_timeout, time.monotonic)
+        self._on_event = on_event
+        # node -> when it was last found to have dropped our connections (time.monotonic):
+        # a connection opened before that was dropped in the same go, and is not news.
+        self._dropped_at: dict[str, float] = {}
         self.watcher: NodeWatcher | None = None  # the DNS lookups feeding set_nodes, if any
         # gevent's semaphore: threading's is Python over a Condition (3.1 us to take and give
         # back a free slot, and a new lock per waiter once all are taken, as at a saturated
@@ -127,7 +144,7 @@ class MemcachedBackend:
     # -- Backend --------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
         validate_key(key)
-        head = self._call([key], lambda: self._client.get(key), _FAILED)
+        head = self._call([key], lambda: self._client.get(key), _FAILED, read=True)
         value = None
         if head is not _FAILED and head is not None:
             flags, data = head
@@ -161,6 +178,7 @@ class MemcachedBackend:
             if node not in wanted:
                 self._client.drop_server(node)
                 self._breaker.forget(node_name(node))
+                self._dropped_at.pop(node_name(node), None)
         self.nodes = wanted
 
     def close(self) -> None:
@@ -182,13 +200,16 @@ class MemcachedBackend:
         return self._breaker.dead()
 
     # -- other items on the same nodes (the limit counters: app/cache/counters.py) ---------
-    def run(self, keys: list[str], commands: Callable[[Any], T], failed: T) -> T:
+    def run(
+        self, keys: list[str], commands: Callable[[Any], T], failed: T, *, read: bool = False
+    ) -> T:
         """``commands(client)`` on ``keys``, with the pymemcache client (a read gives ``(flags,
         bytes)``), run as every call here: ``failed`` when a node they need is skipped, no
-        connection is free within ``timeout`` or anything fails (counted, the node marked)."""
+        connection is free within ``timeout`` or anything fails (counted, the node marked).
+        ``read``: they only read, and may run again on a dropped connection."""
         for key in keys:
             validate_key(key)
-        return self._call(keys, lambda: commands(self._client), failed)
+        return self._call(keys, lambda: commands(self._client), failed, read=read)
 
     def node_of(self, key: str) -> str | None:
         """The node ``key`` lives on (None while the ring is empty): the commands of one
@@ -250,7 +271,7 @@ class MemcachedBackend:
             self._count("errors")
             return None
         part_keys = _part_keys(key, digest, count)
-        found = self._call(part_keys, lambda: self._client.get_many(part_keys), _FAILED)
+        found = self._call(part_keys, lambda: self._client.get_many(part_keys), _FAILED, read=True)
         if found is _FAILED:
             return None
         chunks = []
@@ -267,9 +288,18 @@ class MemcachedBackend:
         return value
 
     # -- calling pymemcache -----------------------------------------------------------------
-    def _call(self, keys: list[str], op: Callable[[], T], failed: T, *, force: bool = False) -> T:
+    def _call(
+        self,
+        keys: list[str],
+        op: Callable[[], T],
+        failed: T,
+        *,
+        force: bool = False,
+        read: bool = False,
+    ) -> T:
         """Run ``op`` unless a node it needs is being skipped (``force``: run it anyway); any
-        failure returns ``failed``."""
+        failure returns ``failed``. ``read``: ``op`` only reads, so it runs again once when
+        its connection was found dropped."""
         nodes = {self._client.hasher.get_node(k) for k in keys}
         if not force and not self._breaker.allow(nodes):
             self._count("dead_skips")
@@ -278,12 +308,13 @@ class MemcachedBackend:
             self._count("busy")
             return failed
         try:
-            result = op()
+            result = self._attempt(op, read)
         except NodeFailure as exc:
             self._count("errors")
-            if self._breaker.failed(exc.node):
+            if exc.dropped is None and self._breaker.failed(exc.node):
                 why = reason(exc.__cause__) if exc.__cause__ is not None else "no reason given"
                 log.warning("memcached node %s failed (%s); skipping it", exc.node, why)
+                self._event("failed")
             return failed
         except MemcacheError as exc:  # the node answered, with an error (SERVER_ERROR ...)
             self._count("errors")
@@ -302,9 +333,43 @@ class MemcachedBackend:
         self._nodes_answered(nodes)
         return result
 
+    def _attempt(self, op: Callable[[], T], read: bool) -> T:
+        """``op``; a read once more when the node dropped its connection (on a new one: the
+        idle ones were closed). A write is not repeated: it fails as it is."""
+        try:
+            return op()
+        except NodeFailure as exc:
+            if exc.dropped is None:
+                raise
+            self._dropped(exc.node, exc.dropped, exc.__cause__)
+            if not read:
+                raise
+        return op()
+
+    def _dropped(self, node: str, opened_at: float, cause: BaseException | None) -> None:
+        """``node`` dropped a connection opened at ``opened_at``: its idle ones, as old, are
+        closed, and the next command on it connects anew (which tells whether it is up).
+        Said once for all the connections one restart dropped: those opened before it was
+        first noticed."""
+        self._client.close_idle(node)
+        if opened_at > self._dropped_at.get(node, float("-inf")):
+            self._dropped_at[node] = time.monotonic()
+            why = reason(cause) if cause is not None else "no reason given"
+            log.warning(
+                "memcached node %s closed our connections (%s; restarted?); reconnecting",
+                node,
+                why,
+            )
+            self._event("dropped")
+
     def _nodes_answered(self, nodes: Iterable[str]) -> None:
         for node in self._breaker.succeeded(nodes):
-            log.info("memcached node %s is back", node)
+            log.warning("memcached node %s is back", node)
+            self._event("back")
+
+    def _event(self, event: str) -> None:
+        if self._on_event is not None:
+            self._on_event(event)
 
     def _discard_poisoned(self) -> None:
         """Destroy pool members left behind by an interrupted call (pool.py keeps them)."""

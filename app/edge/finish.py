@@ -61,10 +61,8 @@ def finish(
     if trace.upstream_request_id is None:
         reply.headers.append(("X-Request-ID", trace.request_id))
     reply.headers.append(("Server-Timing", _server_timing(trace)))
-    if trace.limit_headers is not None:
-        # A gateway key's limits, not the provider key's (which are the operator's business).
-        kept = [(k, v) for k, v in reply.headers if not k.lower().startswith("x-ratelimit-")]
-        reply.headers = kept + trace.limit_headers
+    if trace.limit_headers:
+        reply.headers = with_key_limits(reply.headers, trace.limit_headers)
     record = partial(_record, settings=settings, metrics=metrics, prices=prices)
     if isinstance(reply.body, bytes):
         record(call, reply, StreamFacts(sent=len(reply.body)))
@@ -72,6 +70,21 @@ def finish(
     # The stream may last minutes: its log line keeps the request body only to log it.
     held = call if settings.log_prompts else call.edited(body=b"")
     return reply, _watched(held, reply, reply.body, metrics, record)
+
+
+def with_key_limits(
+    headers: list[tuple[str, str]], own: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """A gateway key's ``x-ratelimit-{limit,remaining,reset}-{what}`` trio in place of the
+    upstream's for each ``what`` (requests, tokens) the key limits; the upstream's headers
+    of what it does not limit pass as they came (docs/security.md)."""
+    limited = {name.split("-", 3)[3] for name, _ in own}
+    kept = [
+        (k, v)
+        for k, v in headers
+        if not (k.lower().startswith("x-ratelimit-") and k.lower().split("-", 3)[-1] in limited)
+    ]
+    return kept + own
 
 
 def _server_timing(trace: Trace) -> str:

@@ -77,8 +77,7 @@ class Attempts:
             kinds = ", ".join(sorted({spec.kind for spec in serving}))
             which = "The upstreams" if model is None else f"The upstreams that serve {model!r}"
             raise ModelNotServed(
-                f"{which} ({kinds}) do not serve /v1{path}: only OpenAI-compatible upstreams "
-                "serve every route; Anthropic and Gemini ones serve chat and messages.",
+                f"{which} ({kinds}) do not serve /v1{path}: {catalog.served_by(route, path)}.",
                 param=None if model is None else "model",
             )
 

@@ -33,6 +33,31 @@ KINDS = {"openai": "bearer", "anthropic": "x-api-key", "gemini": "x-goog-api-key
 # generation doors the gateway translates (chat, messages) and, for Anthropic, the rest of
 # its own API under /v1/messages (count_tokens, passed through as is).
 _TRANSLATED_ROUTES = frozenset({"chat", "messages"})
+# How the 404 of a route no configured kind serves names the kinds.
+_KIND_NAMES = {"openai": "OpenAI-compatible", "anthropic": "Anthropic", "gemini": "Gemini"}
+
+
+def kind_speaks(kind: str, route: str, path: str = "") -> bool:
+    """Whether an upstream of ``kind`` can answer a call of ``route`` at ``path`` (below
+    /v1): an OpenAI-compatible one any route; the others chat and messages, translated; an
+    Anthropic one also the rest of /v1/messages as it is."""
+    if route == "count_tokens":  # Anthropic's own: no other kind counts its tokens
+        return kind == "anthropic"
+    if kind == "openai" or route in _TRANSLATED_ROUTES:
+        return True
+    return kind == "anthropic" and path.startswith("/messages/")
+
+
+def served_by(route: str, path: str = "") -> str:
+    """Which kinds serve ``route`` at ``path``, in words, for the 404 of a call that none of
+    the configured upstreams can answer."""
+    kinds = [kind for kind in KINDS if kind_speaks(kind, route, path)]
+    said = f"only {' and '.join(_KIND_NAMES[kind] for kind in kinds)} upstreams serve it"
+    if kinds == ["openai"]:
+        said += "; Anthropic and Gemini ones serve chat and messages"
+    return said
+
+
 _FIELDS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "kind": str,
@@ -88,13 +113,8 @@ class UpstreamSpec:
 
     def speaks(self, route: str, path: str = "") -> bool:
         """Whether this upstream can answer a call of ``route`` (app/edge/routes.py's name)
-        at ``path`` (below /v1): an OpenAI-compatible one any route; the others chat and
-        messages, translated; an Anthropic one also the rest of /v1/messages as it is."""
-        if route == "count_tokens":  # Anthropic's own: no other kind counts its tokens
-            return self.kind == "anthropic"
-        if self.kind == "openai" or route in _TRANSLATED_ROUTES:
-            return True
-        return self.kind == "anthropic" and path.startswith("/messages/")
+        at ``path`` (below /v1): ``kind_speaks``."""
+        return kind_speaks(self.kind, route, path)
 
     def serves(self, model: str | None) -> bool:
         if model is None or "*" in self.models:

@@ -443,6 +443,35 @@ def test_two_nodes_one_stopped_mid_run(logs: Path, mc_port: int, key) -> None:
         proc.kill()
 
 
+def test_a_restarted_node_fails_a_write_once_repeats_a_read_and_is_not_skipped(
+    logs: Path, key
+) -> None:
+    """Its pooled connection was to the old process. A write on it is not sent again (an
+    ``add`` twice could find its own item): it fails, and the next command reconnects; a read
+    runs again at once on a new connection."""
+    proc, port = start_memcached(logs)
+    backend = MemcachedBackend([("127.0.0.1", port)], dead_timeout=30)
+    try:
+        assert backend.set(key("old"), b"v", 60)  # one connection, kept in the pool
+        proc.kill()
+        proc, _ = start_memcached(logs, port=port)
+        assert backend.add(key("lease"), b"1", 60) is False  # on the dropped connection
+        assert raw_get(port, key("lease")) is None
+        assert backend.add(key("lease"), b"1", 60) is True  # a new connection, not skipped
+        assert raw_get(port, key("lease")) == (FLAG_VALUE, b"1")
+        assert backend.stats()["errors"] == 1 and backend.stats()["dead_skips"] == 0
+
+        assert backend.set(key("new"), b"n", 60)
+        proc.kill()
+        proc, _ = start_memcached(logs, port=port)
+        raw_command(port, f"set {key('new')} {FLAG_VALUE} 60 1\r\nm\r\n".encode())
+        assert backend.get(key("new")) == b"m"  # read again, on a new connection
+        assert backend.stats()["errors"] == 1 and backend.dead_nodes() == []
+    finally:
+        backend.close()
+        proc.kill()
+
+
 def test_tiered_keeps_serving_l1_when_l2_is_down(proxy: FaultProxy, key) -> None:
     clock = Clock(1000.0)
     l2 = MemcachedBackend([("127.0.0.1", proxy.port)])

@@ -31,6 +31,8 @@ KEYS = {
     "team-b": ("llmg-team-b-secret", ""),
     "mini-only": ("llmg-mini-only-secret", 'models = ["other-model"]'),
     "rpm60": ("llmg-rpm60-secret", "requests_per_minute = 60"),
+    "rpm-only": ("llmg-rpm-only-secret", "requests_per_minute = 1000"),
+    "tpm-only": ("llmg-tpm-only-secret", "tokens_per_minute = 100000"),
     "budget": ("llmg-budget-secret", "tokens_per_day = 1000"),
     "streamer": ("llmg-streamer-secret", "tokens_per_day = 1000000"),
     "revokee": ("llmg-revokee-secret", ""),
@@ -142,6 +144,37 @@ def test_the_cache_is_scoped_by_gateway_key_or_its_namespace(keyed) -> None:
         assert _cache_status(keyed, shared, "ns-one") == "MISS"
         hits += _cache_status(keyed, shared, "ns-two").startswith("HIT")
     assert hits >= 2
+
+
+def _rate_limit_headers(gw, key: str) -> dict[str, str]:
+    """A call's x-ratelimit-* headers, each of which must come once."""
+    resp = _post(gw.url, chat(max_tokens=2, temperature=0.9), key)
+    assert resp.status == 200, resp.data
+    names = [k.lower() for k in resp.headers if k.lower().startswith("x-ratelimit-")]
+    assert len(names) == len(set(names)), names
+    return {name: resp.headers[name] for name in names}
+
+
+def test_a_keys_limits_replace_the_upstreams_headers_only_for_what_they_limit(keyed) -> None:
+    """A key without limits passes the upstream's x-ratelimit-* headers as they are; a key's
+    own trio replaces the upstream's for the dimension it limits (requests, tokens), and the
+    upstream's trio of the other dimension passes (docs/security.md)."""
+    from simulator.responses import LIMIT_REQUESTS, LIMIT_TOKENS
+
+    trios = {f"x-ratelimit-{kind}-{what}" for kind in ("limit", "remaining", "reset")
+             for what in ("requests", "tokens")}  # fmt: skip
+    upstream = _rate_limit_headers(keyed, "team-a")
+    assert upstream.keys() == trios
+    assert upstream["x-ratelimit-limit-requests"] == str(LIMIT_REQUESTS)
+    assert upstream["x-ratelimit-limit-tokens"] == str(LIMIT_TOKENS)
+    requests = _rate_limit_headers(keyed, "rpm-only")
+    assert requests.keys() == trios
+    assert requests["x-ratelimit-limit-requests"] == "1000"  # the key's
+    assert requests["x-ratelimit-limit-tokens"] == str(LIMIT_TOKENS)  # the upstream's
+    tokens = _rate_limit_headers(keyed, "tpm-only")
+    assert tokens.keys() == trios
+    assert tokens["x-ratelimit-limit-tokens"] == "100000"
+    assert tokens["x-ratelimit-limit-requests"] == str(LIMIT_REQUESTS)
 
 
 def test_60_requests_per_minute_across_two_instances_of_two_workers(keyed) -> None:

@@ -5,7 +5,7 @@ wrote (compared with the same request sent to the simulator itself; only the mes
 made per answer, differs). To an OpenAI-kind or Gemini-kind upstream it is a translation, and
 the SDK's stream helper must still give the text, the tool calls with their parsed input, the
 thinking with its signature, the stop reason and the usage. Errors are Anthropic's shape here,
-the gateway's own included.
+the gateway's own included, and nginx's own pages (a body over its limit) too.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import urllib3
 
 from simulator import scripts
 from tests.support.kinds import kinds_toml
+from tests.support.raw_http import assert_json_error, request_head, send_raw
 from tests.support.sim import sim_stats, start_simulator
 from tests.support.stack import config_stack
 
@@ -179,3 +180,38 @@ def test_count_tokens_goes_to_an_anthropic_upstream_only(door_gw, door_sim) -> N
     doc = json.loads(resp.data)
     assert resp.status == 404 and doc["error"]["type"] == "not_found_error"
     assert sim_stats(door_sim)["requests_by_route"][route] == before.get(route, 0) + 1
+
+
+def test_a_body_over_nginxs_limit_is_the_sdks_typed_anthropic_error(client) -> None:
+    """nginx refuses it before the app sees it: its page, too, is Anthropic's on this door."""
+    huge: Any = [{"role": "user", "content": "x" * (30 * 1024 * 1024)}]
+    with pytest.raises(anthropic.ContentTooLargeError) as caught:
+        client.messages.create(model="m-anthropic", max_tokens=5, messages=huge)
+    assert caught.value.status_code == 413 and caught.value.type == "request_too_large"
+    body: Any = caught.value.body
+    assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, body
+    assert "byte limit" in body["error"]["message"]
+
+
+# nginx's own refusals, written on a socket: (path, header lines, status, Anthropic's type)
+NGINX_REFUSALS = [
+    ("/v1/messages/count_tokens", [("Content-Length", str(30 << 20))], 413, "request_too_large"),
+    ("/v1/messages", [("X-Big", "b" * 9000)], 431, "invalid_request_error"),
+    ("/v1/messages", [("Host", "twice")], 400, "invalid_request_error"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "headers", "status", "kind"), NGINX_REFUSALS)
+def test_nginxs_own_refusals_on_this_door_are_anthropics_shape(
+    door_gw, path: str, headers: list[tuple[str, str]], status: int, kind: str
+) -> None:
+    head = request_head("POST", path, headers)
+    got, answer_headers, data = send_raw(door_gw.url, head, b"{}")
+    assert got == status, data
+    assert answer_headers["content-type"].startswith("application/json")
+    doc = json.loads(data)
+    assert doc["type"] == "error" and doc["error"]["type"] == kind, doc
+    assert set(doc["error"]) == {"type", "message"} and doc["error"]["message"]
+    # The same refusal elsewhere is OpenAI's, as it was.
+    other = send_raw(door_gw.url, request_head("POST", "/v1/chat/completions", headers), b"{}")
+    assert_json_error(other, status, None)

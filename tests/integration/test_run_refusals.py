@@ -1,8 +1,9 @@
 """`make run` refuses what it cannot run with, in one line, and never joins another server.
 
-A second runner on a taken port (or TLS port, or run directory) is refused before it starts
-anything, while the first keeps serving every request (counted by the first's simulator:
-with nginx's ``reuseport`` a second nginx used to take every other connection). A bad
+A second runner on a taken port (TLS, simulator or Memcached port too, or run directory) is
+refused before it starts anything, while the first keeps serving every request (counted by
+the first's simulator: with nginx's ``reuseport`` a second nginx used to take every other
+connection). A bad
 setting, the runner's or the gateway's, is one line without a traceback; a start that fails
 in a child ends with that child's cause, not with an older run's log lines.
 """
@@ -20,6 +21,7 @@ import urllib3
 
 from runner.procs import free_port
 from tests.conftest import require_binary
+from tests.support.memcached import memcached_stats
 from tests.support.runner_cli import Runner, run_refused, runner_env
 
 REQUESTS = 20
@@ -29,8 +31,14 @@ REQUESTS = 20
 def first(runs_dir: Path) -> Iterator[Runner]:
     require_binary("nginx")
     require_binary("memcached")
-    with Runner(runs_dir / "refusals-first") as run:
+    sim, memcached = free_port(), free_port()
+    ports = {"LLMGATE_SIMULATOR_PORT": str(sim), "LLMGATE_MEMCACHED_PORT": str(memcached)}
+    with Runner(runs_dir / "refusals-first", **ports) as run:
         assert f"llmgate is running on {run.url}" in run.banner, run.banner
+        # Its own simulator and Memcached where the settings say.
+        assert f"simulator at http://127.0.0.1:{sim}\n" in run.banner, run.banner
+        assert f"memcached: 127.0.0.1:{memcached}\n" in run.banner, run.banner
+        assert memcached_stats(memcached)["curr_connections"] >= 1
         yield run
 
 
@@ -59,6 +67,8 @@ TAKEN = {
     "port": ("LLMGATE_PORT", r"port {port} on 127\.0\.0\.1 is in use"),
     "tls port": ("LLMGATE_TLS_PORT", r"port {tls_port} on 127\.0\.0\.1 is in use"),
     "run dir": ("LLMGATE_RUN_DIR", r"run directory {run_dir} is in use"),
+    "simulator port": ("LLMGATE_SIMULATOR_PORT", r"port {sim_port} on 127\.0\.0\.1 is in use"),
+    "memcached port": ("LLMGATE_MEMCACHED_PORT", r"port {mc_port} on 127\.0\.0\.1 is in use"),
 }
 
 
@@ -68,14 +78,18 @@ def test_a_second_run_is_refused_at_once_and_the_first_serves_every_request(
 ) -> None:
     port, tls_port = free_port(), free_port()
     run_dir = runs_dir / f"refusals-{shared.replace(' ', '-')}"
+    settings = {}
     if shared == "port":
         port = first.port
     elif shared == "tls port":
         tls_port = first.tls_port
-    else:
+    elif shared == "run dir":
         run_dir = first.run_dir
+    else:
+        setting = TAKEN[shared][0]
+        settings[setting] = first.env[setting]
     before = _sim_requests(first)
-    with run_refused(runner_env(run_dir, port, tls_port), wait_s=10) as second:
+    with run_refused(runner_env(run_dir, port, tls_port, **settings), wait_s=10) as second:
         # Sent while a second runner that started after all would still be serving.
         statuses = _every_request_answered_by(first)
     assert statuses == [200] * REQUESTS
@@ -85,7 +99,13 @@ def test_a_second_run_is_refused_at_once_and_the_first_serves_every_request(
     assert second.returncode == 1 and second.seconds < 5, second.output
     assert len(lines) == 1, second.output
     run_dir_text = re.escape(str(first.run_dir))
-    pattern = taken.format(port=first.port, tls_port=first.tls_port, run_dir=run_dir_text)
+    pattern = taken.format(
+        port=first.port,
+        tls_port=first.tls_port,
+        run_dir=run_dir_text,
+        sim_port=first.env["LLMGATE_SIMULATOR_PORT"],
+        mc_port=first.env["LLMGATE_MEMCACHED_PORT"],
+    )
     assert re.search(pattern, lines[0]) and f"set {setting}" in lines[0], lines[0]
 
 
@@ -113,6 +133,9 @@ BAD = {
     "runner, zero": ("LLMGATE_WORKERS", "0"),
     "runner, negative": ("LLMGATE_GRACEFUL_TIMEOUT_S", "-5"),
     "runner, out of range": ("LLMGATE_PORT", "70000"),
+    "runner, not a number (TLS port)": ("LLMGATE_TLS_PORT", "abc"),
+    "runner, out of range (simulator port)": ("LLMGATE_SIMULATOR_PORT", "70000"),
+    "runner, not a number (Memcached port)": ("LLMGATE_MEMCACHED_PORT", "eleven"),
     "runner, unknown choice": ("LLMGATE_LOG_LEVEL", "loud"),
     "runner, unknown choice (flag)": ("LLMGATE_LOG_TO_STDOUT", "maybe"),
     "runner, malformed": ("LLMGATE_BIND", "localhost"),
@@ -137,6 +160,23 @@ def test_a_bad_setting_is_one_line_naming_it(runs_dir: Path, case: str) -> None:
     (line,) = run.output.splitlines()
     assert line.startswith(f"llmgate: could not start: {setting}"), line
     assert value in line, line
+
+
+@pytest.mark.parametrize("value", ["abc", "70000"])
+def test_the_port_settings_are_refused_in_the_same_words(runs_dir: Path, value: str) -> None:
+    lines = {}
+    for setting in ("LLMGATE_PORT", "LLMGATE_TLS_PORT", "LLMGATE_SIMULATOR_PORT"):
+        env = runner_env(runs_dir / "refusals-ports", free_port(), free_port(), **{setting: value})
+        with run_refused(env) as run:
+            pass
+        assert run.returncode == 1, run.output
+        (lines[setting],) = run.output.splitlines()
+    # The public port cannot be 0; the others can (no HTTPS listener, a free port).
+    alike = lines["LLMGATE_PORT"].replace("between 1", "between 0")
+    assert lines["LLMGATE_TLS_PORT"] == alike.replace("LLMGATE_PORT", "LLMGATE_TLS_PORT")
+    assert lines["LLMGATE_SIMULATOR_PORT"] == alike.replace(
+        "LLMGATE_PORT", "LLMGATE_SIMULATOR_PORT"
+    )
 
 
 def test_a_failed_start_ends_with_its_cause_not_older_log_lines(

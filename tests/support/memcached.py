@@ -12,14 +12,16 @@ import socket
 from pathlib import Path
 
 from runner.procs import Proc, free_port
+from runner.stack import Stack
 from tests.conftest import require_binary
 
 
-def start_memcached(log_dir: Path, *extra: str) -> tuple[Proc, int]:
-    """A memcached on a free loopback port (``extra``: more of its options, e.g. "-I", "512k");
-    its log in ``log_dir``. The caller stops it."""
+def start_memcached(log_dir: Path, *extra: str, port: int = 0) -> tuple[Proc, int]:
+    """A memcached on a free loopback port, or ``port`` (one a memcached just left: a
+    restart); ``extra``: more of its options, e.g. "-I", "512k"; its log in ``log_dir``. The
+    caller stops it."""
     binary = require_binary("memcached")
-    port = free_port()
+    port = port or free_port()
     argv = [binary, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "64", *extra]
     if os.geteuid() == 0:
         argv += ["-u", "nobody"]
@@ -83,3 +85,21 @@ def memcached_get(port: int, key: str, host: str = "127.0.0.1") -> bytes | None:
     header, _, rest = reply.partition(b"\r\n")
     size = int(header.split()[3])
     return rest[:size]
+
+
+def stop_stack_memcached(stack: Stack) -> int:
+    """Kill a stack's one Memcached (SIGKILL: its connections are closed by the kernel, as
+    after a crash); its port, free again for ``start_stack_memcached``."""
+    port = int(stack.memcached_addr.rsplit(":", 1)[1])
+    stack.proc("memcached").kill()
+    stack.procs = [p for p in stack.procs if p.name != "memcached"]
+    return port
+
+
+def start_stack_memcached(stack: Stack, port: int) -> None:
+    """A new, empty Memcached where the stack's was (same port, same log file): what a
+    restarted node looks like to the gateway, whose pooled connections were to the old one."""
+    log = stack.options.run_dir / "logs" / "memcached.log"
+    proc = Proc("memcached", stack.memcached_argv(port), log_path=log)
+    stack.procs.append(proc)
+    proc.wait_port(port)

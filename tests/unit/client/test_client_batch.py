@@ -167,3 +167,6 @@ def test_bad_items_are_reported_in_place() -> None:
     assert outcomes[0].ok
     assert isinstance(outcomes[1].error, ValueError) and "line 2" in str(outcomes[1].error)
     assert isinstance(outcomes[2].error, TypeError)
+    # Neither bad item was sent: no attempt (the good one made one).
+    assert [o.attempts for o in outcomes] == [1, 0, 0]
+    assert srv.stats.requests == 1

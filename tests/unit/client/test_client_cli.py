@@ -201,6 +201,7 @@ def test_batch_writes_one_line_per_input_in_order(
         failed[1]["error"]["error"] == "InvalidRequest"
         and "not JSON" in failed[1]["error"]["message"]
     )
+    assert (failed[0]["attempts"], failed[1]["attempts"]) == (1, 0)  # the line never sent
     answers = [r["response"]["choices"][0]["message"]["content"] for r in records if r["ok"]]
     assert answers == [f"a{n}" for n in range(20) if n != 5]
     err = capsys.readouterr().err

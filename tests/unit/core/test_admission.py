@@ -265,15 +265,22 @@ def test_nginx_limit_conn_is_the_app_limit_times_workers_plus_headroom() -> None
     # Counted on a fixed key for API paths only; refused as JSON 429 gateway_overloaded.
     assert re.search(r"~\^/v1/ api;\s+default \"\";", text)
     assert "limit_conn_status 429;" in text
-    assert "error_page 429 /_llmgate_error/429;" in text
-    page = re.search(r"location = /_llmgate_error/429 \{(.*?)\n            \}", text, re.S)
-    assert page is not None
-    body = re.search(r"return 429 '(.*)\\n';", page.group(1))
-    assert body is not None
-    error = json.loads(body.group(1))["error"]
-    assert (error["type"], error["code"]) == ("rate_limit_error", "gateway_overloaded")
-    for header in ("retry-after 1", "retry-after-ms 1000", "x-should-retry true"):
-        assert f"add_header {header} always;" in page.group(1)
+    # The page's path ends with the door's ("anthropic/" on /v1/messages, else "").
+    assert "error_page 429 /_llmgate_error/${llmgate_error_door}429;" in text
+    for door in ("", "anthropic/"):
+        page = re.search(
+            rf"location = /_llmgate_error/{door}429 \{{(.*?)\n            \}}", text, re.S
+        )
+        assert page is not None
+        body = re.search(r"return 429 '(.*)\\n';", page.group(1))
+        assert body is not None
+        error = json.loads(body.group(1))["error"]
+        if door:
+            assert error["type"] == "rate_limit_error" and "busy" in error["message"]
+        else:
+            assert (error["type"], error["code"]) == ("rate_limit_error", "gateway_overloaded")
+        for header in ("retry-after 1", "retry-after-ms 1000", "x-should-retry true"):
+            assert f"add_header {header} always;" in page.group(1)
 
 
 # -- the web layer: slots come back when the body is closed ---------------------------------

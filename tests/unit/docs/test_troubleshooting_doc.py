@@ -124,7 +124,12 @@ FIXED = [
         "too many requests in progress. Retry after 1 s.",
     ),
     (
-        "failed (memcache unexpected close); skipping it",
+        "closed our connections (memcache unexpected close; restarted?); reconnecting",
+        "app/cache/memcached.py",
+        '"memcached node %s closed our connections (%s; restarted?); reconnecting"',
+    ),
+    (
+        "failed ([Errno 111] Connection refused); skipping it",
         "app/cache/memcached.py",
         '"memcached node %s failed (%s); skipping it"',
     ),
@@ -133,7 +138,11 @@ FIXED = [
         "app/tenancy/access.py",
         '"limit counters unreachable; limits fail %s"',
     ),
-    ("memcached node … is back", "app/cache/memcached.py", '"memcached node %s is back"'),
+    (
+        "memcached node 127.0.0.1:11211 is back",
+        "app/cache/memcached.py",
+        '"memcached node %s is back"',
+    ),
     (
         "Upstream timed out: connecting to the upstream took longer than",
         "app/core/errors.py",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.core.config import Settings
+from app.core.errors import anthropic_body, anthropic_type
 from runner.nginx import NginxParams, render_nginx
 from tests.conftest import require_binary
 
@@ -69,10 +71,8 @@ def test_rendered_config_passes_nginx_t(tmp_path: Path) -> None:
 def test_a_drain_file_makes_nginx_answer_readyz_and_a_gone_gunicorn_itself(tmp_path: Path) -> None:
     """runner/drain.py: while the file exists, /readyz is nginx's 503 and a refused connect to
     gunicorn is a 503 gateway_shutdown (tests/integration/test_run_drain.py runs it)."""
-    import json
-
     from app.core.errors import GatewayShutdown
-    from runner.nginx import DRAINING_502, DRAINING_READYZ
+    from runner.nginx import DRAINING_502, DRAINING_502_ANTHROPIC, DRAINING_READYZ
 
     plain = render_nginx(_params())
     assert "-f " not in plain and "location = /readyz" in plain
@@ -81,11 +81,14 @@ def test_a_drain_file_makes_nginx_answer_readyz_and_a_gone_gunicorn_itself(tmp_p
     readyz = text[text.index("location = /readyz") :].split("}\n", 2)
     assert f'if (-f "{drain}") {{ return 503 \'{DRAINING_READYZ}' in "".join(readyz[:2])
     assert f'if (-f "{drain}") {{ return 503 \'{DRAINING_502}' in text
-    assert "error_page 502 = /_llmgate_error/502;" in text  # the status is the location's
+    # The status is the location's (the page's path ends with the door's: "anthropic/" or "").
+    assert "error_page 502 = /_llmgate_error/${llmgate_error_door}502;" in text
+    assert f'if (-f "{drain}") {{ return 503 \'{DRAINING_502_ANTHROPIC}' in text
     # The same words as the app's: its /readyz (app/edge/routes.py), its GatewayShutdown.
     assert json.loads(DRAINING_READYZ) == {"ready": False, "checks": {"draining": True}}
     shutdown = GatewayShutdown("The gateway instance is shutting down; retry the request.")
     assert json.loads(DRAINING_502) == json.loads(shutdown.to_json())
+    assert json.loads(DRAINING_502_ANTHROPIC) == anthropic_body(503, shutdown.message)
     binary = require_binary("nginx")
     (tmp_path / "tmp").mkdir()
     (tmp_path / "logs").mkdir()
@@ -98,3 +101,85 @@ def test_a_drain_file_makes_nginx_answer_readyz_and_a_gone_gunicorn_itself(tmp_p
         timeout=30,
     )
     assert result.returncode == 0, result.stderr
+
+
+def _nginx_conf(**env: str) -> str:
+    """What `make nginx-conf` prints (python -m runner.nginx) with ``env`` as the only
+    LLMGATE_* settings."""
+    import os
+    import sys
+
+    from tests.conftest import ROOT
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LLMGATE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner.nginx"],
+        cwd=ROOT, env={**base, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _listening(text: str) -> tuple[list[str], list[str], list[str]]:
+    """The config's listen lines, upstream servers and certificate lines."""
+    listen = re.findall(r"^\s*listen (\S+)", text, re.M)
+    servers = re.findall(r"^\s*server (\S+) max_fails", text, re.M)
+    certs = re.findall(r"^\s*(ssl_certificate(?:_key)? \S+);", text, re.M)
+    return listen, servers, certs
+
+
+def test_nginx_conf_listens_and_proxies_where_the_settings_say(tmp_path: Path) -> None:
+    text = _nginx_conf(
+        LLMGATE_PORT="9090", LLMGATE_HOST="0.0.0.0", LLMGATE_TLS_PORT="9443",
+        LLMGATE_BIND="0.0.0.0:9000,127.0.0.2:9001", LLMGATE_RUN_DIR=str(tmp_path),
+    )  # fmt: skip
+    listen, servers, certs = _listening(text)
+    assert listen == ["0.0.0.0:9090", "0.0.0.0:9443"]
+    assert servers == ["127.0.0.1:9000", "127.0.0.2:9001"]  # gunicorn's wildcard: loopback
+    # No certificate given: the self-signed one `make run` keeps in its run directory.
+    assert certs == [f"ssl_certificate {tmp_path}/tls/llmgate.crt",
+                     f"ssl_certificate_key {tmp_path}/tls/llmgate.key"]  # fmt: skip
+    given = _nginx_conf(LLMGATE_TLS_PORT="9443", LLMGATE_TLS_CERT="/etc/c.pem",
+                        LLMGATE_TLS_KEY="/etc/k.pem")  # fmt: skip
+    assert _listening(given)[2] == ["ssl_certificate /etc/c.pem", "ssl_certificate_key /etc/k.pem"]
+
+
+def test_nginx_conf_defaults_are_make_runs() -> None:
+    listen, servers, _ = _listening(_nginx_conf())
+    assert listen == ["127.0.0.1:8080", "127.0.0.1:8443"] and servers == ["127.0.0.1:8000"]
+    listen, _, certs = _listening(_nginx_conf(LLMGATE_TLS_PORT="0"))
+    assert listen == ["127.0.0.1:8080"] and certs == []
+
+
+def _pages(text: str) -> dict[str, tuple[int, dict]]:
+    """Each error page's path under /_llmgate_error/ (e.g. "anthropic/413"): the status it
+    returns and its body, parsed."""
+    found = {}
+    for path, block in re.findall(
+        r"location = /_llmgate_error/(\S+) \{(.*?)(?:\}\n|\n            \})", text, re.S
+    ):
+        status, body = re.findall(r"return (\d+) '(.*)\\n';", block)[-1]
+        found[path] = (int(status), json.loads(body))
+    return found
+
+
+def test_every_nginx_error_page_has_an_anthropic_twin_for_the_messages_door() -> None:
+    """One page per status and door, or a status on /v1/messages would end on a missing
+    location (an HTML 404); the Anthropic one typed as the app types that status there."""
+    text = render_nginx(_params())
+    assert re.search(
+        r"map \$uri \$llmgate_error_door \{\s+~\^/v1/messages\(/\|\$\) anthropic/;", text
+    )
+    statuses = re.findall(
+        r"error_page (\d+) (?:=\d* )?/_llmgate_error/\$\{llmgate_error_door\}(\d+);", text
+    )
+    assert len(statuses) == 15 and all(a == b for a, b in statuses)
+    pages = _pages(text)
+    for status, _ in statuses:
+        openai, anthropic = pages[status], pages[f"anthropic/{status}"]
+        assert openai[0] == anthropic[0]  # the same status (494 answers 431)
+        assert set(openai[1]["error"]) == {"message", "type", "param", "code"}
+        assert anthropic[1] == anthropic_body(
+            anthropic[0], openai[1]["error"]["message"], anthropic_type(anthropic[0])
+        ), status

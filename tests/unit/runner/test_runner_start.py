@@ -26,8 +26,12 @@ def test_runner_settings_defaults_and_values() -> None:
             "LLMGATE_RUN_DIR": "/tmp/x",
             "LLMGATE_GRACEFUL_TIMEOUT_S": "30",
             "LLMGATE_DRAIN_DELAY_S": "0",
+            "LLMGATE_TLS_PORT": "0",
+            "LLMGATE_SIMULATOR_PORT": "9100",
+            "LLMGATE_MEMCACHED_PORT": " 11311",
         }
     )
+    assert (s.tls_port, s.simulator_port, s.memcached_port) == (0, 9100, 11311)
     assert (s.port, s.workers, s.log_level, s.logs_to_stdout) == (9090, 4, "warning", True)
     assert s.bind == (("0.0.0.0", 8000), ("127.0.0.1", 8001))
     assert s.bind_setting == "0.0.0.0:8000,127.0.0.1:8001"
@@ -40,6 +44,12 @@ def test_runner_settings_defaults_and_values() -> None:
         ("LLMGATE_PORT", "abc", "a whole number between 1 and 65535"),
         ("LLMGATE_PORT", "0", "between 1 and 65535"),
         ("LLMGATE_PORT", "65536", "between 1 and 65535"),
+        ("LLMGATE_TLS_PORT", "abc", "a whole number between 0 and 65535"),
+        ("LLMGATE_TLS_PORT", "65536", "between 0 and 65535"),
+        ("LLMGATE_SIMULATOR_PORT", "abc", "a whole number between 0 and 65535"),
+        ("LLMGATE_SIMULATOR_PORT", "-1", "between 0 and 65535"),
+        ("LLMGATE_MEMCACHED_PORT", "11211.5", "a whole number between 0 and 65535"),
+        ("LLMGATE_MEMCACHED_PORT", "65536", "between 0 and 65535"),
         ("LLMGATE_WORKERS", "two", "a whole number >= 1"),
         ("LLMGATE_WORKERS", "-1", ">= 1"),
         ("LLMGATE_GRACEFUL_TIMEOUT_S", "1.5", "a whole number >= 1"),
@@ -156,3 +166,33 @@ def test_a_run_directory_in_use_is_refused_with_its_holder(tmp_path: Path) -> No
     first.release()
     second.run_dir(tmp_path / "run")
     second.release()
+
+
+def test_the_runners_own_simulator_and_memcached_ports_are_claimed(tmp_path: Path) -> None:
+    from runner.stack import Stack, StackOptions
+
+    options = StackOptions(run_dir=tmp_path, port=9080, memcached_nodes=2, memcached_port=9211,
+                           simulator_port=9100)  # fmt: skip
+    found = {(x.port, x.setting) for x in Stack(options).listeners()}
+    memcached = "LLMGATE_MEMCACHED_PORT"
+    assert found == {(9080, "LLMGATE_PORT"), (9211, memcached), (9212, memcached),
+                     (9100, "LLMGATE_SIMULATOR_PORT")}  # fmt: skip
+    # Neither is started, so neither port is claimed: an upstream given, Memcached off.
+    other = StackOptions(run_dir=tmp_path, port=9080, memcached=False, memcached_port=9211,
+                         simulator_port=9100, upstream_url="http://127.0.0.1:9/v1")  # fmt: skip
+    assert [x.setting for x in Stack(other).listeners()] == ["LLMGATE_PORT"]
+    last = StackOptions(run_dir=tmp_path, memcached_nodes=2, memcached_port=65535)
+    with pytest.raises(StartError, match="LLMGATE_MEMCACHED_PORT 65535 leaves no port for 2"):
+        Stack(last).listeners()
+
+
+def test_two_settings_on_one_port_are_refused_naming_both(tmp_path: Path) -> None:
+    from runner.stack import Stack, StackOptions
+
+    port = free_port()
+    stack = Stack(StackOptions(run_dir=tmp_path, port=port, simulator_port=port))
+    with pytest.raises(StartError) as caught:
+        stack.claim()
+    assert str(caught.value) == (
+        f"LLMGATE_PORT and LLMGATE_SIMULATOR_PORT are both {port}; set one of them to another port"
+    )

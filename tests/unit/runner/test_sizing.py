@@ -224,3 +224,32 @@ def test_make_run_prints_the_warnings_at_start(tmp_path, monkeypatch, capsys) ->
     monkeypatch.setattr(limits, "read_kernel", lambda: low)
     check_limits(Stack(StackOptions(run_dir=tmp_path)))
     assert "llmgate: warning: net.core.somaxconn 128 <" in capsys.readouterr().err
+
+
+def _requests_said(lines: list[str]) -> list[int]:
+    return [int(n) for line in lines for n in re.findall(r"(\d+) API requests at once", line)]
+
+
+@pytest.mark.parametrize(("hard", "cpus"), [(20_000, 2), (20_000, 4), (8_000, 2), (None, 2)])
+def test_the_banner_and_the_warnings_say_one_capacity(hard: int | None, cpus: int) -> None:
+    """The banner's figures are the smallest of the bounds the warnings name, each counted
+    the same way (API requests at once, streams among them): no warning says a number the
+    stack admits that the banner does not (the banner said 12000 streams under a warning
+    of 17832 requests, and the README 10,000)."""
+    from types import SimpleNamespace
+
+    from runner.__main__ import capacity
+
+    sizing = _sized(WORKER_CONNECTIONS, hard=hard, cpus=cpus)
+    kernel = limits.Kernel(nofile_soft=hard or 10**6, nofile_hard=hard)
+    said = _requests_said(limits.warnings(kernel, sizing))
+    banner = capacity(SimpleNamespace(sizing=sizing))  # type: ignore[arg-type]
+    assert banner.startswith(
+        f"{sizing.stream_capacity} streams, {sizing.request_capacity} API requests at once ("
+    ), banner
+    assert sizing.request_capacity == min([sizing.requests, *said])
+    assert sizing.stream_capacity == min(sizing.streams, sizing.request_capacity)
+    if hard is None:
+        assert said == [] and (sizing.stream_capacity, sizing.request_capacity) == (12_000, 24_000)
+    if hard == 20_000 and cpus == 4:  # nginx fits, gunicorn's workers do not
+        assert not sizing.capped and said == [sizing.request_capacity] == [2 * (20_000 - 256) // 2]

@@ -76,6 +76,32 @@ def test_a_model_served_only_by_another_kind_is_a_clear_404_on_other_routes() ->
         attempts.check_serves("gpt-x", "chat", "/chat/completions")
 
 
+def test_the_404_names_the_kinds_that_serve_the_route() -> None:
+    """Not "only OpenAI-compatible upstreams serve every route" for count_tokens, which only
+    Anthropic ones serve."""
+    attempts = Attempts.__new__(Attempts)
+    attempts.specs = [UpstreamSpec("o", "https://x/v1", models=("gpt-x",))]
+    with pytest.raises(ModelNotServed) as caught:
+        attempts.check_serves("gpt-x", "count_tokens", "/messages/count_tokens")
+    assert caught.value.message == (
+        "The upstreams that serve 'gpt-x' (openai) do not serve /v1/messages/count_tokens: "
+        "only Anthropic upstreams serve it."
+    )
+    attempts.specs = [UpstreamSpec("g", "https://x/v1", kind="gemini")]
+    with pytest.raises(ModelNotServed) as caught:
+        attempts.check_serves(None, "passthrough", "/messages/batches")
+    assert caught.value.message == (
+        "The upstreams (gemini) do not serve /v1/messages/batches: only OpenAI-compatible "
+        "and Anthropic upstreams serve it."
+    )
+    with pytest.raises(ModelNotServed) as caught:
+        attempts.check_serves(None, "embeddings", "/embeddings")
+    assert caught.value.message == (
+        "The upstreams (gemini) do not serve /v1/embeddings: only OpenAI-compatible "
+        "upstreams serve it; Anthropic and Gemini ones serve chat and messages."
+    )
+
+
 def test_candidates_leave_out_the_kinds_that_do_not_speak_the_route() -> None:
     specs = [UpstreamSpec(k, "https://x/v1", kind=k) for k in ("openai", "anthropic", "gemini")]
     speaking = [s for s in specs if s.speaks("embeddings", "/embeddings")]
