@@ -18,6 +18,11 @@ class LogStore:
     def get(self, key: str) -> bytes | None:
         return self.backend.get(key)
 
+    def lookup(self, key: str) -> bytes | None:
+        """``get``; raises app/cache/memcached.py's ``Unavailable`` when its node could not
+        answer."""
+        return self.backend.lookup(key)
+
     def set(self, key: str, value: bytes, ttl: int) -> bool:
         return self.backend.set(key, value, ttl)
 

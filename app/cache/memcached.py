@@ -17,8 +17,8 @@ What pymemcache does not give us, and how it is handled here (docs/stack-notes.m
   two writers of one key never mix their parts; a missing or mismatching part is a miss.
 - Node health is ours, not HashClient's (what its own would do: app/cache/node_breaker.py).
   Our client (app/cache/guarded_client.py) turns ``OSError`` and unexpected closes into
-  ``NodeFailure``; a ``NodeBreaker`` skips a failed node for ``dead_timeout`` seconds, then
-  lets one probe.
+  ``NodeFailure``; a ``NodeBreaker`` skips a failed node for a second, then lets one probe,
+  doubling the skip after each failed probe up to ``dead_timeout`` seconds.
 - A node that dropped a pooled connection (EOF, reset, broken pipe: what a restart leaves)
   is not skipped for it: its idle connections are closed, a read runs again at once on a new
   one (reading twice changes nothing; a write is not repeated, lest an ``add`` or ``incr``
@@ -73,6 +73,10 @@ DEFAULT_PART_BYTES = 900 * 1024  # under Memcached's 1 MiB item limit, key and h
 DEFAULT_MAX_VALUE_BYTES = 8 * 1024 * 1024
 
 _FAILED: Any = object()  # a call that did not happen or did not finish
+
+
+class Unavailable(Exception):
+    """The node holding a key could not answer: whether the key is there is not known."""
 
 
 class _BytesSerde:
@@ -143,16 +147,31 @@ class MemcachedBackend:
 
     # -- Backend --------------------------------------------------------------------------
     def get(self, key: str) -> bytes | None:
+        value = self._get(key)
+        return None if value is _FAILED else value
+
+    def lookup(self, key: str) -> bytes | None:
+        """``get``, but a node that could not answer (down, skipped, no connection free)
+        raises ``Unavailable`` instead of reading as a miss: for a reader to whom "not
+        there" and "cannot tell" must differ (a resume, app/resume/service.py)."""
+        value = self._get(key)
+        if value is _FAILED:
+            raise Unavailable(key)
+        return value
+
+    def _get(self, key: str) -> Any:
         validate_key(key)
         head = self._call([key], lambda: self._client.get(key), _FAILED, read=True)
         value = None
-        if head is not _FAILED and head is not None:
+        if head is _FAILED:
+            value = _FAILED
+        elif head is not None:
             flags, data = head
             if flags == FLAG_VALUE:
                 value = data
             elif flags == FLAG_MANIFEST:
                 value = self._get_parts(key, data)
-        self._count("hits" if value is not None else "misses")
+        self._count("hits" if value is not None and value is not _FAILED else "misses")
         return value
 
     def set(self, key: str, value: bytes, ttl: int) -> bool:

@@ -52,6 +52,10 @@ class MemoryBackend:
             self._counts["hits"] += 1
             return entry[0]
 
+    def lookup(self, key: str) -> bytes | None:
+        """``get``: this process's memory always answers."""
+        return self.get(key)
+
     def set(self, key: str, value: bytes, ttl: int) -> bool:
         return self._store(key, value, ttl, only_if_absent=False)
 

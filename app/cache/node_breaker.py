@@ -1,5 +1,12 @@
-"""Which Memcached nodes to skip: a failed node is skipped for ``dead_timeout`` seconds, then
-one caller probes it. No I/O here: the clock is passed in, the caller logs.
+"""Which Memcached nodes to skip: a failed node is skipped for a second, then one caller
+probes it; each failed probe doubles the skip, up to ``dead_timeout`` seconds. No I/O here:
+the clock is passed in, the caller logs.
+
+Short first: the commonest failure of a node that was answering is a restart (a pod
+rescheduled, an upgrade), back within a second or two, and every second it is skipped is a
+second of misses, of limits counted nowhere, of resumes that cannot be read. Doubling: a
+node that stays down costs one probe (at most a connect timeout) a second at first, then one
+every ``dead_timeout``.
 
 The Memcached client (app/cache/memcached.py) asks ``allow`` before a command and reports
 how it went. While a node is skipped, a command that needs it fails at once (a cache miss,
@@ -24,15 +31,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
+FIRST_SKIP_S = 1.0
+
 
 class NodeBreaker:
-    """Per node: after a failure, skip it for ``dead_timeout`` s, then let one caller probe."""
+    """Per node: after a failure, skip it for ``FIRST_SKIP_S`` (or ``dead_timeout`` when
+    shorter), then let one caller probe; each failed probe doubles the skip, up to
+    ``dead_timeout``."""
 
     def __init__(self, dead_timeout: float, clock: Callable[[], float]) -> None:
         self.dead_timeout = dead_timeout
         self._clock = clock
         self._lock = threading.Lock()
         self._retry_at: dict[str, float] = {}
+        self._skip: dict[str, float] = {}  # a dead node's current skip
 
     def allow(self, nodes: Iterable[str]) -> bool:
         """Whether a command on ``nodes`` may run now: no node is being skipped, or its time
@@ -49,10 +61,14 @@ class NodeBreaker:
             return True
 
     def failed(self, node: str) -> bool:
-        """Mark the node dead; True when it was alive until now."""
+        """Mark the node dead (skipped twice as long as the last time, from a second);
+        True when it was alive until now."""
         with self._lock:
             was_alive = node not in self._retry_at
-            self._retry_at[node] = self._clock() + self.dead_timeout
+            last = self._skip.get(node)
+            skip = min(self.dead_timeout, FIRST_SKIP_S if last is None else 2 * last)
+            self._skip[node] = skip
+            self._retry_at[node] = self._clock() + skip
             return was_alive
 
     def succeeded(self, nodes: Iterable[str]) -> list[str]:
@@ -61,12 +77,16 @@ class NodeBreaker:
         if not self._retry_at:
             return []
         with self._lock:
-            return [node for node in nodes if self._retry_at.pop(node, None) is not None]
+            back = [node for node in nodes if self._retry_at.pop(node, None) is not None]
+            for node in back:
+                self._skip.pop(node, None)
+            return back
 
     def forget(self, node: str) -> None:
         """The node left the ring."""
         with self._lock:
             self._retry_at.pop(node, None)
+            self._skip.pop(node, None)
 
     def dead(self) -> list[str]:
         """The nodes being skipped right now, sorted."""

@@ -257,8 +257,8 @@ class Metrics:
         self.resumes = Counter(
             "llmgate_resumes_total",
             "Reconnects with Last-Event-ID or to /v1/streams/{id}, by outcome: resumed, "
-            "deleted (DELETE /v1/streams/{id}), or not_found (unknown, expired, made-up or "
-            "another caller's id: one answer for all).",
+            "deleted (DELETE /v1/streams/{id}), not_found (unknown, expired, made-up or "
+            "another caller's id: one answer for all), unavailable (Memcached could not say).",
             ["outcome"],
             registry=reg,
         )
@@ -272,7 +272,7 @@ class Metrics:
             self.resumable_streams.labels(result)
         for how in ("complete", "abandoned", "deleted", "overflow", "withdrawn", "failed"):
             self.resume_logs.labels(how)
-        for outcome in ("resumed", "deleted", "not_found"):
+        for outcome in ("resumed", "deleted", "not_found", "unavailable"):
             self.resumes.labels(outcome)
         self.heartbeats = Counter(
             "llmgate_heartbeats_total", "`: ping` comments sent on idle streams.", registry=reg

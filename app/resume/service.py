@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from app.cache.keys import tenant_of
+from app.cache.memcached import Unavailable
 from app.cache.policy import STATUS_HEADER
 from app.core.config import Settings
-from app.core.errors import NotFound
+from app.core.errors import NotFound, ServiceUnavailable
 from app.observe import tracing
 from app.observe.metrics import Metrics
 from app.request.call import SSE_HEADERS, Call, Reply, Settlement
@@ -45,6 +46,20 @@ RESUMED = "RESUMED"  # the X-LLMGate-Cache status of a resume: nothing billed
 
 class StreamNotFound(NotFound):
     code = "stream_not_found"
+
+
+class ResumeUnavailable(ServiceUnavailable):
+    """The log's store could not answer (a Memcached node down or just restarted): whether
+    the stream is there is not known, so it is not said to be gone; the caller may come
+    back in a second (every id gets this answer alike: no oracle)."""
+
+    code = "resume_unavailable"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Resumable streams cannot be read right now; retry shortly.",
+            headers={"retry-after": "1", "retry-after-ms": "1000"},
+        )
 
 
 def not_found() -> StreamNotFound:
@@ -147,9 +162,15 @@ class Resumes:
 
     def reply(self, call: Call, owner: str) -> Reply:
         """The resume's stream: the events after the caller's last, the live rest, the end;
-        StreamNotFound (404) for any id that is not this caller's live or kept stream."""
+        StreamNotFound (404) for any id that is not this caller's live or kept stream;
+        ResumeUnavailable (503) when the logs' store cannot say."""
         wanted = self._wanted(call)
-        found = None if wanted is None else self.find(owner, *wanted)
+        try:
+            found = None if wanted is None else self.find(owner, *wanted)
+        except ResumeUnavailable:
+            if self.metrics is not None:
+                self.metrics.resumes.labels("unavailable").inc()
+            raise
         deleting = call.method == "DELETE"
         if self.metrics is not None:
             outcome = "not_found" if found is None else "deleted" if deleting else "resumed"
@@ -259,7 +280,10 @@ class Resumes:
         """The stream ``stream_id`` of ``owner`` from after event ``after``; None for an
         unknown, expired, made-up or another owner's id alike."""
         key = ids.log_key(owner, stream_id)
-        data = self.store.get(key) if self.store is not None and self.enabled else None
+        try:
+            data = self.store.lookup(key) if self.store is not None and self.enabled else None
+        except Unavailable:
+            raise ResumeUnavailable() from None
         meta = None if data is None else Meta.decode(data)
         if meta is None:
             return None

@@ -58,6 +58,9 @@ class Store(Protocol):
 
     def get(self, key: str) -> bytes | None: ...
 
+    def lookup(self, key: str) -> bytes | None:
+        """``get``, raising when the store could not answer (not a miss)."""
+
     def set(self, key: str, value: bytes, ttl: int) -> bool: ...
 
     def delete(self, key: str, *, force: bool = False) -> None: ...

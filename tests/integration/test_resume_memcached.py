@@ -143,7 +143,8 @@ def test_streams_running_through_a_memcached_restart_are_resumed_whole(gw) -> No
 
 def test_a_stream_started_while_memcached_is_down_is_not_promised_resumable(gw) -> None:
     """Memcached down: the stream says at its start that it is not resumable (``store``),
-    and it is served whole as any stream is."""
+    and it is served whole as any stream is; a resume meanwhile is a 503 to retry, not the
+    404 of a stream that is gone."""
     stop_memcached(gw)
     try:
         resp = open_stream(gw.url, "no store", 20, tps=400)
@@ -152,6 +153,11 @@ def test_a_stream_started_while_memcached_is_down_is_not_promised_resumable(gw) 
         assert "X-LLMGate-Stream-ID" not in resp.headers
         events = read_n(resp, None)
         assert events[-1].data == "[DONE]" and all(e.id is None for e in events)
+        # A resume meanwhile cannot be told "gone": whether its log is there is not known.
+        unknown = http.request("GET", gw.url + "/v1/streams/" + "Q" * 24)
+        assert unknown.status == 503, unknown.data
+        assert json.loads(unknown.data)["error"]["code"] == "resume_unavailable"
+        assert unknown.headers["retry-after"] == "1"
     finally:
         start_memcached_again(gw)
     # Back: the next stream is resumable again (the worker's connections found it again).

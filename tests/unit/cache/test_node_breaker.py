@@ -30,15 +30,19 @@ def test_a_failed_node_is_skipped_until_its_time_then_one_caller_probes() -> Non
     assert breaker.allow([A]) and breaker.dead() == []
 
 
-def test_a_probe_that_fails_skips_the_node_a_whole_timeout_again() -> None:
+def test_a_failed_node_is_probed_after_a_second_then_twice_as_late_each_time() -> None:
+    """A restarted node is back within a second or two: it is skipped that long at first;
+    each failed probe doubles the skip (1, 2, 4 s), up to the timeout (5 s here)."""
     breaker, now = _breaker(dead_timeout=5.0)
-    breaker.failed(A)
-    now[0] += 5.0
-    assert breaker.allow([A])
-    breaker.failed(A)
-    now[0] += 4.9
-    assert not breaker.allow([A]) and breaker.dead() == [A]
-    now[0] += 0.1
+    for skip in (1.0, 2.0, 4.0, 5.0, 5.0):
+        breaker.failed(A)
+        now[0] += skip - 0.1
+        assert not breaker.allow([A]) and breaker.dead() == [A], skip
+        now[0] += 0.1
+        assert breaker.allow([A]), skip  # the probe
+    breaker.succeeded([A])
+    breaker.failed(A)  # down again later: a second first, as for any new failure
+    now[0] += 1.0
     assert breaker.allow([A])
 
 
