@@ -10,7 +10,8 @@ plan may fail over to an upstream of another kind; a value of the wrong shape is
   ``system`` text blocks in order; user and assistant turns keep their order, a tool message
   becomes a user turn of ``tool_result`` blocks, and consecutive turns of one role are merged
   (Anthropic wants user and assistant to alternate). An assistant's ``thinking_blocks`` go
-  first in its content, its ``tool_calls`` last as ``tool_use`` blocks. Empty text is left
+  first in its content (a thinking block without a signature is left out: Anthropic checks
+  the signature of each one), its ``tool_calls`` last as ``tool_use`` blocks. Empty text is left
   out (Anthropic refuses empty text blocks; an assistant turn with tool calls often has
   ``content: ""``). A part's ``cache_control`` is kept (Anthropic's prompt caching).
 - mapped: tools, tool_choice and parallel_tool_calls (only with tools: without them OpenAI's
@@ -240,10 +241,13 @@ def _image(part: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _assistant(message: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
-    blocks = [
+    thinking = [
         _thinking_block(block, f"{where}.thinking_blocks[{j}]")
         for j, block in enumerate(message.get("thinking_blocks") or [])
     ]
+    # A thinking block without its signature (thought another provider gave, or a stream cut
+    # before the signature) cannot be checked by Anthropic, which checks each one it is sent.
+    blocks = [b for b in thinking if b["type"] != "thinking" or b["signature"]]
     blocks += _parts(message.get("content"), f"{where}.content", ("text", "refusal"))
     for j, call in enumerate(message.get("tool_calls") or []):
         blocks.append(_tool_use(call, f"{where}.tool_calls[{j}]"))

@@ -6,10 +6,14 @@ for the same scripted answer):
 
 1. a role chunk, ``delta: {"role": "assistant", "content": ""}``, when the provider's answer
    starts (Anthropic's ``message_start``, Gemini's first chunk);
-2. one chunk per provider delta, as it arrives: ``{"content": t}``, ``{"reasoning_content": t}``
-   (thinking), ``{"thinking_blocks": [{"index": b, "type": "thinking", "thinking": "",
-   "signature": s}]}`` (a thinking block's signature, for the caller to send back; ``b``
-   counts the answer's signed or redacted blocks from 0), a tool call's first fragment
+2. one chunk per provider delta, as it arrives: ``{"content": t}``; thinking as
+   ``{"reasoning_content": t, "thinking_blocks": [{"index": b, "type": "thinking",
+   "thinking": t}]}``, then its block's signature ``{"thinking_blocks": [{"index": b, "type":
+   "thinking", "thinking": "", "signature": s}]}`` (``b`` counts the answer's signed or
+   redacted blocks from 0: the OpenAI SDK's accumulator merges list entries by their
+   ``index`` and joins their strings, so each block accumulates whole, its text with its
+   signature, as the caller must send it back; ``reasoning_content`` alone would leave the
+   block's text behind); a redacted block whole, with its index; a tool call's first fragment
    ``{"tool_calls": [{"index": k, "id", "type": "function", "function": {"name",
    "arguments": ""}}]}``
    and each argument fragment ``{"tool_calls": [{"index": k, "function": {"arguments": f}}]}``;
@@ -84,7 +88,10 @@ class ChunkWriter:
         return self.chunk({"content": text})
 
     def reasoning(self, text: str) -> bytes:
-        return self.chunk({"reasoning_content": text})
+        """A piece of thinking: as ``reasoning_content``, and in the thinking block it belongs
+        to (the next one signed), so an accumulated block holds its text beside its signature."""
+        block = {"index": self.blocks, "type": "thinking", "thinking": text}
+        return self.chunk({"reasoning_content": text, "thinking_blocks": [block]})
 
     def signature(self, signature: str) -> bytes:
         """A thinking block's signature. Each block's entry has its own ``index``, as a tool

@@ -152,6 +152,23 @@ def test_a_tool_round_trip_with_thinking() -> None:
     ]
 
 
+def test_a_thinking_block_without_a_signature_is_left_out() -> None:
+    """Anthropic checks each thinking block's signature: one without (another provider's
+    thought, a stream cut before its signature) is not sent; the signed and redacted are."""
+    signed = {"type": "thinking", "thinking": "b", "signature": "sig=="}
+    blocks = [
+        {"index": 0, "type": "thinking", "thinking": "a"},
+        {"type": "thinking", "thinking": "a", "signature": ""},
+        {**signed, "index": 1},
+        {"type": "redacted_thinking", "data": "abc"},
+    ]
+    out = translate([*HI, {"role": "assistant", "content": "ok", "thinking_blocks": blocks}])
+    assert out["messages"][1] == {
+        "role": "assistant",
+        "content": [signed, {"type": "redacted_thinking", "data": "abc"}, text("ok")],
+    }
+
+
 @pytest.mark.parametrize("arguments", ["[1, 2]", "not json", '"a string"', "{"])
 def test_tool_call_arguments_that_are_not_an_object_are_refused(arguments: str) -> None:
     call = {"id": "t", "type": "function", "function": {"name": "f", "arguments": arguments}}

@@ -175,14 +175,21 @@ def test_parallel_tool_calls_are_not_mixed_up() -> None:
 
 
 def test_thinking_is_kept_with_its_signature() -> None:
+    """The reasoning text whole, and each block's entries (merged by index, their strings
+    joined, as the OpenAI SDK accumulates them) the block whole: its text and signature."""
     raw, case = _load("thinking")
     got = deltas(StreamToChat(False, CREATED).feed(raw), case)
     reasoning = "".join(d.get("reasoning_content", "") for d in got)
-    blocks = [b for d in got for b in d.get("thinking_blocks", [])]
+    blocks: dict[int, dict[str, Any]] = {}
+    for entry in (b for d in got for b in d.get("thinking_blocks", [])):
+        block = blocks.setdefault(entry["index"], {})
+        for name, value in entry.items():
+            block[name] = block.get(name, "") + value if name in ("thinking", "signature") else value
     sent = [e["delta"] for e in _raw_events("thinking") if e["type"] == "content_block_delta"]
     assert reasoning == "".join(d["thinking"] for d in sent if d["type"] == "thinking_delta")
-    signed = {"type": "thinking", "thinking": "", "signature": sent[2]["signature"]}
-    assert blocks[0] == {"index": 0, **signed}
+    assert blocks[0] == {
+        "index": 0, "type": "thinking", "thinking": reasoning, "signature": sent[2]["signature"]
+    }  # fmt: skip
     assert blocks[1]["type"] == "redacted_thinking" and blocks[1]["data"].startswith("EmwK")
 
 
