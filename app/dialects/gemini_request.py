@@ -209,14 +209,16 @@ def _assistant_parts(
 
 
 def _signed(parts: list[dict[str, Any]], blocks: Any) -> None:
-    """The assistant's thought signature (the gateway returns Gemini's in ``thinking_blocks``)
-    back on its first function call, where Gemini wants it to continue a turn of tool calls;
-    on its first part when it made none. Other signatures are not placed: which part each
-    came from is not kept in the Chat Completions shape."""
+    """The assistant's thought signature (the gateway returns Gemini's in ``thinking_blocks``;
+    the first that is not empty) back on its first function call, where Gemini wants it to
+    continue a turn of tool calls; on its first part when it made none (where Gemini put it:
+    the answer's text). Other signatures are not placed: which part each came from is not
+    kept in the Chat Completions shape."""
     signatures = [
         block["signature"]
         for block in blocks or []
         if isinstance(block, Mapping) and isinstance(block.get("signature"), str)
+        and block["signature"]  # a block no signature closed (thought not signed) has ""
     ]
     if not signatures or not parts:
         return

@@ -168,9 +168,9 @@ CASES: dict[str, Case] = {
                     '"modelVersion": "gemini-2.5-flash","responseId": "resp-Ab12"}'
                 ),
                 [
+                    ("signature", "Sig1"),  # the thinking before the call signed: first
                     ("tool", 0, "fc-9", "get_weather"),
                     ("args", 0, '{"city":"Zürich","days":[1,2]}'),
-                    ("signature", "Sig1"),
                     ("tool", 1, f"call_{FALLBACK}_1", "get_time"),
                     ("args", 1, '{"tz":"Europe/Zurich"}'),
                     finish("tool_calls"),

@@ -375,3 +375,19 @@ def test_a_thought_signature_goes_back_on_the_first_function_call() -> None:
     out = request_body({"model": "m", "messages": [{"role": "user", "content": "hi"}, assistant]})
     parts = out["contents"][1]["parts"]
     assert [p.get("thoughtSignature") for p in parts] == [None, "U2ln", None]
+
+
+def test_the_signature_sent_back_is_the_first_that_is_not_empty() -> None:
+    """A thinking block no signature closed (a thought not signed, then the signature in a
+    block of its own, as a stream may end) carries "": Gemini is sent the real one, on the
+    first part when the turn made no call."""
+    assistant = {
+        "role": "assistant",
+        "content": "The answer.",
+        "thinking_blocks": [
+            {"type": "thinking", "thinking": "t", "signature": ""},
+            {"type": "thinking", "thinking": "", "signature": "U2ln"},
+        ],
+    }
+    out = request_body({"model": "m", "messages": [{"role": "user", "content": "hi"}, assistant]})
+    assert out["contents"][1]["parts"] == [{"text": "The answer.", "thoughtSignature": "U2ln"}]
