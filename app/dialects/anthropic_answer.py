@@ -89,7 +89,14 @@ class StreamToChat:
         self._empty: set[Any] = set()  # tool blocks that have had no argument fragment yet
         self._stop_reason: Any = None
         self._counts: dict[str, int] = {}
+        self._final_counts = False  # a message_delta's usage came
         self._ended = False
+
+    @property
+    def usage_reported(self) -> bool:
+        """True once Anthropic's final counts came (a ``message_delta``'s usage; the one in
+        ``message_start`` counts no output yet): the usage chunk is Anthropic's own."""
+        return self._final_counts
 
     def feed(self, data: bytes) -> bytes:
         out = []
@@ -131,6 +138,7 @@ class StreamToChat:
             return self._block_stop(writer, data.get("index"))
         if kind == "message_delta":
             self._stop_reason = _object(data.get("delta")).get("stop_reason") or self._stop_reason
+            self._final_counts = self._final_counts or isinstance(data.get("usage"), dict)
             self._note(_object(data.get("usage")))
         elif kind == "message_stop":
             self._ended = True

@@ -130,6 +130,11 @@ class StreamToChat:
         self._called = False  # a function call went out
         self._ended = False  # [DONE] or an error went out: nothing more
 
+    @property
+    def usage_reported(self) -> bool:
+        """True once a ``usageMetadata`` came: the usage chunk is Gemini's own count."""
+        return self._usage is not None
+
     def feed(self, data: bytes) -> bytes:
         out = []
         for event in self._decoder.feed(data):

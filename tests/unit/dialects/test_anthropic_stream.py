@@ -264,3 +264,19 @@ def test_an_event_larger_than_the_limit_raises() -> None:
     raw, _ = _load("text")
     with pytest.raises(sse.EventTooLarge):
         StreamToChat(True, CREATED, max_event_bytes=100).feed(raw)
+
+
+def test_usage_reported_once_anthropics_final_counts_came() -> None:
+    """message_start's usage counts no output yet: the usage is Anthropic's own once a
+    message_delta brought its counts, not before."""
+    raw, _ = _load("text")
+    translator = StreamToChat(True, CREATED)
+    at = raw.index(b"event: message_delta")
+    translator.feed(raw[:at])
+    assert translator.usage_reported is False
+    translator.feed(raw[at:])
+    assert translator.usage_reported is True
+    without = StreamToChat(True, CREATED)
+    stop = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}
+    without.feed(raw[:at] + sse.encode(json.dumps(stop), event="message_delta"))
+    assert without.usage_reported is False

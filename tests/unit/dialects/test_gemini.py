@@ -525,3 +525,11 @@ def test_the_first_delta_is_not_held() -> None:
         ROLE,
         content("Hel"),
     ]
+
+
+def test_usage_reported_once_gemini_counted() -> None:
+    translator = StreamToChat(True, CREATED, FALLBACK)
+    translator.feed(text_chunk("Hi"))
+    assert translator.usage_reported is False
+    translator.feed(text_chunk("!", "STOP", usage=USAGE_META))
+    assert translator.usage_reported is True
