@@ -38,7 +38,7 @@ def usage(script: Script) -> dict[str, Any]:
     u = script.usage
     details: dict[str, Any] = {"cached_tokens": u.cache_read}
     if u.cache_creation:
-        details["cache_creation_tokens"] = u.cache_creation
+        details["cache_write_tokens"] = u.cache_creation
     out: dict[str, Any] = {
         "prompt_tokens": u.prompt,
         "completion_tokens": u.output,

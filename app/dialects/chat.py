@@ -147,11 +147,13 @@ def usage(
 ) -> dict[str, Any]:
     """A Chat Completions usage object. ``prompt`` counts every prompt token (a provider's
     uncached, cache-read and cache-written ones together); ``cached`` those read from the
-    provider's prompt cache, ``cache_creation`` those written to it (named only when some
-    were); ``reasoning`` the thinking tokens when the provider counts them apart."""
+    provider's prompt cache, ``cache_creation`` those written to it, as
+    ``prompt_tokens_details.cache_write_tokens``, the name the OpenAI SDK's
+    ``PromptTokensDetails`` reads (named only when some were); ``reasoning`` the thinking
+    tokens when the provider counts them apart."""
     details: dict[str, Any] = {"cached_tokens": cached}
     if cache_creation:
-        details["cache_creation_tokens"] = cache_creation
+        details["cache_write_tokens"] = cache_creation
     out: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

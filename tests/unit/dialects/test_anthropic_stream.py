@@ -18,6 +18,7 @@ from anthropic.types import RawMessageStreamEvent
 from anthropic.types.shared import ErrorResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionChunk
 
 from app.dialects.anthropic import StreamToChat
@@ -209,7 +210,10 @@ def test_usage_is_cumulative_with_cache_counts_when_asked() -> None:
     )
     assert usage["prompt_tokens"] == prompt == 326
     assert usage["completion_tokens"] == counts["output_tokens"] == 7
-    assert usage["prompt_tokens_details"] == {"cached_tokens": 300, "cache_creation_tokens": 5}
+    # The names the OpenAI SDK's own usage type reads (prompt_tokens_details.cache_write_tokens)
+    assert usage["prompt_tokens_details"] == {"cached_tokens": 300, "cache_write_tokens": 5}
+    details = CompletionUsage.model_validate(usage).prompt_tokens_details
+    assert details is not None and (details.cached_tokens, details.cache_write_tokens) == (300, 5)
     without = items(StreamToChat(False, CREATED).feed(raw), case)
     assert [i for i in without if "usage" in i] == [] and without[-1] == "[DONE]"
 

@@ -1,4 +1,5 @@
-"""Gemini's thought signature through the ``/v1/messages`` door and back (issue 41, F).
+"""Gemini through the ``/v1/messages`` door: its thought signature there and back (issue 41,
+F), and its error part-way (the smaller items of issue 41).
 
 Gemini puts a turn's ``thoughtSignature`` on a part of the answer: the first text part (or
 function call) after the thoughts, or, streamed, on a last chunk whose text part is empty.
@@ -114,7 +115,62 @@ def test_streamed_the_blocks_are_those_of_the_whole_answer() -> None:
     chat = gemini.answer_to_chat(whole, created=1, fallback_id="f")
     message = json.loads(messages.chat_answer_to_message(chat, message_id="msg_1"))
     streamed = _sdk_message(_door([b"".join(ON_THE_TEXT)]))
-    assert streamed["content"] == message["content"] == [
-        {"type": "thinking", "thinking": THOUGHT, "signature": SIG},
-        {"type": "text", "text": "The answer is 42."},
-    ]
+    assert (
+        streamed["content"]
+        == message["content"]
+        == [
+            {"type": "thinking", "thinking": THOUGHT, "signature": SIG},
+            {"type": "text", "text": "The answer is 42."},
+        ]
+    )
+
+
+# Gemini's error chunk part-way (its documented error JSON: code, message, status), and what
+# an OpenAI-compatible upstream sends for the same overload (the simulator's error-after).
+GEMINI_ERRORS = {
+    "UNAVAILABLE": "overloaded_error",
+    "RESOURCE_EXHAUSTED": "rate_limit_error",
+    "DEADLINE_EXCEEDED": "timeout_error",
+    "INTERNAL": "api_error",
+    "INVALID_ARGUMENT": "invalid_request_error",
+    "FAILED_PRECONDITION": "invalid_request_error",
+    "PERMISSION_DENIED": "permission_error",
+    "UNAUTHENTICATED": "authentication_error",
+    "NOT_FOUND": "not_found_error",
+}
+
+
+@pytest.mark.parametrize(("status", "expected"), GEMINI_ERRORS.items())
+def test_a_gemini_error_part_way_is_anthropics_error_of_the_same_meaning(
+    status: str, expected: str
+) -> None:
+    error = {"error": {"code": 503, "message": "The model is overloaded.", "status": status}}
+    raw = ON_THE_TEXT[0] + b"data: " + json.dumps(error).encode() + b"\r\n\r\n"
+    assert _door([raw])[-1] == {
+        "type": "error",
+        "error": {"type": expected, "message": "The model is overloaded."},
+    }
+
+
+def test_an_overload_part_way_reads_the_same_from_gemini_and_from_an_openai_upstream() -> None:
+    gemini_error = {"error": {"code": 503, "message": "Overloaded", "status": "UNAVAILABLE"}}
+    from_gemini = _door(
+        [ON_THE_TEXT[0] + b"data: " + json.dumps(gemini_error).encode() + b"\r\n\r\n"]
+    )
+    door = messages.ChatToStream(message_id="msg_1", model="m", input_tokens=3)
+    openai_error = {
+        "message": "Overloaded",
+        "type": "overloaded_error",
+        "param": None,
+        "code": None,
+    }
+    raw = b"data: " + json.dumps({"error": openai_error}).encode() + b"\n\n"
+    from_openai = [e.json() for e in decode([door.feed(raw)])[0]]
+    assert (
+        from_gemini[-1]
+        == from_openai[-1]
+        == {
+            "type": "error",
+            "error": {"type": "overloaded_error", "message": "Overloaded"},
+        }
+    )
