@@ -16,8 +16,9 @@ plan may fail over to an upstream of another kind; a value of the wrong shape is
   ``content: ""``). A part's ``cache_control`` is kept (Anthropic's prompt caching).
 - mapped: tools, tool_choice and parallel_tool_calls (only with tools: without them OpenAI's
   choices mean nothing), stop, temperature and top_p as given (Anthropic's temperature ends
-  at 1; its own 400 says so), max_completion_tokens or max_tokens (else the upstream's
-  default: Anthropic requires one), user, stream, reasoning_effort.
+  at 1; its own 400 says so), max_completion_tokens or max_tokens (the smaller; else the
+  upstream's default: Anthropic requires one), user, stream, reasoning_effort (a thinking
+  budget within that bound, never above it).
 - passed through, Anthropic's own (sent as extra body): top_k, thinking.
 - structured outputs: response_format ``json_schema`` -> ``output_config.format`` with its
   schema, ``json_object`` -> the schema of any object (``output_format``).
@@ -36,7 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.core.errors import BadRequest
-from app.dialects.chat import Untranslatable
+from app.dialects.chat import Untranslatable, output_bound, thinking_budget
 
 _BUDGETS = {"low": 1024, "medium": 4096, "high": 16384}
 _CHOICES = {"auto": "auto", "none": "none", "required": "any"}
@@ -58,17 +59,20 @@ _REFUSED = (
 def request_body(body: Mapping[str, Any], *, default_max_tokens: int) -> dict[str, Any]:
     """The Messages body for the chat request ``body`` (its ``model`` already the upstream's).
 
-    ``reasoning_effort`` low / medium / high turns thinking on with a budget of 1024 / 4096 /
-    16384 tokens (an explicit ``thinking`` wins). Anthropic wants ``max_tokens`` above the
-    budget, so a smaller one is raised to budget + max_tokens: the visible answer keeps the
-    room the caller asked for.
+    ``max_tokens`` is the caller's output bound (chat.output_bound: a key's cap is one), else
+    ``default_max_tokens`` (the upstream's setting: Anthropic requires one), and never more:
+    it bounds the thinking too, as it does at Anthropic. ``reasoning_effort`` low / medium /
+    high turns thinking on with a budget of 1024 / 4096 / 16384 tokens, cut to fit below
+    ``max_tokens`` (chat.thinking_budget), and off when the bound leaves no room for
+    Anthropic's least budget (1024); an explicit ``thinking`` wins, as it is.
     """
     _refuse(body)
     system, turns = _messages(body["messages"])
     out: dict[str, Any] = {"model": body["model"], "messages": turns}
     if system:
         out["system"] = system
-    out["max_tokens"] = _max_tokens(body, default_max_tokens)
+    bound = output_bound(body)
+    out["max_tokens"] = default_max_tokens if bound is None else bound
     out.update((name, body[name]) for name in _PASSED if body.get(name) is not None)
     _thinking(body, out)
     stop = body.get("stop")
@@ -122,17 +126,6 @@ def output_format(body: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"type": "json_schema", "schema": dict(schema)}
 
 
-def _max_tokens(body: Mapping[str, Any], default: int) -> int:
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise BadRequest(f"Invalid value for '{name}': expected an integer.", param=name)
-        return value
-    return default
-
-
 def _thinking(body: Mapping[str, Any], out: dict[str, Any]) -> None:
     if body.get("thinking") is not None:
         out["thinking"] = body["thinking"]
@@ -146,10 +139,9 @@ def _thinking(body: Mapping[str, Any], out: dict[str, Any]) -> None:
             "(low, medium and high do).",
             param="reasoning_effort",
         )
-    budget = _BUDGETS[effort]
-    out["thinking"] = {"type": "enabled", "budget_tokens": budget}
-    if out["max_tokens"] <= budget:
-        out["max_tokens"] += budget
+    budget = thinking_budget(_BUDGETS[effort], out["max_tokens"])
+    if budget is not None:  # else no room within the bound: the call goes without thinking
+        out["thinking"] = {"type": "enabled", "budget_tokens": budget}
 
 
 def _messages(messages: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -31,6 +31,7 @@ it as an ``APIError``). A provider's keep-alive is an SSE comment (``: ping``).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from app.core.errors import BadRequest
@@ -48,6 +49,38 @@ class Untranslatable(BadRequest):
     may still take the call (app/upstream/attempts.py fails over)."""
 
     code = "unsupported_by_upstream"
+
+
+# Anthropic's least thinking budget (its budget_tokens must be at least this): the least any
+# reasoning effort asks of either provider.
+MIN_THINKING_BUDGET = 1024
+_OUTPUT_BOUNDS = ("max_completion_tokens", "max_tokens")
+
+
+def output_bound(body: Mapping[str, Any]) -> int | None:
+    """The most tokens the caller lets the answer take, thinking included (as OpenAI's
+    ``max_completion_tokens`` bounds a reasoning model's): ``max_completion_tokens`` or
+    ``max_tokens``, the smaller when both are given (the key's reservation counts one of
+    them); a key's cap arrives as ``max_completion_tokens`` (app/tenancy/call_grant.py).
+    None when neither is given; a BadRequest naming one that is not an integer."""
+    found = []
+    for name in _OUTPUT_BOUNDS:
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BadRequest(f"Invalid value for '{name}': expected an integer.", param=name)
+        found.append(value)
+    return min(found) if found else None
+
+
+def thinking_budget(wanted: int, bound: int) -> int | None:
+    """The thinking budget a reasoning effort gets within an output ``bound`` that counts the
+    thinking too: the effort's ``wanted`` budget, at most the bound less one token (Anthropic
+    wants the budget below its ``max_tokens``); None when that leaves less than
+    ``MIN_THINKING_BUDGET``: the call goes without a budget rather than past the bound."""
+    budget = min(wanted, bound - 1)
+    return budget if budget >= MIN_THINKING_BUDGET else None
 
 
 def dumps(value: Any) -> bytes:

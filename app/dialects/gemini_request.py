@@ -27,10 +27,14 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.dialects.chat import Untranslatable
+from app.dialects.chat import Untranslatable, output_bound, thinking_budget
 
 # reasoning_effort as a thinking budget (tokens): the middle of what each effort means to
 # Gemini 2.5's budgets (0 to 24576), the summaries asked for so reasoning_content has them.
+# Gemini counts the thoughts within maxOutputTokens (an answer that thought up to it ends
+# MAX_TOKENS with thoughtsTokenCount near it), so the caller's bound, sent as it is, bounds
+# them; the budget is cut below it as Anthropic's is (chat.thinking_budget), and a bound with
+# no room for the least budget sends none (the model's own default, still within the bound).
 THINKING_BUDGETS = {"low": 1024, "medium": 8192, "high": 24576}
 TOOL_MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 # An image URL's type from its extension (the mimetypes module reads the system's tables).
@@ -271,9 +275,7 @@ def _generation_config(body: Mapping[str, Any]) -> dict[str, Any]:
     config = {
         gemini: body[name] for name, gemini in _GENERATION.items() if body.get(name) is not None
     }
-    limit = body.get("max_completion_tokens")
-    if limit is None:
-        limit = body.get("max_tokens")
+    limit = output_bound(body)
     if limit is not None:
         config["maxOutputTokens"] = limit
     stop = body.get("stop")
@@ -286,10 +288,11 @@ def _generation_config(body: Mapping[str, Any]) -> dict[str, Any]:
             raise Untranslatable(
                 "reasoning_effort must be low, medium or high", param="reasoning_effort"
             )
-        config["thinkingConfig"] = {
-            "thinkingBudget": THINKING_BUDGETS[effort],
-            "includeThoughts": True,
-        }
+        budget = THINKING_BUDGETS[effort]
+        if limit is not None:
+            budget = thinking_budget(budget, limit)
+        if budget is not None:  # else no room within the bound: the model's own default
+            config["thinkingConfig"] = {"thinkingBudget": budget, "includeThoughts": True}
     return config
 
 

@@ -233,11 +233,14 @@ def test_tool_choice(choice: Any, parallel: Any, expected: Any) -> None:
             {"reasoning_effort": "medium", "max_tokens": 5000},
             {"thinking": budget(4096), "max_tokens": 5000},
         ),
+        # The bound holds the thinking too (issue 41 C): the budget is cut below it, never
+        # the bound raised above it; without a bound, the upstream's setting (4096) is it.
         (
             {"reasoning_effort": "medium", "max_tokens": 4096},
-            {"thinking": budget(4096), "max_tokens": 8192},
+            {"thinking": budget(4095), "max_tokens": 4096},
         ),
-        ({"reasoning_effort": "high"}, {"thinking": budget(16384), "max_tokens": 16384 + 4096}),
+        ({"reasoning_effort": "high"}, {"thinking": budget(4095), "max_tokens": 4096}),
+        ({"reasoning_effort": "low", "max_tokens": 1024}, {"max_tokens": 1024}),
         ({"thinking": budget(2000), "reasoning_effort": "high"}, {"thinking": budget(2000)}),
         # Carrying no meaning for Anthropic: dropped.
         (

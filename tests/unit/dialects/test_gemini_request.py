@@ -152,7 +152,8 @@ def test_empty_messages_are_left_out() -> None:
         ({"top_p": 0.9}, {"topP": 0.9}),
         ({"max_tokens": 50}, {"maxOutputTokens": 50}),
         ({"max_completion_tokens": 70}, {"maxOutputTokens": 70}),
-        ({"max_completion_tokens": 70, "max_tokens": 50}, {"maxOutputTokens": 70}),
+        # Both given: the smaller, never above the one a key's reservation counted.
+        ({"max_completion_tokens": 70, "max_tokens": 50}, {"maxOutputTokens": 50}),
         ({"stop": "END"}, {"stopSequences": ["END"]}),
         ({"stop": ["a", "b"]}, {"stopSequences": ["a", "b"]}),
         ({"seed": 7}, {"seed": 7}),
