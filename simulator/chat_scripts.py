@@ -126,8 +126,8 @@ class ScriptChatFramer:
         # pieces and its signature merge into one block there.
         index = sum(1 for p in self.pieces[:slot] if p.kind == "signature")
         if step.kind == "thinking":
-            block = {"index": index, "type": "thinking", "thinking": step.value}
-            return self._chunk({"reasoning_content": step.value, "thinking_blocks": [block]})
+            entry = {"index": index, "type": "thinking", "thinking": step.value}
+            return self._chunk({"reasoning_content": step.value, "thinking_blocks": [entry]})
         if step.kind == "signature":
             signed = {"index": index, "type": "thinking", "thinking": "", "signature": step.value}
             return self._chunk({"thinking_blocks": [signed]})

@@ -221,7 +221,8 @@ def _signed(parts: list[dict[str, Any]], blocks: Any) -> None:
     signatures = [
         block["signature"]
         for block in blocks or []
-        if isinstance(block, Mapping) and isinstance(block.get("signature"), str)
+        if isinstance(block, Mapping)
+        and isinstance(block.get("signature"), str)
         and block["signature"]  # a block no signature closed (thought not signed) has ""
     ]
     if not signatures or not parts:
@@ -288,9 +289,8 @@ def _generation_config(body: Mapping[str, Any]) -> dict[str, Any]:
             raise Untranslatable(
                 "reasoning_effort must be low, medium or high", param="reasoning_effort"
             )
-        budget = THINKING_BUDGETS[effort]
-        if limit is not None:
-            budget = thinking_budget(budget, limit)
+        wanted = THINKING_BUDGETS[effort]
+        budget = wanted if limit is None else thinking_budget(wanted, limit)
         if budget is not None:  # else no room within the bound: the model's own default
             config["thinkingConfig"] = {"thinkingBudget": budget, "includeThoughts": True}
     return config

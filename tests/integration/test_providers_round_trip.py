@@ -97,10 +97,15 @@ def test_a_tool_call_without_arguments_streams_as_json(scripted_gw) -> None:
                 pass
             streamed = stream.current_completion_snapshot.choices[0].message
         whole = sdk.chat.completions.create(model="m-anthropic", messages=QUESTION)
-    calls = [(c.id, c.function.name, c.function.arguments) for c in streamed.tool_calls or []]
+    calls = _calls(streamed.model_dump())
     assert calls == [("toolu_01N", "get_time", "{}"), ("toolu_01M", "list_rooms", "{}")]
-    message = whole.choices[0].message
-    assert [(c.id, c.function.name, c.function.arguments) for c in message.tool_calls] == calls
+    assert _calls(whole.choices[0].message.model_dump()) == calls
+
+
+def _calls(message: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [
+        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]
+    ]
 
 
 def test_a_streamed_thinking_block_goes_back_with_its_text_and_signature(

@@ -185,7 +185,9 @@ def test_thinking_is_kept_with_its_signature() -> None:
     for entry in (b for d in got for b in d.get("thinking_blocks", [])):
         block = blocks.setdefault(entry["index"], {})
         for name, value in entry.items():
-            block[name] = block.get(name, "") + value if name in ("thinking", "signature") else value
+            block[name] = (
+                block.get(name, "") + value if name in ("thinking", "signature") else value
+            )
     sent = [e["delta"] for e in _raw_events("thinking") if e["type"] == "content_block_delta"]
     assert reasoning == "".join(d["thinking"] for d in sent if d["type"] == "thinking_delta")
     assert blocks[0] == {

@@ -57,7 +57,9 @@ def _sent_gemini(body: dict[str, Any]) -> tuple[int | None, int | None]:
 
 @pytest.mark.parametrize("bound", BOUNDS)
 @pytest.mark.parametrize("effort", EFFORTS)
-def test_anthropic_never_gets_a_bound_above_the_callers_or_the_keys(effort: str, bound: int) -> None:
+def test_anthropic_never_gets_a_bound_above_the_callers_or_the_keys(
+    effort: str, bound: int
+) -> None:
     for how, body in _bodies(effort, bound).items():
         max_tokens, budget = _sent_anthropic(body)
         assert max_tokens == bound, how  # never raised by the thinking budget

@@ -107,7 +107,7 @@ def test_the_signature_goes_back_to_gemini_on_the_turns_text(stream: list[bytes]
 def test_streamed_the_blocks_are_those_of_the_whole_answer() -> None:
     """One thinking block holding the thought and its signature, then the text, as the whole
     answer (the same parts in one response) gives them."""
-    parts = [
+    parts: list[dict[str, Any]] = [
         {"text": THOUGHT, "thought": True},
         {"text": "The answer is 42.", "thoughtSignature": SIG},
     ]

@@ -89,7 +89,9 @@ def test_the_raw_streams_are_chat_completions_chunks(raw: bytes) -> None:
 
 
 @pytest.mark.parametrize(("raw", "output"), [(EVERY_CHUNK, 4), (ON_THE_FINISH, 3)])
-def test_usage_on_every_chunk_is_one_message_delta_after_the_blocks(raw: bytes, output: int) -> None:
+def test_usage_on_every_chunk_is_one_message_delta_after_the_blocks(
+    raw: bytes, output: int
+) -> None:
     events, door = _translate(raw, 5)
     assert [e["type"] for e in events] == [
         "message_start",

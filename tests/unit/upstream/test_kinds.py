@@ -188,7 +188,7 @@ def test_a_translated_stream_says_whether_its_usage_is_the_providers(usage: bool
     translated = Translated(raw, 200, raw.headers, stream=Chained(first, door), limit=10_000)
     assert translated.usage_reported is False
     out = translated.read()
-    assert out.endswith(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+    assert out.endswith(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
     assert (translated.usage_reported, first.usage_reported, door.usage_reported) == (
         usage, usage, usage
     )  # fmt: skip
