@@ -11,8 +11,9 @@ image's ``detail``, a function's ``strict``.
   merged (parallel function responses must share one content).
 - an assistant's tool calls are ``functionCall`` parts (arguments parsed: Gemini takes an
   object); a tool message is a ``functionResponse`` part named after the call it answers; the
-  first signature of an assistant's ``thinking_blocks`` goes back as the ``thoughtSignature``
-  of its first function call (Gemini 3 refuses a turn of tool calls without it).
+  first signature (not empty) of an assistant's ``thinking_blocks`` goes back as the
+  ``thoughtSignature`` of its first function call, else of its first part (Gemini 3 refuses
+  a turn of tool calls without it).
 - refused: ``n`` > 1, ``logprobs``/``top_logprobs``, a ``logit_bias``, audio out, audio and
   file content parts, role ``function``, and ``parallel_tool_calls: false`` (Gemini cannot be
   told to call one tool at a time).
