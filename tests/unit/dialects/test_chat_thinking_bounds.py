@@ -127,6 +127,7 @@ def test_a_bound_that_is_no_integer_is_a_bad_request(value: Any) -> None:
         with pytest.raises(BadRequest) as refused:
             translate(body)
         assert refused.value.param == "max_tokens"
+        assert refused.value.message == "Invalid value for 'max_tokens': expected an integer."
 
 
 def test_an_explicit_thinking_is_passed_on_as_the_caller_wrote_it() -> None:
