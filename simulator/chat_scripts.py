@@ -6,8 +6,9 @@ can compare what the gateway makes of an Anthropic or Gemini answer with the sam
 from an OpenAI upstream, chunk for chunk:
 
 1. the role chunk, ``delta: {"role": "assistant", "content": ""}``;
-2. one chunk per piece: ``{"reasoning_content": t}``, ``{"thinking_blocks": [{"index": b,
-   "type": "thinking", "thinking": "", "signature": s}]}``, ``{"content": t}``, a tool call's first
+2. one chunk per piece: ``{"reasoning_content": t, "thinking_blocks": [{"index": b, "type":
+   "thinking", "thinking": t}]}``, ``{"thinking_blocks": [{"index": b, "type": "thinking",
+   "thinking": "", "signature": s}]}``, ``{"content": t}``, a tool call's first
    fragment ``{"tool_calls": [{"index": k, "id", "type": "function", "function": {"name",
    "arguments": ""}}]}`` (written with its first argument fragment, at the same moment) and
    each argument fragment ``{"tool_calls": [{"index": k, "function": {"arguments": f}}]}``;
@@ -37,7 +38,7 @@ def usage(script: Script) -> dict[str, Any]:
     u = script.usage
     details: dict[str, Any] = {"cached_tokens": u.cache_read}
     if u.cache_creation:
-        details["cache_creation_tokens"] = u.cache_creation
+        details["cache_write_tokens"] = u.cache_creation
     out: dict[str, Any] = {
         "prompt_tokens": u.prompt,
         "completion_tokens": u.output,
@@ -121,11 +122,13 @@ class ScriptChatFramer:
 
     def piece(self, slot: int) -> bytes:
         step = self.pieces[slot]
+        # Each thinking block has its own index, as the OpenAI SDK's accumulator wants: its
+        # pieces and its signature merge into one block there.
+        index = sum(1 for p in self.pieces[:slot] if p.kind == "signature")
         if step.kind == "thinking":
-            return self._chunk({"reasoning_content": step.value})
+            entry = {"index": index, "type": "thinking", "thinking": step.value}
+            return self._chunk({"reasoning_content": step.value, "thinking_blocks": [entry]})
         if step.kind == "signature":
-            # Each signed block has its own index, as the OpenAI SDK's accumulator wants.
-            index = sum(1 for p in self.pieces[:slot] if p.kind == "signature")
             signed = {"index": index, "type": "thinking", "thinking": "", "signature": step.value}
             return self._chunk({"thinking_blocks": [signed]})
         if step.kind == "text":

@@ -14,10 +14,13 @@ A stream (named SSE events, each ``data`` repeating its ``type``):
 - ``content_block_delta``: ``text_delta`` -> content, ``input_json_delta`` -> an argument
   fragment (empty ones skipped), ``thinking_delta`` -> reasoning_content,
   ``signature_delta`` -> a ``thinking_blocks`` signature chunk;
+- ``content_block_stop`` of a tool call that got no argument fragment (a call without
+  arguments: Anthropic streams ``input: {}`` then ``partial_json: ""``) -> the fragment
+  ``{}``, so the arguments are JSON, as the same call's whole answer gives them;
 - ``message_delta`` -> its stop reason and usage noted (counts are cumulative);
 - ``message_stop`` -> the finish chunk, the usage chunk when asked, ``[DONE]``;
 - ``ping`` -> an SSE comment; ``error`` -> one error event, and the stream ends there;
-- ``content_block_stop`` and any type Anthropic adds later -> nothing.
+- any other ``content_block_stop``, and any type Anthropic adds later -> nothing.
 
 Usage: prompt_tokens = input + cache read + cache creation tokens (Anthropic counts them
 apart), cached_tokens = cache read, completion_tokens = output.
@@ -83,9 +86,17 @@ class StreamToChat:
         self._created = created
         self._writer: chat.ChunkWriter | None = None
         self._tools: dict[Any, int] = {}  # Anthropic's block index -> the tool call's index
+        self._empty: set[Any] = set()  # tool blocks that have had no argument fragment yet
         self._stop_reason: Any = None
         self._counts: dict[str, int] = {}
+        self._final_counts = False  # a message_delta's usage came
         self._ended = False
+
+    @property
+    def usage_reported(self) -> bool:
+        """True once Anthropic's final counts came (a ``message_delta``'s usage; the one in
+        ``message_start`` counts no output yet): the usage chunk is Anthropic's own."""
+        return self._final_counts
 
     def feed(self, data: bytes) -> bytes:
         out = []
@@ -123,8 +134,11 @@ class StreamToChat:
             return self._block_start(writer, data.get("index"), _object(data.get("content_block")))
         if kind == "content_block_delta":
             return self._delta(writer, data.get("index"), _object(data.get("delta")))
+        if kind == "content_block_stop":
+            return self._block_stop(writer, data.get("index"))
         if kind == "message_delta":
             self._stop_reason = _object(data.get("delta")).get("stop_reason") or self._stop_reason
+            self._final_counts = self._final_counts or isinstance(data.get("usage"), dict)
             self._note(_object(data.get("usage")))
         elif kind == "message_stop":
             self._ended = True
@@ -163,14 +177,24 @@ class StreamToChat:
             self._tools[index] = k
             if block.get("input"):  # streamed calls start with {}: the input comes in deltas
                 first += writer.tool_arguments(k, _arguments(block["input"]))
+            else:
+                self._empty.add(index)
             return first
         return b""
+
+    def _block_stop(self, writer: chat.ChunkWriter, index: Any) -> bytes:
+        """A tool call's block ended without a fragment: its arguments are ``{}``."""
+        if not isinstance(index, int) or index not in self._empty:
+            return b""
+        self._empty.discard(index)
+        return writer.tool_arguments(self._tools[index], "{}")
 
     def _delta(self, writer: chat.ChunkWriter, index: Any, delta: dict[str, Any]) -> bytes:
         kind = delta.get("type")
         if kind == "text_delta" and delta.get("text"):
             return writer.text(delta["text"])
         if kind == "input_json_delta" and delta.get("partial_json") and index in self._tools:
+            self._empty.discard(index)
             return writer.tool_arguments(self._tools[index], delta["partial_json"])
         if kind == "thinking_delta" and delta.get("thinking"):
             return writer.reasoning(delta["thinking"])

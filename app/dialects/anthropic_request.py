@@ -10,13 +10,15 @@ plan may fail over to an upstream of another kind; a value of the wrong shape is
   ``system`` text blocks in order; user and assistant turns keep their order, a tool message
   becomes a user turn of ``tool_result`` blocks, and consecutive turns of one role are merged
   (Anthropic wants user and assistant to alternate). An assistant's ``thinking_blocks`` go
-  first in its content, its ``tool_calls`` last as ``tool_use`` blocks. Empty text is left
+  first in its content (a thinking block without a signature is left out: Anthropic checks
+  the signature of each one), its ``tool_calls`` last as ``tool_use`` blocks. Empty text is left
   out (Anthropic refuses empty text blocks; an assistant turn with tool calls often has
   ``content: ""``). A part's ``cache_control`` is kept (Anthropic's prompt caching).
 - mapped: tools, tool_choice and parallel_tool_calls (only with tools: without them OpenAI's
   choices mean nothing), stop, temperature and top_p as given (Anthropic's temperature ends
-  at 1; its own 400 says so), max_completion_tokens or max_tokens (else the upstream's
-  default: Anthropic requires one), user, stream, reasoning_effort.
+  at 1; its own 400 says so), max_completion_tokens or max_tokens (the smaller; else the
+  upstream's default: Anthropic requires one), user, stream, reasoning_effort (a thinking
+  budget within that bound, never above it).
 - passed through, Anthropic's own (sent as extra body): top_k, thinking.
 - structured outputs: response_format ``json_schema`` -> ``output_config.format`` with its
   schema, ``json_object`` -> the schema of any object (``output_format``).
@@ -35,7 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.core.errors import BadRequest
-from app.dialects.chat import Untranslatable
+from app.dialects.chat import Untranslatable, output_bound, thinking_budget
 
 _BUDGETS = {"low": 1024, "medium": 4096, "high": 16384}
 _CHOICES = {"auto": "auto", "none": "none", "required": "any"}
@@ -57,17 +59,20 @@ _REFUSED = (
 def request_body(body: Mapping[str, Any], *, default_max_tokens: int) -> dict[str, Any]:
     """The Messages body for the chat request ``body`` (its ``model`` already the upstream's).
 
-    ``reasoning_effort`` low / medium / high turns thinking on with a budget of 1024 / 4096 /
-    16384 tokens (an explicit ``thinking`` wins). Anthropic wants ``max_tokens`` above the
-    budget, so a smaller one is raised to budget + max_tokens: the visible answer keeps the
-    room the caller asked for.
+    ``max_tokens`` is the caller's output bound (chat.output_bound: a key's cap is one), else
+    ``default_max_tokens`` (the upstream's setting: Anthropic requires one), and never more:
+    it bounds the thinking too, as it does at Anthropic. ``reasoning_effort`` low / medium /
+    high turns thinking on with a budget of 1024 / 4096 / 16384 tokens, cut to fit below
+    ``max_tokens`` (chat.thinking_budget), and off when the bound leaves no room for
+    Anthropic's least budget (1024); an explicit ``thinking`` wins, as it is.
     """
     _refuse(body)
     system, turns = _messages(body["messages"])
     out: dict[str, Any] = {"model": body["model"], "messages": turns}
     if system:
         out["system"] = system
-    out["max_tokens"] = _max_tokens(body, default_max_tokens)
+    bound = output_bound(body)
+    out["max_tokens"] = default_max_tokens if bound is None else bound
     out.update((name, body[name]) for name in _PASSED if body.get(name) is not None)
     _thinking(body, out)
     stop = body.get("stop")
@@ -121,17 +126,6 @@ def output_format(body: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"type": "json_schema", "schema": dict(schema)}
 
 
-def _max_tokens(body: Mapping[str, Any], default: int) -> int:
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise BadRequest(f"Invalid value for '{name}': expected an integer.", param=name)
-        return value
-    return default
-
-
 def _thinking(body: Mapping[str, Any], out: dict[str, Any]) -> None:
     if body.get("thinking") is not None:
         out["thinking"] = body["thinking"]
@@ -145,10 +139,9 @@ def _thinking(body: Mapping[str, Any], out: dict[str, Any]) -> None:
             "(low, medium and high do).",
             param="reasoning_effort",
         )
-    budget = _BUDGETS[effort]
-    out["thinking"] = {"type": "enabled", "budget_tokens": budget}
-    if out["max_tokens"] <= budget:
-        out["max_tokens"] += budget
+    budget = thinking_budget(_BUDGETS[effort], out["max_tokens"])
+    if budget is not None:  # else no room within the bound: the call goes without thinking
+        out["thinking"] = {"type": "enabled", "budget_tokens": budget}
 
 
 def _messages(messages: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -240,10 +233,13 @@ def _image(part: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _assistant(message: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
-    blocks = [
+    thinking = [
         _thinking_block(block, f"{where}.thinking_blocks[{j}]")
         for j, block in enumerate(message.get("thinking_blocks") or [])
     ]
+    # A thinking block without its signature (thought another provider gave, or a stream cut
+    # before the signature) cannot be checked by Anthropic, which checks each one it is sent.
+    blocks = [b for b in thinking if b["type"] != "thinking" or b["signature"]]
     blocks += _parts(message.get("content"), f"{where}.content", ("text", "refusal"))
     for j, call in enumerate(message.get("tool_calls") or []):
         blocks.append(_tool_use(call, f"{where}.tool_calls[{j}]"))

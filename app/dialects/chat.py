@@ -6,10 +6,14 @@ for the same scripted answer):
 
 1. a role chunk, ``delta: {"role": "assistant", "content": ""}``, when the provider's answer
    starts (Anthropic's ``message_start``, Gemini's first chunk);
-2. one chunk per provider delta, as it arrives: ``{"content": t}``, ``{"reasoning_content": t}``
-   (thinking), ``{"thinking_blocks": [{"index": b, "type": "thinking", "thinking": "",
-   "signature": s}]}`` (a thinking block's signature, for the caller to send back; ``b``
-   counts the answer's signed or redacted blocks from 0), a tool call's first fragment
+2. one chunk per provider delta, as it arrives: ``{"content": t}``; thinking as
+   ``{"reasoning_content": t, "thinking_blocks": [{"index": b, "type": "thinking",
+   "thinking": t}]}``, then its block's signature ``{"thinking_blocks": [{"index": b, "type":
+   "thinking", "thinking": "", "signature": s}]}`` (``b`` counts the answer's signed or
+   redacted blocks from 0: the OpenAI SDK's accumulator merges list entries by their
+   ``index`` and joins their strings, so each block accumulates whole, its text with its
+   signature, as the caller must send it back; ``reasoning_content`` alone would leave the
+   block's text behind); a redacted block whole, with its index; a tool call's first fragment
    ``{"tool_calls": [{"index": k, "id", "type": "function", "function": {"name",
    "arguments": ""}}]}``
    and each argument fragment ``{"tool_calls": [{"index": k, "function": {"arguments": f}}]}``;
@@ -27,6 +31,7 @@ it as an ``APIError``). A provider's keep-alive is an SSE comment (``: ping``).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from app.core.errors import BadRequest
@@ -44,6 +49,38 @@ class Untranslatable(BadRequest):
     may still take the call (app/upstream/attempts.py fails over)."""
 
     code = "unsupported_by_upstream"
+
+
+# Anthropic's least thinking budget (its budget_tokens must be at least this): the least any
+# reasoning effort asks of either provider.
+MIN_THINKING_BUDGET = 1024
+_OUTPUT_BOUNDS = ("max_completion_tokens", "max_tokens")
+
+
+def output_bound(body: Mapping[str, Any]) -> int | None:
+    """The most tokens the caller lets the answer take, thinking included (as OpenAI's
+    ``max_completion_tokens`` bounds a reasoning model's): ``max_completion_tokens`` or
+    ``max_tokens``, the smaller when both are given (the key's reservation counts one of
+    them); a key's cap arrives as ``max_completion_tokens`` (app/tenancy/call_grant.py).
+    None when neither is given; a BadRequest naming one that is not an integer."""
+    found = []
+    for name in _OUTPUT_BOUNDS:
+        value = body.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BadRequest(f"Invalid value for '{name}': expected an integer.", param=name)
+        found.append(value)
+    return min(found) if found else None
+
+
+def thinking_budget(wanted: int, bound: int) -> int | None:
+    """The thinking budget a reasoning effort gets within an output ``bound`` that counts the
+    thinking too: the effort's ``wanted`` budget, at most the bound less one token (Anthropic
+    wants the budget below its ``max_tokens``); None when that leaves less than
+    ``MIN_THINKING_BUDGET``: the call goes without a budget rather than past the bound."""
+    budget = min(wanted, bound - 1)
+    return budget if budget >= MIN_THINKING_BUDGET else None
 
 
 def dumps(value: Any) -> bytes:
@@ -84,7 +121,10 @@ class ChunkWriter:
         return self.chunk({"content": text})
 
     def reasoning(self, text: str) -> bytes:
-        return self.chunk({"reasoning_content": text})
+        """A piece of thinking: as ``reasoning_content``, and in the thinking block it belongs
+        to (the next one signed), so an accumulated block holds its text beside its signature."""
+        block = {"index": self.blocks, "type": "thinking", "thinking": text}
+        return self.chunk({"reasoning_content": text, "thinking_blocks": [block]})
 
     def signature(self, signature: str) -> bytes:
         """A thinking block's signature. Each block's entry has its own ``index``, as a tool
@@ -140,11 +180,13 @@ def usage(
 ) -> dict[str, Any]:
     """A Chat Completions usage object. ``prompt`` counts every prompt token (a provider's
     uncached, cache-read and cache-written ones together); ``cached`` those read from the
-    provider's prompt cache, ``cache_creation`` those written to it (named only when some
-    were); ``reasoning`` the thinking tokens when the provider counts them apart."""
+    provider's prompt cache, ``cache_creation`` those written to it, as
+    ``prompt_tokens_details.cache_write_tokens``, the name the OpenAI SDK's
+    ``PromptTokensDetails`` reads (named only when some were); ``reasoning`` the thinking
+    tokens when the provider counts them apart."""
     details: dict[str, Any] = {"cached_tokens": cached}
     if cache_creation:
-        details["cache_creation_tokens"] = cache_creation
+        details["cache_write_tokens"] = cache_creation
     out: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

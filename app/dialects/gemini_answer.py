@@ -74,8 +74,12 @@ def _reason(response: dict[str, Any]) -> str | None:
 
 def pieces(response: dict[str, Any]) -> Iterator[tuple[str, Any]]:
     """What a response's parts say, in order: ("text" | "reasoning", text), ("call",
-    functionCall), ("signature", thoughtSignature), the signature after its part's piece.
-    Other parts (inline data, code execution) have no place in a chat answer."""
+    functionCall), ("signature", thoughtSignature). A thought's signature comes after its
+    text; the signature Gemini puts on the answer's text or function call (the thinking
+    before it signed) comes before that part's piece, as a thinking block's signature ends
+    the block before the answer goes on (so the ``/v1/messages`` door writes the block whole,
+    signed, then the text). Other parts (inline data, code execution) have no place in a chat
+    answer."""
     candidate = _candidate(response) or {}
     content = candidate.get("content")
     parts = content.get("parts") if isinstance(content, dict) else None
@@ -83,12 +87,16 @@ def pieces(response: dict[str, Any]) -> Iterator[tuple[str, Any]]:
         if not isinstance(part, dict):
             continue
         call, text = part.get("functionCall"), part.get("text")
+        signature = part.get("thoughtSignature")
+        signed = isinstance(signature, str) and signature != ""
+        thought = bool(part.get("thought"))
+        if signed and not thought:
+            yield "signature", signature
         if isinstance(call, dict):
             yield "call", call
         elif isinstance(text, str) and text:
-            yield ("reasoning" if part.get("thought") else "text"), text
-        signature = part.get("thoughtSignature")
-        if isinstance(signature, str) and signature:
+            yield ("reasoning" if thought else "text"), text
+        if signed and thought:
             yield "signature", signature
 
 
@@ -121,6 +129,11 @@ class StreamToChat:
         self._finished = False  # the finish chunk went out: only usage may follow
         self._called = False  # a function call went out
         self._ended = False  # [DONE] or an error went out: nothing more
+
+    @property
+    def usage_reported(self) -> bool:
+        """True once a ``usageMetadata`` came: the usage chunk is Gemini's own count."""
+        return self._usage is not None
 
     def feed(self, data: bytes) -> bytes:
         out = []

@@ -11,8 +11,9 @@ image's ``detail``, a function's ``strict``.
   merged (parallel function responses must share one content).
 - an assistant's tool calls are ``functionCall`` parts (arguments parsed: Gemini takes an
   object); a tool message is a ``functionResponse`` part named after the call it answers; the
-  first signature of an assistant's ``thinking_blocks`` goes back as the ``thoughtSignature``
-  of its first function call (Gemini 3 refuses a turn of tool calls without it).
+  first signature (not empty) of an assistant's ``thinking_blocks`` goes back as the
+  ``thoughtSignature`` of its first function call, else of its first part (Gemini 3 refuses
+  a turn of tool calls without it).
 - refused: ``n`` > 1, ``logprobs``/``top_logprobs``, a ``logit_bias``, audio out, audio and
   file content parts, role ``function``, and ``parallel_tool_calls: false`` (Gemini cannot be
   told to call one tool at a time).
@@ -27,10 +28,14 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.dialects.chat import Untranslatable
+from app.dialects.chat import Untranslatable, output_bound, thinking_budget
 
 # reasoning_effort as a thinking budget (tokens): the middle of what each effort means to
 # Gemini 2.5's budgets (0 to 24576), the summaries asked for so reasoning_content has them.
+# Gemini counts the thoughts within maxOutputTokens (an answer that thought up to it ends
+# MAX_TOKENS with thoughtsTokenCount near it), so the caller's bound, sent as it is, bounds
+# them; the budget is cut below it as Anthropic's is (chat.thinking_budget), and a bound with
+# no room for the least budget sends none (the model's own default, still within the bound).
 THINKING_BUDGETS = {"low": 1024, "medium": 8192, "high": 24576}
 TOOL_MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 # An image URL's type from its extension (the mimetypes module reads the system's tables).
@@ -209,14 +214,17 @@ def _assistant_parts(
 
 
 def _signed(parts: list[dict[str, Any]], blocks: Any) -> None:
-    """The assistant's thought signature (the gateway returns Gemini's in ``thinking_blocks``)
-    back on its first function call, where Gemini wants it to continue a turn of tool calls;
-    on its first part when it made none. Other signatures are not placed: which part each
-    came from is not kept in the Chat Completions shape."""
+    """The assistant's thought signature (the gateway returns Gemini's in ``thinking_blocks``;
+    the first that is not empty) back on its first function call, where Gemini wants it to
+    continue a turn of tool calls; on its first part when it made none (where Gemini put it:
+    the answer's text). Other signatures are not placed: which part each came from is not
+    kept in the Chat Completions shape."""
     signatures = [
         block["signature"]
         for block in blocks or []
-        if isinstance(block, Mapping) and isinstance(block.get("signature"), str)
+        if isinstance(block, Mapping)
+        and isinstance(block.get("signature"), str)
+        and block["signature"]  # a block no signature closed (thought not signed) has ""
     ]
     if not signatures or not parts:
         return
@@ -269,9 +277,7 @@ def _generation_config(body: Mapping[str, Any]) -> dict[str, Any]:
     config = {
         gemini: body[name] for name, gemini in _GENERATION.items() if body.get(name) is not None
     }
-    limit = body.get("max_completion_tokens")
-    if limit is None:
-        limit = body.get("max_tokens")
+    limit = output_bound(body)
     if limit is not None:
         config["maxOutputTokens"] = limit
     stop = body.get("stop")
@@ -284,10 +290,10 @@ def _generation_config(body: Mapping[str, Any]) -> dict[str, Any]:
             raise Untranslatable(
                 "reasoning_effort must be low, medium or high", param="reasoning_effort"
             )
-        config["thinkingConfig"] = {
-            "thinkingBudget": THINKING_BUDGETS[effort],
-            "includeThoughts": True,
-        }
+        wanted = THINKING_BUDGETS[effort]
+        budget = wanted if limit is None else thinking_budget(wanted, limit)
+        if budget is not None:  # else no room within the bound: the model's own default
+            config["thinkingConfig"] = {"thinkingBudget": budget, "includeThoughts": True}
     return config
 
 

@@ -9,7 +9,9 @@ No I/O here: bytes in, bytes out; the message's id is passed in.
   ``stop``, and an Anthropic caller runs its tools only on ``tool_use``.
 - Usage: Anthropic counts the prompt's uncached tokens apart from those read from and
   written to the cache, so ``input_tokens`` = ``prompt_tokens`` - ``cached_tokens`` -
-  ``cache_creation_tokens`` (the names chat.usage writes).
+  ``cache_write_tokens`` (the names chat.usage writes, and the OpenAI SDK's usage type
+  reads; ``cache_creation_tokens``, the name this gateway wrote before, is read too, from an
+  upstream that is an older gateway).
 - Content: thinking blocks first (``thinking_blocks`` whole, or ``reasoning_content`` as one
   block), then the text (OpenAI's ``refusal`` text too: the finish reason says whether it
   was one), then a ``tool_use`` block per tool call. Arguments that are not a JSON object
@@ -52,6 +54,17 @@ _OPENAI_ERROR_TYPES = {
     "requests": "rate_limit_error",
     "tokens": "rate_limit_error",
     "insufficient_quota": "billing_error",
+    # Gemini's error statuses, as its stream translator names them (lower-cased): a Gemini
+    # upstream's error part-way reads as the same error from any upstream.
+    "invalid_argument": "invalid_request_error",
+    "failed_precondition": "invalid_request_error",
+    "unauthenticated": "authentication_error",
+    "permission_denied": "permission_error",
+    "not_found": "not_found_error",
+    "resource_exhausted": "rate_limit_error",
+    "internal": "api_error",
+    "unavailable": "overloaded_error",
+    "deadline_exceeded": "timeout_error",
 }
 
 
@@ -71,7 +84,8 @@ def usage(chat_usage: Any) -> dict[str, int]:
     details = got.get("prompt_tokens_details")
     details = details if isinstance(details, dict) else {}
     cached = _count(details.get("cached_tokens"))
-    creation = _count(details.get("cache_creation_tokens"))
+    written = details.get("cache_write_tokens", details.get("cache_creation_tokens"))
+    creation = _count(written)
     return {
         "input_tokens": max(0, _count(got.get("prompt_tokens")) - cached - creation),
         "output_tokens": _count(got.get("completion_tokens")),
@@ -197,7 +211,9 @@ def error_message(body: bytes) -> str:
 
 def stream_error_type(error: Any) -> str:
     """Anthropic's error type for the ``error`` of an OpenAI stream's error event (it has no
-    status): its type or code when either is Anthropic's, or names one; else api_error."""
+    status): its type or code when either is Anthropic's, or names one (OpenAI's names and
+    Gemini's statuses: ``unavailable``, an overload, is ``overloaded_error``, as an OpenAI
+    upstream's overload is); else api_error."""
     got = error if isinstance(error, dict) else {}
     for name in (got.get("type"), got.get("code")):
         if not isinstance(name, str):

@@ -18,9 +18,15 @@ the fragments of several tool calls interleaved. Each becomes Anthropic's named 
   open to the finish, since their fragments may interleave, and Anthropic's blocks are told
   apart by index, so several open at once are still read right;
 - the finish reason ends every open block (in index order) and is kept for the
-  ``message_delta`` (messages_answer.stop_reason); the usage chunk is the ``message_delta``
-  with the counts (messages_answer.usage); ``[DONE]`` is ``message_stop``, after a
-  ``message_delta`` carrying the estimate when no usage came;
+  ``message_delta`` (messages_answer.stop_reason); a chunk's ``usage`` is kept, the latest
+  replacing the one before (the counts are cumulative: some servers put them on every
+  chunk, most on a last chunk of their own); ``[DONE]`` is the one ``message_delta``, after
+  every block ended, with the stop reason and the latest usage (messages_answer.usage), then
+  ``message_stop``. With no usage from the upstream (a server that ignores
+  ``stream_options.include_usage``) the ``message_delta`` carries estimates: the prompt's
+  as given, and the output's a quarter of the bytes of text, thinking and tool arguments
+  relayed, rounded up (the rule the prompt's estimate follows); ``usage_reported`` says
+  which it was;
 - a comment is a ``ping``; an error event is Anthropic's ``error`` event, and the stream's
   end: nothing is written after it.
 
@@ -58,12 +64,19 @@ class ChatToStream:
         self._decoder = sse.Decoder()
         self._started = False  # message_start written
         self._ended = False  # message_stop or error written: nothing follows
-        self._delta_written = False
+        self._usage: dict[str, Any] | None = None  # the upstream's latest usage
+        self._relayed = 0  # bytes of text, thinking and tool arguments written so far
         self._blocks = 0  # blocks begun: the next one's index
         self._open: tuple[str, int] | None = None  # the open text or thinking block
         self._tools: dict[int, int] = {}  # open tool_use blocks: chat index -> block index
         self._tool_calls = False  # the answer made tool calls
         self._finish: str | None = None
+
+    @property
+    def usage_reported(self) -> bool:
+        """True once the upstream's own usage came (the final ``message_delta`` carries it);
+        False while the output's count is the door's estimate."""
+        return self._usage is not None
 
     def feed(self, data: bytes) -> bytes:
         out = []
@@ -109,7 +122,7 @@ class ChatToStream:
                 self._finish = str(choice["finish_reason"])
                 out.append(self._stop_all())
         if isinstance(chunk.get("usage"), dict):
-            out.append(self._message_delta(usage(chunk["usage"])))
+            self._usage = chunk["usage"]  # cumulative: the latest is the count so far
         return b"".join(out)
 
     def _message_start(self, model: Any) -> bytes:
@@ -164,6 +177,7 @@ class ChatToStream:
         return index, start
 
     def _thinking(self, text: str) -> bytes:
+        self._relayed += _size(text)
         index, start = self._into("thinking", {"type": "thinking", "thinking": "", "signature": ""})
         delta = {"type": "thinking_delta", "thinking": text}
         return start + event("content_block_delta", index=index, delta=delta)
@@ -178,6 +192,7 @@ class ChatToStream:
         return start + event("content_block_stop", index=index)
 
     def _text(self, text: str) -> bytes:
+        self._relayed += _size(text)
         index, start = self._into("text", {"type": "text", "text": ""})
         delta = {"type": "text_delta", "text": text}
         return start + event("content_block_delta", index=index, delta=delta)
@@ -200,6 +215,7 @@ class ChatToStream:
         fragment = _text(function.get("arguments"))
         if not fragment:
             return start
+        self._relayed += _size(fragment)
         delta = {"type": "input_json_delta", "partial_json": fragment}
         return start + event("content_block_delta", index=self._tools[k], delta=delta)
 
@@ -217,25 +233,28 @@ class ChatToStream:
         self._open, self._tools = None, {}
         return b"".join(event("content_block_stop", index=i) for i in indexes)
 
-    def _message_delta(self, counts: dict[str, int]) -> bytes:
-        end = self._stop_all()
-        if self._delta_written:
-            return end
-        self._delta_written = True
-        delta = {"stop_reason": stop_reason(self._finish, self._tool_calls), "stop_sequence": None}
-        return end + event("message_delta", delta=delta, usage=counts)
-
     def _done(self) -> bytes:
+        """The end: every block ended, the one ``message_delta`` (the stop reason, the
+        upstream's latest usage or the estimates), ``message_stop``."""
         out = b"" if self._started else self._message_start(None)
-        if not self._delta_written:
-            out += self._message_delta({"input_tokens": self.input_tokens, "output_tokens": 0})
+        if self._usage is not None:
+            counts = usage(self._usage)
+        else:
+            counts = {"input_tokens": self.input_tokens, "output_tokens": -(-self._relayed // 4)}
+        delta = {"stop_reason": stop_reason(self._finish, self._tool_calls), "stop_sequence": None}
         self._ended = True
+        out += self._stop_all() + event("message_delta", delta=delta, usage=counts)
         return out + event("message_stop")
 
 
 def _text(value: Any) -> str:
     """A delta's string member, "" when it is absent, null or not a string."""
     return value if isinstance(value, str) else ""
+
+
+def _size(text: str) -> int:
+    """The bytes ``text`` takes in UTF-8 (surrogates a JSON escape let in count as theirs)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _list(value: Any) -> list[Any]:

@@ -45,6 +45,12 @@ class Translator(Protocol):
 
     def close(self) -> bytes: ...
 
+    @property
+    def usage_reported(self) -> bool:
+        """Whether the usage the translation wrote (or will write) is the provider's own
+        count, not an estimate nor none."""
+        ...
+
 
 @dataclass(frozen=True)
 class Outgoing:
@@ -164,6 +170,12 @@ class Chained:
     def __init__(self, first: Translator, second: Translator) -> None:
         self.first, self.second = first, second
 
+    @property
+    def usage_reported(self) -> bool:
+        """The provider's own usage came through both: the second writes what the first
+        wrote, and the first wrote a usage chunk only of what the provider counted."""
+        return self.first.usage_reported and self.second.usage_reported
+
     def feed(self, data: bytes) -> bytes:
         middle = self.first.feed(data)
         return self.second.feed(middle) if middle else b""
@@ -206,6 +218,13 @@ class Translated:
     @property
     def closed(self) -> bool:
         return self._raw.closed
+
+    @property
+    def usage_reported(self) -> bool | None:
+        """For a translated stream, whether the usage it wrote is the upstream's own count
+        (False: an estimate, the ``/v1/messages`` door's, or no usage at all); None for a
+        whole answer (its usage is the provider's, or absent, as it was sent)."""
+        return None if self._stream is None else self._stream.usage_reported
 
     def read1(self, amt: int | None = None) -> bytes:
         """The next translated bytes: a stream's as soon as a provider event completes one

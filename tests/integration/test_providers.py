@@ -71,7 +71,7 @@ def _comparable(dump: dict[str, Any], kind: str) -> dict[str, Any]:
             usage.pop("completion_tokens_details", None)
         if kind == "gemini":  # no count of tokens written to the prompt cache
             details = dict(usage.get("prompt_tokens_details") or {})
-            details.pop("cache_creation_tokens", None)
+            details.pop("cache_write_tokens", None)
             usage["prompt_tokens_details"] = details
         dump["usage"] = usage
     for choice in dump.get("choices") or []:

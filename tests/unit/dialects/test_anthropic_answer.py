@@ -95,7 +95,7 @@ def test_a_whole_answer_with_thinking_text_and_tool_calls() -> None:
             "prompt_tokens": 317,
             "completion_tokens": 20,
             "total_tokens": 337,
-            "prompt_tokens_details": {"cached_tokens": 300, "cache_creation_tokens": 7},
+            "prompt_tokens_details": {"cached_tokens": 300, "cache_write_tokens": 7},
         },
     }
 

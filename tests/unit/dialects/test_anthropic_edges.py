@@ -65,6 +65,30 @@ def test_a_block_that_starts_with_its_content_gives_it_at_once() -> None:
     assert out == expected
 
 
+def test_only_a_tool_call_that_got_no_fragment_gets_empty_arguments_at_its_stop() -> None:
+    """A call without arguments gets ``{}`` at its block's stop, once; a call that started
+    with its input, a text block's stop, a stop of no known block (or an index that is no
+    integer) and a second stop give nothing."""
+    w = writer()
+    role = w.role()
+    k, with_input = w.tool_start("toolu_1", "f")
+    with_input += w.tool_arguments(k, '{"x":1}')
+    j, empty = w.tool_start("toolu_2", "g")
+    expected = role + with_input + empty + w.tool_arguments(j, "{}")
+    stop = {"type": "content_block_stop"}
+    out = translate(
+        ev(START),
+        block_start({"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"x": 1}}),
+        ev({**stop, "index": 0}),
+        block_start({"type": "tool_use", "id": "toolu_2", "name": "g", "input": {}}, 1),
+        ev({**stop, "index": [1]}),
+        ev({**stop, "index": 7}),
+        ev({**stop, "index": 1}),
+        ev({**stop, "index": 1}),
+    )
+    assert out == expected
+
+
 def test_blocks_without_their_optional_members_give_empty_strings() -> None:
     w = writer()
     expected = w.role() + w.redacted("") + w.tool_start("", "")[1]

@@ -152,6 +152,23 @@ def test_a_tool_round_trip_with_thinking() -> None:
     ]
 
 
+def test_a_thinking_block_without_a_signature_is_left_out() -> None:
+    """Anthropic checks each thinking block's signature: one without (another provider's
+    thought, a stream cut before its signature) is not sent; the signed and redacted are."""
+    signed = {"type": "thinking", "thinking": "b", "signature": "sig=="}
+    blocks = [
+        {"index": 0, "type": "thinking", "thinking": "a"},
+        {"type": "thinking", "thinking": "a", "signature": ""},
+        {**signed, "index": 1},
+        {"type": "redacted_thinking", "data": "abc"},
+    ]
+    out = translate([*HI, {"role": "assistant", "content": "ok", "thinking_blocks": blocks}])
+    assert out["messages"][1] == {
+        "role": "assistant",
+        "content": [signed, {"type": "redacted_thinking", "data": "abc"}, text("ok")],
+    }
+
+
 @pytest.mark.parametrize("arguments", ["[1, 2]", "not json", '"a string"', "{"])
 def test_tool_call_arguments_that_are_not_an_object_are_refused(arguments: str) -> None:
     call = {"id": "t", "type": "function", "function": {"name": "f", "arguments": arguments}}
@@ -216,11 +233,14 @@ def test_tool_choice(choice: Any, parallel: Any, expected: Any) -> None:
             {"reasoning_effort": "medium", "max_tokens": 5000},
             {"thinking": budget(4096), "max_tokens": 5000},
         ),
+        # The bound holds the thinking too (issue 41 C): the budget is cut below it, never
+        # the bound raised above it; without a bound, the upstream's setting (4096) is it.
         (
             {"reasoning_effort": "medium", "max_tokens": 4096},
-            {"thinking": budget(4096), "max_tokens": 8192},
+            {"thinking": budget(4095), "max_tokens": 4096},
         ),
-        ({"reasoning_effort": "high"}, {"thinking": budget(16384), "max_tokens": 16384 + 4096}),
+        ({"reasoning_effort": "high"}, {"thinking": budget(4095), "max_tokens": 4096}),
+        ({"reasoning_effort": "low", "max_tokens": 1024}, {"max_tokens": 1024}),
         ({"thinking": budget(2000), "reasoning_effort": "high"}, {"thinking": budget(2000)}),
         # Carrying no meaning for Anthropic: dropped.
         (

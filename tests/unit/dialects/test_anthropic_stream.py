@@ -18,6 +18,7 @@ from anthropic.types import RawMessageStreamEvent
 from anthropic.types.shared import ErrorResponse
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionChunk
 
 from app.dialects.anthropic import StreamToChat
@@ -175,14 +176,23 @@ def test_parallel_tool_calls_are_not_mixed_up() -> None:
 
 
 def test_thinking_is_kept_with_its_signature() -> None:
+    """The reasoning text whole, and each block's entries (merged by index, their strings
+    joined, as the OpenAI SDK accumulates them) the block whole: its text and signature."""
     raw, case = _load("thinking")
     got = deltas(StreamToChat(False, CREATED).feed(raw), case)
     reasoning = "".join(d.get("reasoning_content", "") for d in got)
-    blocks = [b for d in got for b in d.get("thinking_blocks", [])]
+    blocks: dict[int, dict[str, Any]] = {}
+    for entry in (b for d in got for b in d.get("thinking_blocks", [])):
+        block = blocks.setdefault(entry["index"], {})
+        for name, value in entry.items():
+            block[name] = (
+                block.get(name, "") + value if name in ("thinking", "signature") else value
+            )
     sent = [e["delta"] for e in _raw_events("thinking") if e["type"] == "content_block_delta"]
     assert reasoning == "".join(d["thinking"] for d in sent if d["type"] == "thinking_delta")
-    signed = {"type": "thinking", "thinking": "", "signature": sent[2]["signature"]}
-    assert blocks[0] == {"index": 0, **signed}
+    assert blocks[0] == {
+        "index": 0, "type": "thinking", "thinking": reasoning, "signature": sent[2]["signature"]
+    }  # fmt: skip
     assert blocks[1]["type"] == "redacted_thinking" and blocks[1]["data"].startswith("EmwK")
 
 
@@ -202,7 +212,10 @@ def test_usage_is_cumulative_with_cache_counts_when_asked() -> None:
     )
     assert usage["prompt_tokens"] == prompt == 326
     assert usage["completion_tokens"] == counts["output_tokens"] == 7
-    assert usage["prompt_tokens_details"] == {"cached_tokens": 300, "cache_creation_tokens": 5}
+    # The names the OpenAI SDK's own usage type reads (prompt_tokens_details.cache_write_tokens)
+    assert usage["prompt_tokens_details"] == {"cached_tokens": 300, "cache_write_tokens": 5}
+    details = CompletionUsage.model_validate(usage).prompt_tokens_details
+    assert details is not None and (details.cached_tokens, details.cache_write_tokens) == (300, 5)
     without = items(StreamToChat(False, CREATED).feed(raw), case)
     assert [i for i in without if "usage" in i] == [] and without[-1] == "[DONE]"
 
@@ -257,3 +270,19 @@ def test_an_event_larger_than_the_limit_raises() -> None:
     raw, _ = _load("text")
     with pytest.raises(sse.EventTooLarge):
         StreamToChat(True, CREATED, max_event_bytes=100).feed(raw)
+
+
+def test_usage_reported_once_anthropics_final_counts_came() -> None:
+    """message_start's usage counts no output yet: the usage is Anthropic's own once a
+    message_delta brought its counts, not before."""
+    raw, _ = _load("text")
+    translator = StreamToChat(True, CREATED)
+    at = raw.index(b"event: message_delta")
+    translator.feed(raw[:at])
+    assert translator.usage_reported is False
+    translator.feed(raw[at:])
+    assert translator.usage_reported is True
+    without = StreamToChat(True, CREATED)
+    stop = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}
+    without.feed(raw[:at] + sse.encode(json.dumps(stop), event="message_delta"))
+    assert without.usage_reported is False

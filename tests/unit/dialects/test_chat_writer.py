@@ -40,3 +40,17 @@ def test_thinking_blocks_are_numbered_in_order_whether_signed_or_redacted() -> N
         for c in chunks
     ]
     assert [b["index"] for b in blocks] == [0, 1, 2, 3]
+
+
+def test_a_thought_is_reasoning_content_and_in_the_block_its_signature_closes() -> None:
+    writer = chat.ChunkWriter("id", 1, "m")
+    deltas = [
+        json.loads(c.removeprefix(b"data: "))["choices"][0]["delta"]
+        for c in (writer.redacted("r"), writer.reasoning("a"), writer.signature("s"))
+    ]
+    assert deltas[1:] == [
+        {"reasoning_content": "a", "thinking_blocks": [
+            {"index": 1, "type": "thinking", "thinking": "a"}
+        ]},
+        {"thinking_blocks": [{"index": 1, "type": "thinking", "thinking": "", "signature": "s"}]},
+    ]  # fmt: skip

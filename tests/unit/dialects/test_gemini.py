@@ -111,7 +111,7 @@ CASES: dict[str, Case] = {
                     '"thought": true}],"role": "model"},"index": 0}],'
                     '"modelVersion": "gemini-2.5-pro","responseId": "r-think"}'
                 ),
-                [ROLE, ("delta", {"reasoning_content": "Weigh the **options**"})],
+                [ROLE, ("reasoning", 0, "Weigh the **options**")],
             ),
             (
                 ev(
@@ -120,7 +120,7 @@ CASES: dict[str, Case] = {
                     '"index": 0}],"modelVersion": "gemini-2.5-pro","responseId": "r-think"}'
                 ),
                 [
-                    ("delta", {"reasoning_content": " then pick one."}),
+                    ("reasoning", 0, " then pick one."),
                     ("signature", "CiQB0e2Kb1=="),
                 ],
             ),
@@ -168,9 +168,9 @@ CASES: dict[str, Case] = {
                     '"modelVersion": "gemini-2.5-flash","responseId": "resp-Ab12"}'
                 ),
                 [
+                    ("signature", "Sig1"),  # the thinking before the call signed: first
                     ("tool", 0, "fc-9", "get_weather"),
                     ("args", 0, '{"city":"Zürich","days":[1,2]}'),
-                    ("signature", "Sig1"),
                     ("tool", 1, f"call_{FALLBACK}_1", "get_time"),
                     ("args", 1, '{"tz":"Europe/Zurich"}'),
                     finish("tool_calls"),
@@ -350,6 +350,12 @@ def _item(value: dict[str, Any]) -> tuple[Any, ...]:
     if choice["finish_reason"] is not None:
         assert delta == {}
         return ("finish", choice["finish_reason"])
+    if "reasoning_content" in delta:  # a thought, also in the block it belongs to
+        ((block,),) = [delta.pop("thinking_blocks")]
+        assert block == {"index": block["index"], "type": "thinking", "thinking": delta[
+            "reasoning_content"
+        ]}  # fmt: skip
+        return ("reasoning", block["index"], delta["reasoning_content"])
     if "thinking_blocks" in delta:
         ((block,),) = [delta["thinking_blocks"]]
         assert (block["type"], block["thinking"]) == ("thinking", "")
@@ -489,7 +495,7 @@ def test_thinking_is_kept() -> None:
     out, end = translate(case, steps(case.raw, 5))
     found = items(out + end, case)
     deltas = [i[1] for i in found if i[0] == "delta"]
-    reasoning = "".join(d.get("reasoning_content", "") for d in deltas)
+    reasoning = "".join(i[2] for i in found if i[0] == "reasoning")
     assert reasoning == "Weigh the **options** then pick one."
     assert [i[1] for i in found if i[0] == "signature"] == ["CiQB0e2Kb1==", "EjQK9x=="]
     assert [d["content"] for d in deltas if "content" in d] == ["", "Pick B."]
@@ -519,3 +525,11 @@ def test_the_first_delta_is_not_held() -> None:
         ROLE,
         content("Hel"),
     ]
+
+
+def test_usage_reported_once_gemini_counted() -> None:
+    translator = StreamToChat(True, CREATED, FALLBACK)
+    translator.feed(text_chunk("Hi"))
+    assert translator.usage_reported is False
+    translator.feed(text_chunk("!", "STOP", usage=USAGE_META))
+    assert translator.usage_reported is True

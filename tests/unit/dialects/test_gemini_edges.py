@@ -65,6 +65,8 @@ def test_parts_that_are_no_objects_and_signatures_that_are_no_strings_are_skippe
     expected = w.role() + w.text("kept") + w.finish(chat.STOP) + chat.DONE
     out = translate(parts("junk", {"text": "kept", "thoughtSignature": 5}, finish="STOP"))
     assert out == expected
+    empty = translate(parts({"text": "kept", "thoughtSignature": ""}, finish="STOP"))
+    assert empty == expected  # an empty signature is none
 
 
 @pytest.mark.parametrize(

@@ -152,7 +152,8 @@ def test_empty_messages_are_left_out() -> None:
         ({"top_p": 0.9}, {"topP": 0.9}),
         ({"max_tokens": 50}, {"maxOutputTokens": 50}),
         ({"max_completion_tokens": 70}, {"maxOutputTokens": 70}),
-        ({"max_completion_tokens": 70, "max_tokens": 50}, {"maxOutputTokens": 70}),
+        # Both given: the smaller, never above the one a key's reservation counted.
+        ({"max_completion_tokens": 70, "max_tokens": 50}, {"maxOutputTokens": 50}),
         ({"stop": "END"}, {"stopSequences": ["END"]}),
         ({"stop": ["a", "b"]}, {"stopSequences": ["a", "b"]}),
         ({"seed": 7}, {"seed": 7}),
@@ -375,3 +376,19 @@ def test_a_thought_signature_goes_back_on_the_first_function_call() -> None:
     out = request_body({"model": "m", "messages": [{"role": "user", "content": "hi"}, assistant]})
     parts = out["contents"][1]["parts"]
     assert [p.get("thoughtSignature") for p in parts] == [None, "U2ln", None]
+
+
+def test_the_signature_sent_back_is_the_first_that_is_not_empty() -> None:
+    """A thinking block no signature closed (a thought not signed, then the signature in a
+    block of its own, as a stream may end) carries "": Gemini is sent the real one, on the
+    first part when the turn made no call."""
+    assistant = {
+        "role": "assistant",
+        "content": "The answer.",
+        "thinking_blocks": [
+            {"type": "thinking", "thinking": "t", "signature": ""},
+            {"type": "thinking", "thinking": "", "signature": "U2ln"},
+        ],
+    }
+    out = request_body({"model": "m", "messages": [{"role": "user", "content": "hi"}, assistant]})
+    assert out["contents"][1]["parts"] == [{"text": "The answer.", "thoughtSignature": "U2ln"}]

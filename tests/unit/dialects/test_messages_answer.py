@@ -206,6 +206,22 @@ def test_an_answer_without_usage_counts_zeros() -> None:
     }
 
 
+@pytest.mark.parametrize("name", ["cache_write_tokens", "cache_creation_tokens"])
+def test_the_cache_writes_by_the_sdks_name_or_the_one_this_gateway_wrote_before(name: str) -> None:
+    """``cache_write_tokens`` is OpenAI's name (its SDK's usage type); an older gateway
+    upstream wrote ``cache_creation_tokens``."""
+    usage = {"prompt_tokens": 100, "completion_tokens": 5, "prompt_tokens_details": {
+        "cached_tokens": 30, name: 10
+    }}  # fmt: skip
+    got = translated({"role": "assistant", "content": "x"}, usage=usage)
+    assert got["usage"] == {
+        "input_tokens": 60,
+        "output_tokens": 5,
+        "cache_read_input_tokens": 30,
+        "cache_creation_input_tokens": 10,
+    }
+
+
 @pytest.mark.parametrize(
     "body",
     [b"", b"not json", b"[1]", b"{}", b'{"choices": []}', b'{"choices": [{"message": "x"}]}'],

@@ -57,14 +57,15 @@ def stop(index: int) -> dict[str, Any]:
     return {"type": "content_block_stop", "index": index}
 
 
-def end(stop_reason: str = "end_turn", *open: int) -> list[dict[str, Any]]:
-    """[DONE] without usage: the open blocks end, then the estimate and message_stop."""
+def end(stop_reason: str = "end_turn", *open: int, output: int = 0) -> list[dict[str, Any]]:
+    """[DONE] without usage: the open blocks end, then the estimates (``output``: a quarter
+    of the bytes of text, thinking and arguments relayed, rounded up) and message_stop."""
     return [
         *(stop(i) for i in open),
         {
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-            "usage": {"input_tokens": ESTIMATE, "output_tokens": 0},
+            "usage": {"input_tokens": ESTIMATE, "output_tokens": output},
         },
         {"type": "message_stop"},
     ]
@@ -85,7 +86,7 @@ def test_a_choice_without_index_is_the_first_and_other_choices_are_skipped() -> 
         block(0, TEXT),
         delta(0, {"type": "text_delta", "text": "a"}),
         delta(0, {"type": "text_delta", "text": "b"}),
-        *end("end_turn", 0),
+        *end("end_turn", 0, output=1),  # 2 bytes
     ]
 
 
@@ -122,7 +123,7 @@ def test_reasoning_refusal_and_thinking_blocks_by_their_other_names() -> None:
         stop(1),
         block(2, TEXT),
         delta(2, {"type": "text_delta", "text": "no"}),
-        *end("end_turn", 2),
+        *end("end_turn", 2, output=2),  # 6 bytes: r1, r2, no
     ]
 
 
@@ -140,7 +141,7 @@ def test_a_signature_with_no_thought_before_it_opens_its_own_block() -> None:
         block(1, THINKING),
         delta(1, {"type": "signature_delta", "signature": "s"}),
         stop(1),
-        *end(),
+        *end(output=1),  # the text's byte; a signature is no output text
     ]
 
 
@@ -151,7 +152,7 @@ def test_a_tool_call_without_index_id_or_name() -> None:
         start(),
         block(0, {"type": "tool_use", "id": "msg_1_0", "name": "", "input": {}}),
         delta(0, {"type": "input_json_delta", "partial_json": "{}"}),
-        *end("tool_use", 0),
+        *end("tool_use", 0, output=1),
     ]
 
 
@@ -166,7 +167,7 @@ def test_events_without_data_or_json_are_skipped_and_a_null_error_is_no_error() 
         start(),
         block(0, TEXT),
         delta(0, {"type": "text_delta", "text": "a"}),
-        *end("end_turn", 0),
+        *end("end_turn", 0, output=1),
     ]
 
 

@@ -53,7 +53,7 @@ def test_chat_usage_names_cache_writes_and_reasoning_only_when_there_are_some() 
         "prompt_tokens_details": {"cached_tokens": 6},
     }
     thinking = chat_scripts.usage(SCRIPTS["thinking"])
-    assert thinking["prompt_tokens_details"] == {"cached_tokens": 0, "cache_creation_tokens": 3}
+    assert thinking["prompt_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 3}
     assert thinking["completion_tokens_details"] == {"reasoning_tokens": 18}
 
 

@@ -4,15 +4,18 @@ read through ``Translated`` (app/upstream/translation.py). No sockets: a fake ur
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import urllib3
 
 from app.core.errors import ModelNotServed, UpstreamReset
+from app.dialects import gemini, messages
 from app.upstream import catalog
 from app.upstream.attempts import Attempts
 from app.upstream.catalog import ConfigError, UpstreamSpec, load
 from app.upstream.spans import upstream_attributes
-from app.upstream.translation import Translated, _respelt, translation_for
+from app.upstream.translation import Chained, Translated, _respelt, translation_for
 from tests.conftest import ROOT
 
 ANTHROPIC = """
@@ -169,6 +172,8 @@ class Upper:
     def close(self) -> bytes:
         return b"END\n\n"
 
+    usage_reported = False  # it writes no usage
+
 
 def test_a_translated_stream_reads_on_until_an_event_is_whole_and_ends_with_close() -> None:
     raw = FakeRaw([b"a", b"b\n", b"\nc", b"\n\n"])
@@ -189,6 +194,42 @@ def test_a_whole_answer_is_translated_once_at_its_end_and_bounded() -> None:
     big = Translated(raw, 200, raw.headers, whole=lambda b: b, limit=100)
     with pytest.raises(UpstreamReset, match="exceeds 100 bytes"):
         big.read1()
+
+
+def _gemini_chunk(text: str, usage: bool) -> bytes:
+    meta = ',"usageMetadata":{"promptTokenCount":5,"candidatesTokenCount":2}' if usage else ""
+    return (
+        b'data: {"candidates":[{"content":{"parts":[{"text":"' + text.encode() + b'"}],'
+        b'"role":"model"},"finishReason":"STOP","index":0}]' + meta.encode() + b"}\r\n\r\n"
+    )
+
+
+@pytest.mark.parametrize("usage", [True, False])
+def test_a_translated_stream_says_whether_its_usage_is_the_providers(usage: bool) -> None:
+    """Gemini through the Anthropic door (two translators chained, as translation.py chains
+    them): the usage is Gemini's own only when Gemini sent one; a whole answer says None."""
+    door = messages.ChatToStream(message_id="msg_1", model="m", input_tokens=3)
+    first = gemini.StreamToChat(include_usage=True, created=1, fallback_id="f")
+    raw = FakeRaw([_gemini_chunk("Hi", usage)])
+    translated = Translated(raw, 200, raw.headers, stream=Chained(first, door), limit=10_000)
+    assert translated.usage_reported is False
+    out = translated.read()
+    assert out.endswith(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+    assert (translated.usage_reported, first.usage_reported, door.usage_reported) == (
+        usage, usage, usage
+    )  # fmt: skip
+    whole = Translated(FakeRaw([b"{}"]), 200, raw.headers, whole=lambda b: b, limit=100)
+    assert whole.usage_reported is None
+
+
+def test_a_chain_reports_the_providers_usage_only_when_both_links_do() -> None:
+    class Link(Upper):
+        def __init__(self, reported: bool) -> None:
+            super().__init__()
+            self.usage_reported = reported
+
+    for a, b in itertools.product([True, False], repeat=2):
+        assert Chained(Link(a), Link(b)).usage_reported is (a and b)
 
 
 def test_a_span_names_the_provider_by_the_upstreams_kind() -> None:
