@@ -122,7 +122,9 @@ class Translation:
             stream = self._stream(sent, created, rid, prompt_bytes, max_event)
             return Translated(raw, status, _headers(raw, status, ctype), stream=stream, limit=limit)
         headers = _headers(raw, status, "application/json")
-        return Translated(raw, status, headers, whole=self._whole(created, rid), limit=limit)
+        usage_member = "usageMetadata" if self.kind == "gemini" else "usage"
+        whole = self._whole(created, rid)
+        return Translated(raw, status, headers, whole=whole, limit=limit, usage=usage_member)
 
     def _stream(
         self, sent: Outgoing, created: int, rid: str, prompt_bytes: int, max_event: int
@@ -197,13 +199,18 @@ class Translated:
         stream: Translator | None = None,
         whole: Callable[[bytes], bytes] | None = None,
         limit: int,
+        usage: str | None = None,
     ) -> None:
+        """``usage``: the member of a whole answer's body that holds the provider's usage
+        (None: an error, whose usage nobody reads)."""
         self._raw = raw
         self._status = status
         self._headers = headers
         self._stream = stream
         self._whole = whole
         self._limit = limit
+        self._usage_member = usage
+        self._whole_usage: bool | None = None
         self._read: Callable[[int], bytes] | None = None
         self._done = False
 
@@ -221,10 +228,13 @@ class Translated:
 
     @property
     def usage_reported(self) -> bool | None:
-        """For a translated stream, whether the usage it wrote is the upstream's own count
-        (False: an estimate, the ``/v1/messages`` door's, or no usage at all); None for a
-        whole answer (its usage is the provider's, or absent, as it was sent)."""
-        return None if self._stream is None else self._stream.usage_reported
+        """Whether the usage the translation wrote is the upstream's own count (False: an
+        estimate, the ``/v1/messages`` door's, or no usage at all): a stream's once read, a
+        whole answer's once read (the provider's body had its ``usage`` member, or
+        ``usageMetadata``); None for an error or before the end."""
+        if self._stream is not None:
+            return self._stream.usage_reported
+        return self._whole_usage
 
     def read1(self, amt: int | None = None) -> bytes:
         """The next translated bytes: a stream's as soon as a provider event completes one
@@ -256,7 +266,10 @@ class Translated:
             parts.append(chunk)
         self._done = True
         assert self._whole is not None
-        return self._whole(b"".join(parts))
+        body = b"".join(parts)
+        if self._usage_member is not None:
+            self._whole_usage = _has_member(body, self._usage_member)
+        return self._whole(body)
 
     def read(self) -> bytes:
         parts = []
@@ -269,6 +282,15 @@ class Translated:
 
     def release_conn(self) -> None:
         self._raw.release_conn()
+
+
+def _has_member(body: bytes, name: str) -> bool:
+    """Whether the JSON object ``body`` has an object member ``name``."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and isinstance(doc.get(name), dict)
 
 
 def _respelt(headers: Mapping[str, str], auth: str) -> dict[str, str]:
