@@ -1,7 +1,7 @@
 """Plots for the benchmark report: matplotlib without a display, one PNG per figure.
 
 Only this module imports matplotlib (requirements-bench.txt), and only when a plot is drawn,
-so `python -m bench relay` and the tests never need it.
+so the tools that draw nothing (`python -m bench.ab`, …) and the tests never need it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,14 @@
-"""bench/cpu/ab.py's summary: each side's mean with its runs, and B over A; bench/floor/turns.py's
-on top."""
+"""bench/cpu/ab.py's summary (each side's mean with its runs, and B over A; bench/floor/turns.py's
+on top) and its export of a revision's tree."""
 
 from __future__ import annotations
 
-from bench.cpu.ab import Run, summarize
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.cpu.ab import BENCH, Run, export, summarize
 from bench.floor import turns as floor
 
 
@@ -39,3 +44,26 @@ def test_the_floor_summary_gives_the_gateways_own_work_and_its_ratio_to_the_floo
         "stream     the gateway's own work: 2.20 ms/call (35 % of its CPU); "
         "gateway 1.55x the floor, target ≤ 1.10x"
     )
+
+
+def test_an_export_is_the_revisions_tree_measured_by_this_trees_bench(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revision of another bench/ layout (here, one flat module) is measured by this tree's
+    bench/, whole, while the rest of the tree is the revision's."""
+    repo = tmp_path / "repo"
+    (repo / "bench").mkdir(parents=True)
+    (repo / "bench" / "ab.py").write_text("# the revision's own, flat\n")
+    (repo / "app").mkdir()
+    (repo / "app" / "gateway.py").write_text("# the revision's app\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for argv in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "old layout"]):
+        subprocess.run([*git, *argv], check=True)
+    monkeypatch.chdir(repo)
+    tree = export("HEAD", tmp_path / "export")
+    assert (tree / "app" / "gateway.py").read_text() == "# the revision's app\n"
+    ours = {p.relative_to(BENCH) for p in BENCH.rglob("*.py") if "__pycache__" not in p.parts}
+    theirs = {p.relative_to(tree / "bench") for p in (tree / "bench").rglob("*.py")}
+    assert theirs == ours and Path("cpu", "ab.py") in theirs
+    assert (tree / "bench" / "ab.py").read_text() == (BENCH / "ab.py").read_text()
+    assert not (tree / "bench" / "results").exists()
