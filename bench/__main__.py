@@ -1,10 +1,9 @@
-"""`make bench` / `python -m bench`: the benchmark report; `python -m bench relay|cache|sse|
-tracing`: one of the older benchmarks' printed tables.
+"""`make bench` / `python -m bench`: the benchmark report.
 
-The report (bench/report.py has the contract) runs every module of ``report.MODULES`` that
-exists and writes bench/results/<date>/report.md, results.json and the PNG plots. With
-``--smoke`` (`make bench-smoke`, CI) it runs the same code at tiny sizes and exits 1 unless
-every module that exists gave sections with rows and finite numbers. Speed is never checked.
+The report (bench/kit/report.py has the contract) runs every module of ``report.MODULES``
+(``--only`` names some) and writes bench/results/<date>/report.md, results.json and the PNG
+plots. With ``--smoke`` (`make bench-smoke`, CI) it runs the same code at tiny sizes and exits
+1 unless every module gave sections with rows and finite numbers. Speed is never checked.
 """
 
 import argparse
@@ -19,41 +18,30 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench import cache, machine, relay, report, sse, tracing
+from bench.kit import machine, report
 
 RESULTS = Path(__file__).resolve().parent / "results"
-OLD = ["relay", "cache", "sse", "tracing"]
 
 parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-parser.add_argument("which", nargs="*", help="relay, cache, sse, tracing (default: the report)")
 parser.add_argument("--smoke", action="store_true", help="tiny sizes; check the report is whole")
-parser.add_argument("--only", default="", help="report modules to run, comma-separated")
+parser.add_argument(
+    "--only", default="", help=f"report parts to run, comma-separated: {', '.join(report.MODULES)}"
+)
 parser.add_argument("--out", type=Path, help="the report's directory (bench/results/<date>)")
-parser.add_argument("--requests", type=int, default=2000)
-parser.add_argument("--concurrency", type=int, default=16)
-parser.add_argument("--streams", type=int, default=1000)
 args = parser.parse_args()
-if set(args.which) - set(OLD):
-    parser.error(f"unknown benchmark: {sorted(set(args.which) - set(OLD))}")
+modules = [m for m in args.only.split(",") if m] or list(report.MODULES)
+if unknown := [m for m in modules if m not in report.MODULES]:
+    parser.error(f"no such part: {', '.join(unknown)} (the parts: {', '.join(report.MODULES)})")
 threading.stack_size(512 * 1024)
-if "relay" in args.which:
-    relay.main(args.requests, args.concurrency, args.streams)
-if "cache" in args.which:
-    cache.main(max(100, args.requests // 5), args.concurrency)
-if "sse" in args.which:
-    sse.main()
-if "tracing" in args.which:
-    tracing.main(args.requests, args.concurrency)
-if args.which:
-    sys.exit(0)
 
 
 def run_part(module: str, cfg: report.Config) -> report.Part:
     part = report.Part(module)
+    path = report.MODULES[module]
     try:
-        mod = importlib.import_module(f"bench.{module}")
+        mod = importlib.import_module(path)
     except ModuleNotFoundError as exc:
-        if exc.name != f"bench.{module}":
+        if exc.name != path:
             raise
         part.absent = True
         return part
@@ -92,7 +80,6 @@ def progress(line: str) -> None:
     print(f"[{time.monotonic() - began:5.0f} s] {line}", flush=True)
 
 
-modules = [m for m in args.only.split(",") if m] or list(report.MODULES)
 progress(f"bench: report into {out}; modules {', '.join(modules)}")
 before = machine.busy(1.0)
 meta: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""bench/call_cpu.py times calls that went upstream and were answered, not something else:
+"""bench/cpu/call_cpu.py times calls that went upstream and were answered, not something else:
 every call it makes must be a 200 (an error answer costs less and says nothing of a call;
 with ``--keys``, a call whose grant failed is not a 200 either), and the simulator's own
 count of the requests it served must equal the calls made."""

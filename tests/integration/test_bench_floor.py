@@ -1,4 +1,4 @@
-"""bench/floor.py's measuring stick: the same stack with bench/floor_app.py in the gateway's
+"""bench/floor/turns.py's measuring stick: the same stack with bench/floor/app.py in the gateway's
 place relays the bench's calls (a floor that failed its calls would measure nothing)."""
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ def test_with_the_cache_on_the_floor_app_answers_a_repeat_from_its_worker(make_s
 
 @pytest.mark.parametrize("side", ["flask", "lane", "lane+headers"])
 def test_the_floor_answers_alike_each_way_it_can_be_measured(make_stack, side) -> None:
-    # bench/floor_layers.py's sides: the same relay through Flask's machinery or around it,
+    # bench/floor/layers.py's sides: the same relay through Flask's machinery or around it,
     # with http.client's header parser or the gateway's, the same answers (a whole one with
     # its length, not chunked).
-    from bench.floor_layers import SIDES
+    from bench.floor.layers import SIDES
 
     env = {"LLMGATE_CACHE_MODE": "off", **SIDES[side]}
     floor = make_stack(memcached=False, wsgi_app=FLOOR_APP, env=env)

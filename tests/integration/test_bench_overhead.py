@@ -1,4 +1,4 @@
-"""The overhead bench's five paths (bench/overhead_paths.py) are what its report says they
+"""The overhead bench's five paths (bench/load/overhead_paths.py) are what its report says they
 are: every one relays the bench's calls to the one simulator, and gateway+keys is the gateway
 with its features on — its key is checked (a call without it is refused) and its limits are
 counted in its Memcached on every call — while the floor and the gateway run without one."""
@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import urllib3
-
-from bench import loadgen, overhead_paths
-from bench.overhead import kinds
-from bench.relay import sim_stats
-from bench.report import Config
+from bench.kit import loadgen
+from bench.kit.report import Config
+from bench.load import overhead_paths
+from bench.load.overhead import kinds
 from runner.stack import StackOptions
 from tests.conftest import require_binary
 from tests.support.memcached import memcached_get, memcached_keys
+from tests.support.sim import sim_stats
 
 CALLS = 4  # per path and kind
 
@@ -40,8 +39,7 @@ def test_every_path_relays_and_gateway_keys_checks_and_counts_its_key(tmp_path: 
         refused = loadgen.run(host, int(port), plain.request(), 1, 1)
         assert refused.errors == ["HTTP 401"]
         # The simulator saw every path's calls, and not the refused one.
-        with urllib3.PoolManager() as http:
-            assert sim_stats(http, paths.gateway.sim_url)["requests"] == 5 * 2 * CALLS
+        assert sim_stats(paths.gateway.sim_url)["requests"] == 5 * 2 * CALLS
         # The key's request counter, in gateway+keys' own Memcached: one per call it let by.
         mc_port = int(keyed.memcached_addr.rsplit(":", 1)[1])
         counters = memcached_keys(mc_port, "llmgate:rl:v1:bench:requests:")

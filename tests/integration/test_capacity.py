@@ -5,7 +5,7 @@ gunicorn sized by runner/sizing.py from LLMGATE_WORKER_CONNECTIONS) with a 1 s h
 1,000 streams are held open at once from one selector thread (tests/support/held.py), silent
 but for the gateway's pings until the simulator's first token at one common moment, then
 each gets its tokens and [DONE]. Zero errors, every stream held at the same time, a ping in
-every one. The 10,000-stream level is the capacity benchmark's (bench/capacity.py): it takes
+every one. The 10,000-stream level is the capacity benchmark's (bench/load/capacity.py): it takes
 a minute or more on 2 cores, too long here; 1,000 take about 20 s.
 """
 

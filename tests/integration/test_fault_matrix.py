@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from bench.proctree import connections_to
+from bench.kit.proctree import connections_to
 from tests.support.calls import ManyStreams, Outcome, call, chat_body, raw_chat_request
 from tests.support.faultproxy import FaultProxy
 from tests.support.memcached import memcached_stats, start_memcached

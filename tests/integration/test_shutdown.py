@@ -215,7 +215,7 @@ def test_a_worker_draining_under_load_fails_no_call(runs_dir: Path) -> None:
     that instant (502), and ones whose request it was still parsing (a 499 leaked out); one
     that closed a connection right after an answer under way at SIGTERM failed 1 in 3,136
     (the deterministic test of that is below)."""
-    from bench import proctree
+    from bench.kit import proctree
 
     options = StackOptions(run_dir=runs_dir / "drain-under-load", workers=2, memcached=False,
                            env={"LLMGATE_CACHE_MODE": "off"})  # fmt: skip

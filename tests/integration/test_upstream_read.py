@@ -2,7 +2,7 @@
 and how it finds that a kept connection was closed before it uses it again.
 
 A held stream keeps its answer's buffered file open for as long as it lasts, so the buffer's
-size is paid per open stream (the memory benchmark, bench/memory.py, counts it). The caller
+size is paid per open stream (the memory benchmark, bench/load/memory.py, counts it). The caller
 still gets every byte: tests/integration/test_relay_faithful.py sends events of 60 KB in
 awkward chunks through the same reader.
 """

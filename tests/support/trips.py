@@ -4,7 +4,7 @@ On each connection, a send that follows a reply (or opens the connection) is one
 send that follows a send with no reply between (a command sent ``noreply``) is counted under
 ``sends`` only. One thread per connection reads both sides, so the order of the two is
 known. Used to count the gateway's round trips to Memcached from outside the gateway
-(bench/counter_trips.py, tests/integration/test_limit_counters.py).
+(bench/cpu/counter_trips.py, tests/integration/test_limit_counters.py).
 """
 
 from __future__ import annotations

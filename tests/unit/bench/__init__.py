@@ -1,1 +1,1 @@
-"""Unit tests of bench/."""
+"""Unit tests of bench/, a folder for each of its subpackages."""

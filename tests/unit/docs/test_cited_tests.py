@@ -1,7 +1,8 @@
-"""The docs cite tests as evidence, so each test they cite must be there: a path under tests/
-names a file that exists (and a ``::name`` after it a test defined in that file), and a bare
-test file name (``test_sse.py``) names a file somewhere under tests/. A test moved or renamed
-without its citations fails here, not in a reader's hands."""
+"""The docs (and bench/HISTORY.md, the benchmarks' notebook that was docs/performance.md) cite
+tests as evidence, so each test they cite must be there: a path under tests/ names a file
+that exists (and a ``::name`` after it a test defined in that file), and a bare test file
+name (``test_sse.py``) names a file somewhere under tests/. A test moved or renamed without
+its citations fails here, not in a reader's hands."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 
 from tests.conftest import ROOT
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "bench" / "HISTORY.md"]
 # A path, written plainly or as a link (../tests/...), with an optional ::test_name after it.
 CITED_PATH = re.compile(r"\btests/[\w./-]+?\.py(?:::(\w+))?\b")
 # A file name alone; a glob such as test_schema*.py is a pattern, not a citation.

@@ -109,7 +109,8 @@ def test_cut_anywhere_a_wait_takes_nothing_and_nothing_is_lost() -> None:
     """Cut at random places (inside size lines, between a chunk's CRLF and the next line,
     inside data): whatever the waits said, the body read is exactly the one sent. (A read
     told ARRIVED may still wait for the rest of a line that arrived in parts: the rare case
-    docs/performance.md names; one told BUFFERED never does, for it runs without a timer.)"""
+    bench/HISTORY.md's "A call of its own" names; one told BUFFERED never does, for it runs
+    without a timer.)"""
     rng = random.Random(7)
     cuts = sorted(rng.sample(range(len(HEAD) + 1, len(WIRE)), 60))
     bounds = [0, len(HEAD), *cuts, len(WIRE)]
