@@ -61,7 +61,7 @@ class StackOptions:
     # simulator on simulator_port (LLMGATE_SIMULATOR_PORT); 0: free ports.
     memcached_port: int = 0
     simulator_port: int = 0
-    # Another WSGI app for gunicorn to serve in the gateway's place (bench/floor.py's
+    # Another WSGI app for gunicorn to serve in the gateway's place (bench/floor/'s
     # measuring stick), as gunicorn's APP_MODULE argument; empty: the gateway.
     wsgi_app: str = ""
 

@@ -41,7 +41,7 @@ _allocate_lock, _start_new_thread = get_original("_thread", ["allocate_lock", "s
 _log = logging.getLogger(__name__)
 # A request woken while the sender encodes waits this long at most for the GIL, each time it
 # wakes (a call wakes a few times). At Python's 5 ms, a working collector's batches added
-# ~23 ms to a call's p99.9, at 0.5 ms ~6 (bench/trace_latency.py, one run each, 2 callers).
+# ~23 ms to a call's p99.9, at 0.5 ms ~6 (bench/tracing/trace_latency.py, one run each, 2 callers).
 SWITCH_INTERVAL_S = 0.0005
 
 
