@@ -53,11 +53,6 @@ from app.upstream.call_request import request_for
 from app.upstream.exchange import Upstream
 from app.upstream.retry import Deadline
 
-# Routes whose body we parse and check; everything else under /v1 is forwarded as is.
-VALIDATED_ROUTES = frozenset(
-    {"chat", "completions", "embeddings", "responses", "messages", "count_tokens"}
-)
-
 
 @dataclass(frozen=True)
 class Caller:
@@ -143,7 +138,7 @@ class Gateway:
     def plan(self, call: Call, caller: Caller) -> Plan:
         """Validate, admit, take the key's grant, and decide where and how the call goes."""
         reading, body, forward, stream = None, None, call.body, False
-        if call.route in VALIDATED_ROUTES:
+        if call.route.validated:  # else its body is forwarded as it came
             reading = self._read_body(call)
             body, forward, stream = reading.body, reading.forward, reading.stream
         # Admission control (app/core/admission.py): a slot, and a stream slot for a stream,
@@ -168,7 +163,7 @@ class Gateway:
         if reading is not None and self.answers is not None:
             cached = cache_plan(self.settings, route=call.route, headers=call.headers,
                                 query=call.query, reading=reading,
-                                upstream=self.upstream.route_id,
+                                upstream=self.upstream.serving_id,
                                 tenant=None if grant is None else grant.key.tenant)  # fmt: skip
         return Plan(call, body, stream, deadline, compute, cached)
 

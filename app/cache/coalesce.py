@@ -23,6 +23,7 @@ from app.cache.store import AnswerCache
 from app.core.config import Settings
 from app.core.errors import GatewayError
 from app.observe.tracing import Span
+from app.request.routes import PASSTHROUGH, Route
 from app.streams.drain import Lifecycle
 from app.streams.flight import CACHE, LEASE, UPSTREAM, ClientGone, Flight, Head, Producer
 from app.streams.log_memory import LogBudget
@@ -51,7 +52,7 @@ class Flights:
 
 
 def publish_entry(
-    flight: Flight, entry: Entry, *, route: str = "", include_usage: bool = False
+    flight: Flight, entry: Entry, *, route: Route = PASSTHROUGH, include_usage: bool = False
 ) -> bool:
     """Play a stored entry into a flight, all at once, in the flight's shape: a stream
     flight gets events even from a stored completion, and the other way round. False when
@@ -83,7 +84,7 @@ def publish_entry(
 
 
 def replay_producer(
-    entry: Entry, compute: Producer, *, route: str = "", include_usage: bool = False
+    entry: Entry, compute: Producer, *, route: Route = PASSTHROUGH, include_usage: bool = False
 ) -> Producer:
     """Play ``entry`` into the flight; compute when it cannot take the flight's shape."""
 
@@ -103,7 +104,7 @@ def lease_wait_producer(
     deadline: Deadline,
     compute: Producer,
     *,
-    route: str = "",
+    route: Route = PASSTHROUGH,
     include_usage: bool = False,
     poll_s: float = 0.02,
     max_poll_s: float = 0.25,
@@ -184,7 +185,7 @@ class Coalescer:
         *,
         background: bool = False,
         request_id: str = "",
-        route: str = "",
+        route: Route = PASSTHROUGH,
         include_usage: bool = False,
         span: Span | None = None,
     ) -> Flight | None:
@@ -235,7 +236,7 @@ class Coalescer:
         stream: bool,
         background: bool,
         *,
-        route: str,
+        route: Route,
         include_usage: bool,
     ) -> tuple[Producer, bool, bool] | None:
         """(the producer, whether this process holds the lease, whether it waits for another

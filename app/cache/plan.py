@@ -4,7 +4,8 @@ No I/O here: the request's facts in, a key and a directive out (or None: not cac
 The directive is the caller's: ``Cache-Control`` headers, then the body's ``cache`` object,
 then the namespace checked against the deployment's (app/cache/policy.py). The key is the
 tenant's (the gateway key's, or the caller's own credentials when keys are off or a namespace
-is named), the upstream route's, and the body's canonical form (app/cache/keys.py).
+is named), the upstreams serving its model (their serving id), and the body's canonical
+form (app/cache/keys.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from app.cache.policy import Directive
 from app.core.config import Settings
 from app.request import schema
 from app.request.body_readings import BodyReading
+from app.request.routes import Route
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ MAX_PLANS = 16
 def cache_plan(
     settings: Settings,
     *,
-    route: str,
+    route: Route,
     headers: list[tuple[str, str]],
     query: str,
     reading: BodyReading,
@@ -42,7 +44,7 @@ def cache_plan(
 ) -> CachePlan | None:
     """The call's cache key and directive, or None when its route or body is not cached.
     ``reading``: its body's (app/request/body_readings.py), which keeps the plans made for
-    it; ``upstream``: the route id of the upstreams serving a model; ``tenant``: the gateway
+    it; ``upstream``: the serving id of the upstreams serving a model; ``tenant``: the gateway
     key's, when keys are on, else the caller's credentials decide it."""
     controls = tuple(v for k, v in headers if k.lower() == "cache-control")
     tenant = tenant if tenant is not None else keys.tenant_of(headers)
@@ -60,7 +62,7 @@ def cache_plan(
 
 def _plan(
     settings: Settings,
-    route: str,
+    route: Route,
     controls: tuple[str, ...],
     query: str,
     reading: BodyReading,
@@ -77,6 +79,12 @@ def _plan(
         tenant = keys.tenant_of((), namespace=directive.namespace)
     if reading.canonical is None:
         reading.canonical = keys.canonical_body(body)
-    key = keys.cache_key(upstream=upstream(schema.model_of(body)), route=route, tenant=tenant,
-                         body=body, query=query, canonical=reading.canonical)  # fmt: skip
+    key = keys.cache_key(
+        upstream=upstream(schema.model_of(body)),
+        route=route.name,
+        tenant=tenant,
+        body=body,
+        query=query,
+        canonical=reading.canonical,
+    )
     return CachePlan(key, directive)

@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.errors import BadRequest
+from app.request.routes import Route
 
 MODES = ("off", "deterministic", "all")
-CACHEABLE_ROUTES = frozenset({"chat", "completions", "embeddings", "responses", "messages"})
 # Memcached reads a TTL above 30 days as an absolute Unix time.
 MAX_TTL_S = 30 * 24 * 3600 - 1
 
@@ -43,12 +43,15 @@ class Directive:
         return MISS if self.lookup else REFRESH
 
 
-def is_cacheable(route: str, body: Mapping[str, Any], mode: str) -> bool:
-    if mode == "off" or route not in CACHEABLE_ROUTES:
+def is_cacheable(route: Route, body: Mapping[str, Any], mode: str) -> bool:
+    """Whether a call's answer may be kept: its route's (``cacheable``; a ``stateful`` one's
+    only when the call leaves no state behind), in the mode's measure: every body (``all``,
+    or a ``deterministic`` route), or those asking for a repeatable answer."""
+    if mode == "off" or not route.cacheable:
         return False
-    if route == "responses" and not is_stateless_response(body):
+    if route.stateful and not is_stateless_response(body):
         return False
-    if mode == "all" or route == "embeddings":
+    if mode == "all" or route.deterministic:
         return True
     return body.get("temperature") == 0 or body.get("seed") is not None
 

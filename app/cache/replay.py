@@ -19,6 +19,7 @@ from app.cache.entry import Entry
 from app.cache.policy import STATUS_HEADER
 from app.request import events as streams
 from app.request.call import SSE_HEADERS, Reply
+from app.request.routes import CHUNKS, SHAPE_CHAT, SHAPE_COMPLETION, SHAPE_RESPONSE, Route
 from app.request.usage import answer_facts
 
 # The largest form of an entry kept on it for its next hits: a stored completion made into
@@ -30,7 +31,7 @@ FORM_MAX_BYTES = 32 * 1024
 def reply_from_entry(
     entry: Entry,
     *,
-    route: str,
+    route: Route,
     stream: bool,
     include_usage: bool,
     status: str,
@@ -74,32 +75,34 @@ def _always(_: object) -> bool:
     return True
 
 
-def events_of(entry: Entry, route: str, include_usage: bool) -> list[bytes] | None:
-    """The entry as stream events (raises ValueError when it cannot be converted)."""
+def events_of(entry: Entry, route: Route, include_usage: bool) -> list[bytes] | None:
+    """The entry as stream events (raises ValueError when it cannot be converted), by the
+    shape of the route's answers (app/request/routes.py). Embeddings do not stream; a
+    Responses or Messages answer stored whole is not made into events: those go upstream."""
     if entry.events is not None:
-        if route in ("responses", "messages"):
+        if route.events != CHUNKS:  # typed or named events are replayed as they came
             return list(entry.events)
         return shapes.replay_events(entry.events, include_usage=include_usage)
     assert entry.body is not None
-    completion = json.loads(entry.body)
-    if route == "chat":
-        return chunks.chat_to_events(completion, include_usage=include_usage)
-    if route == "completions":
-        return chunks.completion_to_events(completion, include_usage=include_usage)
-    return None  # embeddings do not stream
+    if route.shape == SHAPE_CHAT:
+        return chunks.chat_to_events(json.loads(entry.body), include_usage=include_usage)
+    if route.shape == SHAPE_COMPLETION:
+        return chunks.completion_to_events(json.loads(entry.body), include_usage=include_usage)
+    return None
 
 
-def body_of(entry: Entry, route: str) -> bytes | None:
-    """The entry as a completion body (raises ValueError when it cannot be converted)."""
+def body_of(entry: Entry, route: Route) -> bytes | None:
+    """The entry as a completion body (raises ValueError when it cannot be converted); a
+    Messages stream is not assembled into a message."""
     if entry.body is not None:
         return entry.body
     assert entry.events is not None
-    if route == "chat":
+    if route.shape == SHAPE_CHAT:
         obj = shapes.assemble_chat(entry.events)
-    elif route == "completions":
+    elif route.shape == SHAPE_COMPLETION:
         obj = shapes.assemble_completion(entry.events)
-    elif route == "responses":
+    elif route.shape == SHAPE_RESPONSE:
         obj = streams.completed_response(entry.events)
-    else:  # embeddings do not stream; a Messages stream is not assembled into a message
+    else:
         return None
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()

@@ -3,7 +3,8 @@
 Each class carries its HTTP status and OpenAI error ``type``; ``to_body()`` is the only place
 that builds the OpenAI error JSON ``{"error": {"message", "type", "param", "code"}}``, used
 both for HTTP error responses and for the final SSE error event of a broken stream. On the
-Anthropic Messages door (``ANTHROPIC_ROUTES``) the same error leaves in Anthropic's shape,
+Anthropic Messages door (a route whose ``door`` is ``anthropic``: app/request/routes.py) the
+same error leaves in Anthropic's shape,
 ``{"type": "error", "error": {"type", "message"}}`` (``anthropic_body``), its type named by
 the status as Anthropic names its errors.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+from app.core.doors import ANTHROPIC, OPENAI
 
 
 class GatewayError(Exception):
@@ -58,9 +61,9 @@ class GatewayError(Exception):
     def to_json(self) -> bytes:
         return json.dumps(self.to_body()).encode()
 
-    def to_json_for(self, route: str) -> bytes:
-        """The error's body in the dialect of the door ``route`` came in by."""
-        if route in ANTHROPIC_ROUTES:
+    def to_json_for(self, door: str) -> bytes:
+        """The error's body in the dialect of the ``door`` the call came in by."""
+        if door == ANTHROPIC:
             return json.dumps(anthropic_body(self.status, self.message)).encode()
         return self.to_json()
 
@@ -289,8 +292,6 @@ class GatewayShutdown(ServiceUnavailable):
     code = "gateway_shutdown"
 
 
-# The routes of the Anthropic Messages door (app/edge/routes.py): their errors are Anthropic's.
-ANTHROPIC_ROUTES = frozenset({"messages", "count_tokens"})
 # Anthropic's error types by HTTP status (its API's documented errors; 503 is ours, an
 # overload as its 529 is).
 ANTHROPIC_TYPES = {
@@ -321,7 +322,7 @@ def anthropic_body(status: int, message: str, type: str | None = None) -> dict[s
     return {"type": "error", "error": {"type": type or anthropic_type(status), "message": message}}
 
 
-def wrap_upstream_body(status: int, body: bytes, route: str = "") -> bytes:
+def wrap_upstream_body(status: int, body: bytes, door: str = OPENAI) -> bytes:
     """An upstream error body as OpenAI JSON: kept as is when it already is, else wrapped.
 
     Proxies in front of providers answer with HTML or plain text; callers get the same JSON
@@ -336,7 +337,7 @@ def wrap_upstream_body(status: int, body: bytes, route: str = "") -> bytes:
     text = body.decode("utf-8", errors="replace").strip()[:500] or f"HTTP {status}"
     error = GatewayError(f"Upstream answered {status}: {text}", status=status, code=None)
     error.type = "upstream_error"
-    return error.to_json_for(route)
+    return error.to_json_for(door)
 
 
 # The bounded values of the metrics' `cause` label.

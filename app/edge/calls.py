@@ -23,17 +23,9 @@ from app.gateway import Gateway
 from app.request.call import Call, Reply, Trace, error_reply
 from app.request.headers import environ_headers
 from app.request.paths import forwarded_path
+from app.request.routes import Route
 
 log = logging.getLogger("llmgate")
-# The API's own endpoints and the route each POST to them takes.
-API_ROUTES = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "responses",
-    "/v1/messages": "messages",
-    "/v1/messages/count_tokens": "count_tokens",
-}
 # No OpenAI-style API path or query comes near this; a longer one is refused here rather than
 # sent upstream (nginx refuses request lines above its 8 KiB buffers itself, also as JSON).
 MAX_TARGET_BYTES = 4096
@@ -41,7 +33,7 @@ _CUT_SHORT = "The request body was cut short: the connection closed before all o
 
 
 def answer(
-    route: str,
+    route: Route,
     environ: dict[str, Any],
     path: str,
     gateway: Gateway,
@@ -79,13 +71,13 @@ def answer(
         reply = gateway.handle(call, caller)
     except errors.GatewayError as exc:
         call.trace.gateway_failed()
-        reply = error_reply(exc, route)
+        reply = error_reply(exc, route.door)
     except Exception:
         # A bug of ours: the caller gets a JSON 500, the log gets the traceback, and the
         # request is still counted and logged like every other.
         log.exception("unhandled error on %s %s", method, path)
         call.trace.gateway_failed()
-        reply = error_reply(errors.GatewayError("Internal gateway error."), route)
+        reply = error_reply(errors.GatewayError("Internal gateway error."), route.door)
     try:
         return finish(call, reply, gateway.settings, gateway.metrics, gateway.prices)
     except BaseException:

@@ -27,6 +27,7 @@ from app.observe.tracing import Span
 from app.request import events as streams
 from app.request import jsonedit
 from app.request.call import Call, Reply, Trace
+from app.request.routes import NAMED, TYPED
 from app.request.usage import answer_facts
 from app.resume.ids import STREAM_HEADER
 from app.tenancy.prices import PriceTable, usd
@@ -105,7 +106,7 @@ def _watched(
     record: Callable[[Call, Reply, StreamFacts], None],
 ) -> Iterator[bytes]:
     facts = StreamFacts()
-    typed, messages = call.route == "responses", call.route == "messages"
+    typed, messages = call.route.events == TYPED, call.route.events == NAMED
     if metrics is not None:
         metrics.active_streams.inc()
     # A resumable stream's events start with their id line (docs/streams.md): read past it.
@@ -197,10 +198,10 @@ def _count(
     ttft: float | None,
     usage: tuple[Any, Any, Any],
 ) -> None:
-    trace, route = call.trace, call.route
+    trace, route = call.trace, call.route.name
     streamed = not isinstance(reply.body, bytes)
     metrics.duration.labels(route, "true" if streamed else "false").observe(duration)
-    if route != "passthrough":
+    if not call.route.forwarded:
         metrics.cache_requests.labels(outcome).inc()
     if ttft is not None:
         metrics.ttft.labels(route).observe(ttft)
@@ -241,7 +242,7 @@ def _line(
         "ts": round(time.time(), 3),
         "request_id": trace.request_id,
         "upstream_request_id": trace.upstream_request_id,
-        "route": call.route,
+        "route": call.route.name,
         "method": call.method,
         "path": call.path,
         "model": trace.model,

@@ -26,9 +26,10 @@ from flask import Flask
 from werkzeug.http import HTTP_STATUS_CODES
 
 from app.core.admission import Held, Ticket
-from app.edge.calls import API_ROUTES, answer
+from app.edge.calls import answer
 from app.edge.routes import release_when_closed, to_response
 from app.request.call import Reply
+from app.request.routes import BY_PATH
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -42,7 +43,7 @@ def install(app: Flask) -> None:
 
     def wsgi_app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        route = API_ROUTES.get(path)
+        route = BY_PATH.get(path)
         if route is None or environ["REQUEST_METHOD"] != "POST":
             return flask_app(environ, start_response)
         ticket = app.extensions["llmgate.admission"].ticket()

@@ -19,11 +19,12 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTo
 
 from app.core import errors
 from app.core.admission import Held, Ticket
-from app.edge.calls import API_ROUTES, answer
+from app.edge.calls import answer
 from app.edge.readiness import drain_requested, readiness
 from app.edge.status_data import status_document
 from app.gateway import Gateway
 from app.request.call import Reply, error_reply
+from app.request.routes import API, BY_PATH, PASSTHROUGH, RESUME, Route, door_of
 from app.tenancy.keyring import same_secret
 
 log = logging.getLogger("llmgate")
@@ -33,39 +34,31 @@ STARTED = float(os.environ.get("LLMGATE_STARTED_AT") or time.time())
 api = Blueprint("api", __name__)
 
 _FORWARD_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-# The endpoints we serve ourselves accept only these; the catch-all must not forward others.
-_METHODS = {
-    "/v1/chat/completions": ["GET", "POST"],
-    "/v1/completions": ["POST"],
-    "/v1/embeddings": ["POST"],
-    "/v1/responses": ["GET", "POST"],
-    "/v1/messages": ["POST"],
-    "/v1/messages/count_tokens": ["POST"],
-    "/v1/models": ["GET"],
-}
+# The endpoints we serve ourselves accept only their routes' methods (app/request/routes.py)
+# and these; the catch-all must not forward others.
+_METHODS = {**{route.path: list(route.methods) for route in API}, "/v1/models": ["GET"]}
 
 
 def _gateway() -> Gateway:
     return current_app.extensions["llmgate"]
 
 
-@api.route("/v1/chat/completions", methods=_METHODS["/v1/chat/completions"])
-@api.route("/v1/completions", methods=_METHODS["/v1/completions"])
-@api.route("/v1/embeddings", methods=_METHODS["/v1/embeddings"])
-@api.route("/v1/responses", methods=_METHODS["/v1/responses"])
-@api.route("/v1/messages", methods=_METHODS["/v1/messages"])
-@api.route("/v1/messages/count_tokens", methods=_METHODS["/v1/messages/count_tokens"])
 def api_call() -> Response:
     # GET on chat/completions and responses lists stored objects upstream: forwarded as is.
-    route = API_ROUTES[request.path] if request.method == "POST" else "passthrough"
+    route = BY_PATH[request.path] if request.method == "POST" else PASSTHROUGH
     return _forward(route)
+
+
+for _route in API:  # each route's path, from the table
+    assert _route.path is not None
+    api.add_url_rule(_route.path, view_func=api_call, methods=list(_route.methods))
 
 
 @api.route("/v1/streams/<stream_id>", methods=["GET", "DELETE"])
 def resume_stream(stream_id: str) -> Response:
     """A resumable stream read again from after the caller's last event, or stopped
     (docs/streams.md); the gateway's own, never forwarded."""
-    return _forward("resume")
+    return _forward(RESUME)
 
 
 @api.route("/v1/models", methods=_METHODS["/v1/models"])
@@ -74,10 +67,10 @@ def passthrough(rest: str = "") -> Response:
     allowed = _METHODS.get(request.path)
     if allowed is not None and request.method not in allowed:
         raise MethodNotAllowed(valid_methods=allowed)
-    return _forward("passthrough")
+    return _forward(PASSTHROUGH)
 
 
-def _forward(route: str) -> Response:
+def _forward(route: Route) -> Response:
     ticket = current_app.extensions["llmgate.admission"].ticket()
     reply, body = answer(
         route,
@@ -239,11 +232,9 @@ def register_error_handlers(app: Flask) -> None:
 
 
 def _door() -> str:
-    """The route whose error shape a request outside the views gets (a 404 or 405 under
+    """The door whose error shape a request outside the views gets (a 404 or 405 under
     /v1/messages is answered as Anthropic answers it)."""
-    return API_ROUTES.get(
-        request.path, "messages" if request.path.startswith("/v1/messages/") else ""
-    )
+    return door_of(request.path)
 
 
 def _translate(exc: HTTPException) -> errors.GatewayError:

@@ -38,16 +38,23 @@ Attributes = Mapping[str, Value | None]  # None: not recorded
 
 SERVER, CLIENT, INTERNAL = "server", "client", "internal"
 
-# gen_ai.operation.name per route (the GenAI registry's well-known values); a Responses call
-# is a chat, told apart by openai.api.type.
-OPERATIONS = {
-    "chat": "chat",
-    "completions": "text_completion",
-    "embeddings": "embeddings",
-    "responses": "chat",
-    "messages": "chat",
-}
-_API_TYPES = {"chat": "chat_completions", "responses": "responses"}
+
+class Named(Protocol):
+    """What a span needs of a call's route (app/request/routes.py's ``Route``): its name, its
+    ``gen_ai.operation.name`` (the GenAI registry's well-known values; None: not a GenAI
+    call) and, where two routes share an operation, its ``openai.api.type`` (a Responses
+    call is a chat too)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def operation(self) -> str | None: ...
+
+    @property
+    def api_type(self) -> str | None: ...
+
+
 # Request settings worth seeing beside the model: numbers only, never content.
 _REQUEST_NUMBERS = {
     "max_tokens": "gen_ai.request.max_tokens",
@@ -107,28 +114,28 @@ class Tracer(Protocol):
     def shutdown(self) -> None: ...
 
 
-def request_name(route: str, method: str, path: str, model: str | None = None) -> str:
+def request_name(route: Named, method: str, path: str, model: str | None = None) -> str:
     """``{gen_ai.operation.name} {gen_ai.request.model}`` for the API routes, else the HTTP
     server convention's ``{method} {route}`` (a forwarded path may hold ids: not a name)."""
-    operation = OPERATIONS.get(route)
+    operation = route.operation
     if operation is None:
         return f"{method} {path if path == '/v1/models' else '/v1/*'}"
     return f"{operation} {model[:MAX_NAME]}" if model else operation
 
 
-def request_attributes(route: str, method: str, path: str, request_id: str) -> dict[str, Value]:
+def request_attributes(route: Named, method: str, path: str, request_id: str) -> dict[str, Value]:
     """What is known of a request when it arrives (the path without its query)."""
     attributes: dict[str, Value] = {
         "http.request.method": method,
         "url.path": path,
-        "llmgate.route": route,
+        "llmgate.route": route.name,
         "llmgate.request_id": request_id,
     }
-    if route in OPERATIONS:
-        attributes["gen_ai.operation.name"] = OPERATIONS[route]
+    if route.operation is not None:
+        attributes["gen_ai.operation.name"] = route.operation
         attributes["gen_ai.provider.name"] = "openai"  # the API the caller speaks
-    if route in _API_TYPES:
-        attributes["openai.api.type"] = _API_TYPES[route]
+    if route.api_type is not None:
+        attributes["openai.api.type"] = route.api_type
     return attributes
 
 
@@ -146,8 +153,8 @@ def body_attributes(body: Mapping[str, Any], stream: bool) -> dict[str, Value | 
     return attributes
 
 
-def attempt_name(route: str, method: str, model: str | None) -> str:
-    operation = OPERATIONS.get(route)
+def attempt_name(route: Named, method: str, model: str | None) -> str:
+    operation = route.operation
     if operation is None:
         return method
     return f"{operation} {model[:MAX_NAME]}" if model else operation

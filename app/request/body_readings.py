@@ -29,6 +29,7 @@ from typing import Any
 
 from app.core.config import Settings
 from app.request import jsonedit, schema
+from app.request.routes import Route
 
 # The defaults: about a megabyte of raw bodies a worker (and their parsed documents).
 MAX_READINGS = 256
@@ -51,7 +52,7 @@ class BodyReading:
 
 
 def read_body(
-    raw: bytes, route: str, settings: Settings, serves: Callable[[str | None], None]
+    raw: bytes, route: Route, settings: Settings, serves: Callable[[str | None], None]
 ) -> BodyReading:
     """``raw`` as ``route`` reads it: parsed within the settings' limits, its schema
     checked, its model's upstreams asked (``serves`` raises when none serves it), the
@@ -81,17 +82,17 @@ class BodyReadings:
         self.max_readings = max_readings
         self.max_bytes = max_bytes
         self.max_body = min(max_body, max_bytes)
-        self._kept: dict[tuple[str, str, bytes], BodyReading] = {}  # oldest first
+        self._kept: dict[tuple[Route, str, bytes], BodyReading] = {}  # oldest first
         self._bytes = 0
 
     def __len__(self) -> int:
         return len(self._kept)
 
-    def get(self, route: str, path: str, raw: bytes) -> BodyReading | None:
+    def get(self, route: Route, path: str, raw: bytes) -> BodyReading | None:
         """The reading of ``raw`` on ``route`` at ``path``, if it is among the last kept."""
         return self._kept.get((route, path, raw))
 
-    def keep(self, route: str, path: str, raw: bytes, reading: BodyReading) -> BodyReading:
+    def keep(self, route: Route, path: str, raw: bytes, reading: BodyReading) -> BodyReading:
         """``reading``, kept for the next identical body when it is small enough; the oldest
         readings go to make room."""
         if len(raw) > self.max_body or self.max_readings <= 0:

@@ -27,15 +27,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-# Body fields that bound how many tokens one call may generate, by API surface.
+from app.request.routes import Route
+
+# Body fields that bound how many tokens one call may generate, by API surface (the one a
+# call is sent its key's cap in is its route's ``output_field``: app/request/routes.py).
 MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
-# The field a call is sent its key's cap in when it names none (app/tenancy/access.py), by route.
-OUTPUT_FIELD = {
-    "chat": "max_completion_tokens",
-    "completions": "max_tokens",
-    "responses": "max_output_tokens",
-    "messages": "max_tokens",
-}
 # Tokens one image part may cost. Providers charge images by their size in pixels, up to a
 # few thousand tokens for the largest they accept; this sits above every such charge.
 IMAGE_TOKENS = 4096
@@ -43,8 +39,6 @@ IMAGE_TYPES = frozenset({"image_url", "input_image", "image"})
 # Tokens a provider adds once per call beyond the body's bytes (the reply's priming, a tools
 # preamble): a few dozen at most.
 PROMPT_OVERHEAD = 64
-# Routes whose answers are generated: the others (embeddings) bill the input alone.
-GENERATING_ROUTES = frozenset({"chat", "completions", "responses", "messages"})
 
 
 def prompt_bound(size: int, body: Mapping[str, Any], raw: bytes | None = None) -> int:
@@ -64,17 +58,19 @@ def own_output_bound(body: Mapping[str, Any]) -> int | None:
     return next((body[f] for f in MAX_TOKEN_FIELDS if is_count(body.get(f))), None)
 
 
-def choices(route: str, body: Mapping[str, Any]) -> int:
-    """How many answers the call is billed for: ``n``, or ``best_of`` when larger (the
-    legacy completions generate that many and bill them all)."""
-    counts = [body.get("n"), body.get("best_of") if route == "completions" else None]
+def choices(route: Route, body: Mapping[str, Any]) -> int:
+    """How many answers the call is billed for: the largest of its route's ``choice_fields``
+    (``n``; ``best_of`` too for the legacy completions, which generate that many and bill
+    them all)."""
+    counts = [body.get(field) for field in route.choice_fields]
     return max([1, *(c for c in counts if is_count(c))])
 
 
-def output_bound(route: str, body: Mapping[str, Any], ceiling: int) -> int:
+def output_bound(route: Route, body: Mapping[str, Any], ceiling: int) -> int:
     """The most output tokens the call can be billed: its own bound, else ``ceiling`` (the
-    model's), times its answers; 0 for a route that generates nothing."""
-    if route not in GENERATING_ROUTES:
+    model's), times its answers; 0 for a route that generates nothing (embeddings bill the
+    input alone)."""
+    if not route.generates:
         return 0
     own = own_output_bound(body)
     return (ceiling if own is None else own) * choices(route, body)

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.core.admission import Ticket
+from app.core.doors import OPENAI
 from app.core.errors import GatewayError
 from app.observe import tracing
 from app.observe.tracing import Span, Tracer, Value
+from app.request.routes import Route
 from app.request.usage import AnswerFacts, Usage
 
 SSE_HEADERS = (
@@ -77,7 +79,9 @@ class Trace:
     span: Span | None = None
 
     # -- facts, as the stages learn them -----------------------------------------------
-    def arrived(self, tracer: Tracer, route: str, method: str, path: str, headers: Headers) -> None:
+    def arrived(
+        self, tracer: Tracer, route: Route, method: str, path: str, headers: Headers
+    ) -> None:
         """Tracing is on: the request's span, from when the call arrived."""
         self.span = tracer.request(
             tracing.request_name(route, method, path),
@@ -91,7 +95,7 @@ class Trace:
         self.key = key
 
     def asked(
-        self, route: str, method: str, path: str, body: Mapping[str, Any], stream: bool
+        self, route: Route, method: str, path: str, body: Mapping[str, Any], stream: bool
     ) -> None:
         """What the validated body asks for: the model, and whether it streams."""
         model = body.get("model")
@@ -165,7 +169,7 @@ class Trace:
 
 @dataclass(frozen=True)
 class Call:
-    route: str
+    route: Route  # app/request/routes.py: asked, never compared by name
     method: str
     path: str  # as received, e.g. "/v1/chat/completions"
     query: str
@@ -206,7 +210,7 @@ class Reply:
     facts: AnswerFacts | None = None
 
 
-def error_reply(exc: GatewayError, route: str = "") -> Reply:
-    """The gateway's own error as the caller gets it: JSON in the shape of the door
-    ``route`` came in by (OpenAI's, or Anthropic's on /v1/messages), its status."""
-    return Reply(exc.status, list(exc.response_headers().items()), exc.to_json_for(route))
+def error_reply(exc: GatewayError, door: str = OPENAI) -> Reply:
+    """The gateway's own error as the caller gets it: JSON in the shape of the ``door`` the
+    call came in by (OpenAI's, or Anthropic's on /v1/messages), its status."""
+    return Reply(exc.status, list(exc.response_headers().items()), exc.to_json_for(door))

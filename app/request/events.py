@@ -73,7 +73,6 @@ TERMINAL = StreamEnd(
     lambda event: typed(event) in TERMINAL_TYPES,
 )
 MESSAGE_STOP = StreamEnd("message_stop", lambda event: event.event == "message_stop")
-END_OF_STREAM = {"chat": DONE, "completions": DONE, "responses": TERMINAL, "messages": MESSAGE_STOP}
 
 
 def completed_ok(events: list[sse.Event]) -> bool:

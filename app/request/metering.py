@@ -16,15 +16,17 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from app.request import bounds, jsonedit
+from app.request import jsonedit
+from app.request.routes import Route
 from app.request.usage import Usage, usage_chunk
 from llmgate_wire import sse
 
 
-def with_output_cap(raw: bytes, body: Mapping[str, Any], route: str, cap: int) -> bytes:
-    """The caller's body with the route's output bound (app/request/bounds.py ``OUTPUT_FIELD``) set
-    to ``cap``, every other byte kept (JSON that is not UTF-8 is re-encoded)."""
-    name = bounds.OUTPUT_FIELD[route]
+def with_output_cap(raw: bytes, body: Mapping[str, Any], route: Route, cap: int) -> bytes:
+    """The caller's body with its route's output bound (``Route.output_field``) set to
+    ``cap``, every other byte kept (JSON that is not UTF-8 is re-encoded)."""
+    name = route.output_field
+    assert name is not None  # the cap is put only where the route has such a field
     try:
         return jsonedit.with_member(raw, name, str(cap).encode())
     except ValueError:

@@ -11,16 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from app.core.errors import BadRequest
-
-# route -> (required field, accepted JSON types) pairs
-_REQUIRED: dict[str, tuple[tuple[str, tuple[type, ...]], ...]] = {
-    "chat": (("model", (str,)), ("messages", (list,))),
-    "completions": (("model", (str,)), ("prompt", (str, list))),
-    "embeddings": (("model", (str,)), ("input", (str, list))),
-    "responses": (("model", (str,)),),
-    "messages": (("model", (str,)), ("messages", (list,))),
-    "count_tokens": (("model", (str,)), ("messages", (list,))),
-}
+from app.request.routes import Route
 
 _JSON_NAMES = {str: "a string", list: "an array", bool: "a boolean", dict: "an object"}
 
@@ -146,7 +137,9 @@ STEERING_FIELDS = frozenset(
 )
 
 
-def validate(route: str, body: dict[str, Any]) -> None:
+def validate(route: Route, body: dict[str, Any]) -> None:
+    """The fields the gateway relies on: none that steers it, its route's ``required`` ones
+    (app/request/routes.py) of their JSON types, ``stream`` a boolean."""
     steering = sorted(STEERING_FIELDS.intersection(body))
     if steering:
         raise BadRequest(
@@ -154,7 +147,7 @@ def validate(route: str, body: dict[str, Any]) -> None:
             param=steering[0],
             code="parameter_not_allowed",
         )
-    for name, kinds in _REQUIRED.get(route, ()):
+    for name, kinds in route.required:
         if name not in body or body[name] is None:
             raise BadRequest(
                 f"Missing required parameter: '{name}'.",

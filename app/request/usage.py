@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from app.request.bounds import GENERATING_ROUTES
+from app.request.routes import Route
 
 # In compact JSON these bytes can only be a member holding an object: a cheap test that a
 # stream's event may carry a usage, made on every data event of every stream.
@@ -158,11 +158,11 @@ def _whole(value: Any) -> int:
 AnswerFacts = tuple[Usage | None, str | None]
 
 
-def answer_facts(body: bytes, route: str) -> AnswerFacts:
+def answer_facts(body: bytes, route: Route) -> AnswerFacts:
     """The top-level ``usage`` and ``service_tier`` of a whole JSON answer to ``route``: a
     generated answer is parsed once (never a member nested in its content: these answers are
     text, not megabytes of floats); any other (embeddings) is searched for its usage only."""
-    if route not in GENERATING_ROUTES:
+    if not route.generates:
         return usage_in_body(body), None
     try:
         doc = json.loads(body)

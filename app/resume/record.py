@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.errors import GatewayError
+from app.request.routes import BY_NAME, Route
 from app.streams.answer import Finished
 
 SEAL_BYTES = 32 * 1024
@@ -48,12 +49,12 @@ class LogFault(GatewayError):
 
 @dataclass(frozen=True)
 class Meta:
-    route: str
+    route: Route  # kept by its name (app/request/routes.py)
     hide_usage: bool
     traceparent: str | None = None
 
     def encode(self) -> bytes:
-        doc = {"route": self.route, "hide_usage": self.hide_usage, "tp": self.traceparent}
+        doc = {"route": self.route.name, "hide_usage": self.hide_usage, "tp": self.traceparent}
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -63,9 +64,9 @@ class Meta:
             route, hide, tp = doc["route"], doc["hide_usage"], doc.get("tp")
         except (ValueError, KeyError, TypeError):
             return None
-        if not isinstance(route, str) or not isinstance(hide, bool):
+        if not isinstance(route, str) or route not in BY_NAME or not isinstance(hide, bool):
             return None
-        return cls(route, hide, tp if isinstance(tp, str) else None)
+        return cls(BY_NAME[route], hide, tp if isinstance(tp, str) else None)
 
 
 def encode_chunk(events: list[bytes], state: bytes, end: dict[str, Any] | None = None) -> bytes:

@@ -25,8 +25,8 @@ from app.core.errors import NotFound, ServiceUnavailable
 from app.observe import tracing
 from app.observe.metrics import Metrics
 from app.request.call import SSE_HEADERS, Call, Reply, Settlement
-from app.request.events import END_OF_STREAM
 from app.request.metering import without_usage_chunk
+from app.request.routes import RESUME
 from app.request.usage import Usage
 from app.resume import ids
 from app.resume.budget import Reservation, ResumeBudget
@@ -38,9 +38,6 @@ from app.streams.log_memory import LogBudget, LogShare
 from app.streams.relay import relay
 from app.streams.reply import NO_OFFER, Offer
 
-# The routes whose streams can be resumed, and the door of GET /v1/streams/{id}.
-STREAM_ROUTES = frozenset({"chat", "completions", "responses", "messages"})
-RESUME_ROUTE = "resume"
 RESUMED = "RESUMED"  # the X-LLMGate-Cache status of a resume: nothing billed
 
 
@@ -155,10 +152,14 @@ class Resumes:
     def is_resume(self, call: Call) -> bool:
         """GET or DELETE /v1/streams/{id}; or, while resuming is on, a POST to a stream route
         with Last-Event-ID (off, the header means nothing to us and the call goes on)."""
-        if call.route == RESUME_ROUTE:
+        if call.route is RESUME:
             return True
-        return (self.enabled and call.method == "POST" and call.route in STREAM_ROUTES
-                and ids.last_event_id(call.headers) is not None)  # fmt: skip
+        return (
+            self.enabled
+            and call.method == "POST"
+            and call.route.resumable
+            and ids.last_event_id(call.headers) is not None
+        )
 
     def reply(self, call: Call, owner: str) -> Reply:
         """The resume's stream: the events after the caller's last, the live rest, the end;
@@ -185,8 +186,14 @@ class Resumes:
         if meta.traceparent and call.trace.span is not None:
             tracing.resumed(call.trace.span, meta.traceparent)
         stream_id = wanted[0]
-        body = relay(reader, heartbeat=self.heartbeat_s, end=END_OF_STREAM.get(meta.route),
-                     route=meta.route, stream_id=stream_id, after=reader.after)  # fmt: skip
+        body = relay(
+            reader,
+            heartbeat=self.heartbeat_s,
+            end=meta.route.end,
+            door=meta.route.door,
+            stream_id=stream_id,
+            after=reader.after,
+        )
         if meta.hide_usage:
             body = without_usage_chunk(body, lambda _: None)
         headers = [*SSE_HEADERS, *ids.granted_headers(stream_id, self.window_s)]
@@ -212,7 +219,7 @@ class Resumes:
         """(stream id, events the caller has) from the call, None when malformed."""
         last = ids.last_event_id(call.headers)
         parsed = None if last is None else ids.parse_event_id(last)
-        if call.route != RESUME_ROUTE:
+        if call.route is not RESUME:
             return parsed
         stream_id = call.path.rsplit("/", 1)[-1]
         if not ids.is_stream_id(stream_id):

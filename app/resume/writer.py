@@ -37,7 +37,8 @@ from typing import Protocol
 
 import gevent
 
-from app.request.events import END_OF_STREAM, TERMINAL_TYPES, data_of, event_type, is_error_event
+from app.request.events import TERMINAL_TYPES, data_of, event_type, is_error_event
+from app.request.routes import NAMED, TYPED, Route
 from app.request.usage import Usage, may_carry_usage, usage_in_event
 from app.resume import ids
 from app.resume.record import ENDED, OPEN, SEAL_BYTES, SEALED, Meta, encode_chunk, end_record
@@ -68,6 +69,10 @@ class Store(Protocol):
     def touch(self, key: str, ttl: int) -> bool: ...
 
 
+class Deleted(Exception):
+    """The stream's owner deleted it while it was being written (DELETE /v1/streams/{id})."""
+
+
 class LogWriter:
     def __init__(
         self,
@@ -89,7 +94,7 @@ class LogWriter:
         # While it runs each item lives as long as the stream may, plus the window.
         self._live_ttl = int(lifetime_s) + window_s + 1
         self.usage: Usage | None = None  # the answer's usage as it passed (the settlement's)
-        self._end = END_OF_STREAM.get(meta.route)
+        self._end = meta.route.end
         self._saw_end = self._saw_error = False
         self._whole = False  # the answer reached its end as the caller's relay would bill it
         # How the log ended: complete, abandoned, deleted, overflow, withdrawn, failed.
@@ -142,6 +147,9 @@ class LogWriter:
             self._write()
         except ClientGone:
             self._forget()  # dropped as too slow: no log to resume
+        except Deleted:
+            self.how = "deleted"
+            self._forget()  # what this writer wrote since the owner's DELETE
         except Exception:
             log.exception("resumable log failed (request %s)", self.flight.request_id or "-")
             self._forget()
@@ -250,7 +258,7 @@ class LogWriter:
         it (or will be asked again at the next write), False when it cannot be (the sealed
         chunks were not kept): the log is withdrawn and deleted."""
         if self.store.get(ids.deleted_key(self.key)) is not None:
-            return True  # its owner deleted it (the meta with it): _gave_up stops the log
+            raise Deleted()  # its owner deleted it, the meta with it: nothing is written again
         if self._sealed is None and self._index:
             self.withdrawn = self.how = "withdrawn"
             log.warning(
@@ -316,10 +324,10 @@ class LogWriter:
             self.store.delete(key)
 
 
-def _usage_after(route: str, raw: bytes, usage: Usage | None) -> Usage | None:
+def _usage_after(route: Route, raw: bytes, usage: Usage | None) -> Usage | None:
     """The answer's usage once the event ``raw`` passed (as app/edge/finish.py reads it from
     what a caller receives, here for a caller who may have left)."""
-    if route == "messages":
+    if route.events == NAMED:
         kind = event_type(raw)
         if kind not in ("message_start", "message_delta"):
             return usage
@@ -327,7 +335,7 @@ def _usage_after(route: str, raw: bytes, usage: Usage | None) -> Usage | None:
         holder = data.get("message") if kind == "message_start" and isinstance(data, dict) else data
         found = Usage.of(holder.get("usage")) if isinstance(holder, dict) else None
         return usage if found is None else found if usage is None else usage.merged(found)
-    if route == "responses":
+    if route.events == TYPED:
         if event_type(raw) not in TERMINAL_TYPES:
             return usage
         data = data_of(raw)

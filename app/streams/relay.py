@@ -26,15 +26,11 @@ from typing import Protocol
 
 import gevent
 
-from app.core.errors import (
-    ANTHROPIC_ROUTES,
-    GatewayError,
-    UpstreamReset,
-    anthropic_body,
-    wrap_upstream_body,
-)
+from app.core.doors import ANTHROPIC, OPENAI
+from app.core.errors import GatewayError, UpstreamReset, anthropic_body, wrap_upstream_body
 from app.observe import tracing
 from app.request.events import StreamEnd, is_error_event, typed
+from app.request.routes import PASSTHROUGH, Route
 from app.streams.flight import ClientGone, Finished, Flight, Head
 from app.upstream.exchange import Exchange, Reading, Upstream, UpstreamRequest
 from app.upstream.reading import Patience
@@ -64,7 +60,7 @@ class UpstreamCall:
         *,
         max_body: int,
         max_event_bytes: int | None = None,
-        route: str = "passthrough",
+        route: Route = PASSTHROUGH,
     ) -> None:
         self._upstream = upstream
         self._build: Callable[[], UpstreamRequest] | None = request
@@ -163,7 +159,7 @@ def relay(
     on_end: Callable[[], None] = lambda: None,
     on_complete: Callable[[bool], None] = lambda _: None,
     ping_first: bool = False,
-    route: str = "",
+    door: str = OPENAI,
     stream_id: str | None = None,
     after: int = 0,
     withdrawn: Callable[[], str | None] | None = None,
@@ -186,8 +182,8 @@ def relay(
     whether its usage is an estimate (``Finished``): only such a stream's usage is what the
     upstream billed for the whole answer (app/edge/finish.py). ``ping_first``: the 200 was
     committed because a heartbeat interval passed with nothing to send, so a ping leaves with
-    the headers: the caller's line is never silent for more than one interval. ``route``: the
-    door the call came in by, whose shape the gateway's own error event takes
+    the headers: the caller's line is never silent for more than one interval. ``door``: the
+    dialect the call came in by, whose shape the gateway's own error event takes
     (``error_event``). ``stream_id``: a resumable stream's (docs/streams.md), whose events
     each carry an ``id:`` line numbering them from 1; ``after``: a resume's, whose caller has
     the events up to that number (read for how the stream ended, not sent again);
@@ -209,7 +205,7 @@ def relay(
                 return
             except GatewayError as exc:
                 on_error(tracing.error_type(exc))
-                yield [error_event(exc, route)]
+                yield [error_event(exc, door)]
                 return
             if head is not None:
                 break
@@ -221,8 +217,8 @@ def relay(
             if head.status >= 300:
                 on_error(str(head.status))
                 error = GatewayError(_message_of(head.body, head.status), status=head.status)
-                if route in ANTHROPIC_ROUTES:
-                    yield [error_event(error, route)]
+                if door == ANTHROPIC:
+                    yield [error_event(error, door)]
                 else:
                     yield [b"data: " + wrap_upstream_body(head.status, head.body) + b"\n\n"]
             else:
@@ -265,7 +261,7 @@ def relay(
                 if end is not None and not (saw_end or saw_error):
                     cut = UpstreamReset(f"Upstream ended the stream before {end.expected}.")
                     on_error(tracing.error_type(cut))
-                    yield [error_event(cut, route)]
+                    yield [error_event(cut, door)]
                     return
                 if not saw_error:
                     on_complete(item.usage_estimated)
@@ -274,16 +270,16 @@ def relay(
                 return
             else:
                 on_error(tracing.error_type(item))
-                yield [error_event(item, route)]
+                yield [error_event(item, door)]
                 return
     finally:
         on_end()
 
 
-def error_event(exc: GatewayError, route: str = "") -> bytes:
+def error_event(exc: GatewayError, door: str = OPENAI) -> bytes:
     """The final event of a broken stream: the OpenAI SDK raises APIError on it; on the
     Anthropic door, Anthropic's ``error`` event, on which its SDK raises."""
-    if route in ANTHROPIC_ROUTES:
+    if door == ANTHROPIC:
         return b"event: error\n" + sse.encode_json(anthropic_body(exc.status, exc.message))
     return sse.encode_json(exc.to_body())
 

@@ -18,9 +18,9 @@ from app.core.config import Settings
 from app.core.errors import wrap_upstream_body
 from app.observe.tracing import Value
 from app.request.call import CLIENT_CLOSED, SSE_HEADERS, Call, Reply, Trace
-from app.request.events import END_OF_STREAM
 from app.request.headers import downstream_headers
 from app.request.metering import without_usage_chunk
+from app.request.routes import PASSTHROUGH, Route
 from app.streams.flight import UPSTREAM, ClientGone, Head, Listener
 from app.streams.relay import DisconnectWatcher, Listening, relay
 from app.upstream.retry import Deadline
@@ -159,7 +159,7 @@ class Replies:
 
     def _stream(
         self,
-        route: str,
+        route: Route,
         trace: Trace,
         listener: Reading,
         watcher: DisconnectWatcher,
@@ -179,12 +179,12 @@ class Replies:
             listener,
             heartbeat=self.heartbeat_s,
             # A stream cut before its route's end is reported as broken (app/request/events.py).
-            end=END_OF_STREAM.get(route),
+            end=route.end,
             on_error=trace.stream_broke,
             on_end=ended,
             on_complete=trace.answer_whole,
             ping_first=ping_first,
-            route=route,
+            door=route.door,
             stream_id=offer.stream_id,
             withdrawn=offer.withdrawn,
         )
@@ -216,7 +216,7 @@ def _watch(call: Call, listener: Listener) -> DisconnectWatcher:
     return DisconnectWatcher(call.client_socket, gone)
 
 
-def complete_reply(head: Head, route: str = "") -> Reply:
+def complete_reply(head: Head, route: Route = PASSTHROUGH) -> Reply:
     """A whole answer as the caller gets it: an upstream's error body in the shape of the
     caller's door (``route``: OpenAI's, Anthropic's on /v1/messages), and after our own
     retries a word to the SDK not to retry again."""
@@ -224,7 +224,7 @@ def complete_reply(head: Head, route: str = "") -> Reply:
     headers = downstream_headers(head.headers)
     body = head.body
     if head.status >= 400:
-        wrapped = wrap_upstream_body(head.status, body, route)
+        wrapped = wrap_upstream_body(head.status, body, route.door)
         if wrapped is not body:
             headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
             headers.append(("Content-Type", "application/json"))

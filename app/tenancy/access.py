@@ -20,6 +20,7 @@ from typing import Any
 
 from app.core.errors import LimitsUnavailable, ModelNotPriced, RateLimited
 from app.request import bounds
+from app.request.routes import PASSTHROUGH, Route
 from app.request.usage import Usage
 from app.tenancy import limits
 from app.tenancy.key_source import KeySource
@@ -101,7 +102,7 @@ class Access:
         body: Mapping[str, Any] | None,
         *,
         stream: bool,
-        route: str = "",
+        route: Route = PASSTHROUGH,
         size: int = 0,
         raw: bytes | None = None,
     ) -> Grant:
@@ -208,15 +209,11 @@ class Access:
             raise LimitsUnavailable("Limits cannot be checked right now; retry shortly.")
 
     def _reserve(
-        self, grant: Grant, route: str, body: Mapping[str, Any], size: int, raw: bytes | None
+        self, grant: Grant, route: Route, body: Mapping[str, Any], size: int, raw: bytes | None
     ) -> None:
         """The most the call can be billed, in tokens and money; the cap it is sent."""
         key, price = grant.key, grant.price
-        if (
-            key.max_tokens
-            and route in bounds.OUTPUT_FIELD
-            and bounds.own_output_bound(body) is None
-        ):
+        if key.max_tokens and route.output_field and bounds.own_output_bound(body) is None:
             grant.output_cap = key.max_tokens  # the cap holds for calls that name none too
         if not key.counts_tokens:
             return

@@ -14,11 +14,9 @@ from typing import Any
 
 from app.request import schema
 from app.request.metering import with_output_cap, with_usage_requested
+from app.request.routes import Route
 from app.request.usage import Usage
 from app.tenancy.access import Access, Grant
-
-# Routes whose streams end with a usage chunk when asked (stream_options.include_usage).
-USAGE_ROUTES = frozenset({"chat", "completions"})
 
 
 @dataclass(frozen=True)
@@ -37,7 +35,7 @@ class KeySettlement:
 
 
 def granted_body(
-    grant: Grant, forward: bytes, body: dict[str, Any] | None, route: str, stream: bool
+    grant: Grant, forward: bytes, body: dict[str, Any] | None, route: Route, stream: bool
 ) -> tuple[bytes, bool]:
     """(the bytes to forward under the grant, whether the caller's stream must lose the
     usage chunk the gateway asked for)."""
@@ -47,7 +45,7 @@ def granted_body(
     if grant.output_cap is not None:
         # The key's max_tokens holds for a call that names none: it is sent one.
         forward = with_output_cap(forward, body, route, grant.output_cap)
-    if stream and route in USAGE_ROUTES:
+    if stream and route.injects_usage:
         # Asked for here, taken out again for a caller who did not ask (app/streams/reply.py).
         forward = with_usage_requested(forward, body)
         hide_usage = not schema.wants_usage(body)

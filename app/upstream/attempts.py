@@ -33,6 +33,7 @@ from app.core.errors import (
 from app.dialects.chat import Untranslatable
 from app.observe import tracing
 from app.observe.tracing import Span
+from app.request.routes import CHAT, Route
 from app.upstream import catalog, pools, spans
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.ledger import Ledger, status_error
@@ -66,7 +67,7 @@ class Attempts:
         self._sleep = sleep
         self._rand = rand
 
-    def check_serves(self, model: str | None, route: str = "chat", path: str = "") -> None:
+    def check_serves(self, model: str | None, route: Route = CHAT, path: str = "") -> None:
         """ModelNotServed (404) when no configured upstream serves ``model``, or none that
         serves it speaks the call's API (an Anthropic or Gemini upstream answers chat and
         messages only)."""

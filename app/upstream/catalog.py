@@ -22,33 +22,30 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.core.doors import ANTHROPIC
 from app.core.tables import NAME, check_types
+from app.request.routes import Route
 from app.tenancy import prices
 from app.upstream.hedge import HedgePolicy
 
 AUTH_STYLES = ("bearer", "api-key", "x-api-key", "x-goog-api-key")
 # The dialect an upstream speaks (app/dialects/), and the header its key goes in by default.
 KINDS = {"openai": "bearer", "anthropic": "x-api-key", "gemini": "x-goog-api-key"}
-# The routes each kind can serve: an OpenAI-compatible upstream any, the others the two
-# generation doors the gateway translates (chat, messages) and, for Anthropic, the rest of
-# its own API under /v1/messages (count_tokens, passed through as is).
-_TRANSLATED_ROUTES = frozenset({"chat", "messages"})
 # How the 404 of a route no configured kind serves names the kinds.
 _KIND_NAMES = {"openai": "OpenAI-compatible", "anthropic": "Anthropic", "gemini": "Gemini"}
 
 
-def kind_speaks(kind: str, route: str, path: str = "") -> bool:
+def kind_speaks(kind: str, route: Route, path: str = "") -> bool:
     """Whether an upstream of ``kind`` can answer a call of ``route`` at ``path`` (below
-    /v1): an OpenAI-compatible one any route; the others chat and messages, translated; an
-    Anthropic one also the rest of /v1/messages as it is."""
-    if route == "count_tokens":  # Anthropic's own: no other kind counts its tokens
-        return kind == "anthropic"
-    if kind == "openai" or route in _TRANSLATED_ROUTES:
+    /v1): a kind among the route's (app/request/routes.py: an OpenAI-compatible one any
+    route but count_tokens, the others the doors the gateway translates, Anthropic's own
+    count_tokens), and an Anthropic one the rest of /v1/messages, forwarded as it is."""
+    if kind in route.kinds:
         return True
-    return kind == "anthropic" and path.startswith("/messages/")
+    return route.forwarded and kind == ANTHROPIC and path.startswith("/messages/")
 
 
-def served_by(route: str, path: str = "") -> str:
+def served_by(route: Route, path: str = "") -> str:
     """Which kinds serve ``route`` at ``path``, in words, for the 404 of a call that none of
     the configured upstreams can answer."""
     kinds = [kind for kind in KINDS if kind_speaks(kind, route, path)]
@@ -111,9 +108,9 @@ class UpstreamSpec:
     # requires one, and a model's own ceiling is not known here.
     max_tokens: int = 4096
 
-    def speaks(self, route: str, path: str = "") -> bool:
-        """Whether this upstream can answer a call of ``route`` (app/edge/routes.py's name)
-        at ``path`` (below /v1): ``kind_speaks``."""
+    def speaks(self, route: Route, path: str = "") -> bool:
+        """Whether this upstream can answer a call of ``route`` at ``path`` (below /v1):
+        ``kind_speaks``."""
         return kind_speaks(self.kind, route, path)
 
     def serves(self, model: str | None) -> bool:
@@ -327,7 +324,7 @@ def _weighted_order(group: list[UpstreamSpec], rand: Callable[[], float]) -> lis
     return out
 
 
-def route_id(specs: Sequence[UpstreamSpec], model: str | None) -> str:
+def serving_id(specs: Sequence[UpstreamSpec], model: str | None) -> str:
     """What a cache key names as "the upstream": every base URL that may answer ``model``,
     so a config change that sends the model elsewhere does not serve old answers."""
     return ",".join(sorted(s.base_url for s in specs if s.serves(model)))

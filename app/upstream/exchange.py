@@ -30,6 +30,7 @@ import gevent
 from app.core.config import Settings
 from app.core.errors import GatewayError, UpstreamProtocolError, error_cause, status_cause
 from app.observe.metrics import Metrics
+from app.request.routes import CHAT, Route
 from app.upstream import catalog, race
 from app.upstream.attempts import Attempts
 from app.upstream.breaker import BreakerPolicy
@@ -89,8 +90,8 @@ class Upstream:
         return Exchange(self, req, deadline, reading)
 
     # -- what the gateway asks before a call -------------------------------------------------
-    def route_id(self, model: str | None) -> str:
-        return catalog.route_id(self.specs, model)
+    def serving_id(self, model: str | None) -> str:
+        return catalog.serving_id(self.specs, model)
 
     def serves_for(self, model: str | None, allowed: tuple[str, ...]) -> bool:
         """Whether an upstream among ``allowed`` (names, or "*") serves ``model``."""
@@ -98,7 +99,7 @@ class Upstream:
             spec.serves(model) and ("*" in allowed or spec.name in allowed) for spec in self.specs
         )
 
-    def check_serves(self, model: str | None, route: str = "chat", path: str = "") -> None:
+    def check_serves(self, model: str | None, route: Route = CHAT, path: str = "") -> None:
         """ModelNotServed (404) when no configured upstream serves ``model`` at ``path``
         (below /v1) of ``route``."""
         self.attempts.check_serves(model, route, path)
@@ -268,7 +269,7 @@ class Exchange:
         self.started_at = time.monotonic()
         seconds = self.started_at - began
         if metrics is not None:
-            metrics.upstream_ttft.labels(self._reading.route).observe(seconds)
+            metrics.upstream_ttft.labels(self._reading.route.name).observe(seconds)
         if start.body is None:
             self._upstream._first_event_after(start.resp.upstream, seconds)
             if start.resp.span is not None:

@@ -34,7 +34,8 @@ from app.core.errors import (
 )
 from app.core.timers import Alarm
 from app.patches.chunked_reads import ARRIVED, BUFFERED, NOT_YET
-from app.request.events import END_OF_STREAM, StreamEnd, is_error_event
+from app.request.events import StreamEnd, is_error_event
+from app.request.routes import PASSTHROUGH, Route
 from app.upstream.ledger import Ledger
 from app.upstream.pools import READ_SIZE
 from app.upstream.retry import Deadline
@@ -53,15 +54,15 @@ _REDIRECTS = frozenset({300, 301, 302, 303, 305, 307, 308})
 class Reading:
     """What an answer may be: its body's size limit, an event's (None: the decoder's
     default), and the route whose streams must reach its end (app/request/events.py) and
-    whose calls take no redirect (any but ``passthrough``)."""
+    whose calls take no redirect (any but a forwarded one)."""
 
     max_body: int
     max_event_bytes: int | None = None
-    route: str = "passthrough"
+    route: Route = PASSTHROUGH
 
     @property
     def end(self) -> StreamEnd | None:
-        return END_OF_STREAM.get(self.route)
+        return self.route.end
 
 
 @dataclass
@@ -108,7 +109,7 @@ class Reader:
     ) -> Start:
         """Read ``resp`` up to its first event (or its whole body); closed on failure."""
         try:
-            if resp.status in _REDIRECTS and reading.route != "passthrough":
+            if resp.status in _REDIRECTS and not reading.route.forwarded:
                 raise UpstreamRedirect(
                     f"The upstream answered with a redirect (HTTP {resp.status}); the gateway "
                     "follows none. Its configured URL needs correcting."

@@ -29,13 +29,12 @@ from app.dialects import anthropic, gemini, messages
 from app.dialects.chat import dumps
 from app.patches import chunked_reads
 from app.request.headers import AUTH_HEADERS, with_upstream_key
+from app.request.routes import Route
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.pools import READ_SIZE, Raw
 from llmgate_wire import sse
 
 ANTHROPIC_VERSION = "2023-06-01"
-# The dialect each translating route's callers speak (the other routes are never translated).
-_DOORS = {"chat": "openai", "messages": "anthropic"}
 # Headers of the upstream's answer that describe bytes the caller does not get.
 _BODY_HEADERS = ("content-length", "content-encoding", "transfer-encoding", "content-type")
 
@@ -65,14 +64,13 @@ class Outgoing:
     include_usage: bool  # the caller's side asked for the usage chunk
 
 
-def translation_for(kind: str, route: str) -> Translation | None:
+def translation_for(kind: str, route: Route) -> Translation | None:
     """The translation an attempt of ``route`` at an upstream of ``kind`` needs; None when
-    the caller's dialect is the upstream's (count_tokens and the rest of /v1/messages go to
-    Anthropic upstreams only, as they are)."""
-    door = _DOORS.get(route)
-    if door is None or door == kind:
+    the route is not translated (count_tokens and the rest of /v1/messages go to Anthropic
+    upstreams only, as they are) or its door's dialect is the upstream's."""
+    if not route.translated or route.door == kind:
         return None
-    return Translation(kind, door)
+    return Translation(kind, route.door)
 
 
 @dataclass(frozen=True)

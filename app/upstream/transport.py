@@ -52,6 +52,7 @@ from app.observe.tracing import Span
 from app.patches import chunked_reads
 from app.request import jsonedit
 from app.request.headers import with_upstream_key
+from app.request.routes import PASSTHROUGH, Route
 from app.upstream import pools
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.retry import Deadline
@@ -70,7 +71,7 @@ class UpstreamRequest:
     stream: bool
     model: str | None = None  # routes the call to the upstreams that serve it
     upstreams: tuple[str, ...] | None = None  # the names it may use (a gateway key's); "*": any
-    route: str = "passthrough"  # app/edge/routes.py's name for the call: chat, embeddings, ...
+    route: Route = PASSTHROUGH  # the call's route (app/request/routes.py)
     # Tracing on: the caller's request span, each attempt's child of it; an attempt is sent
     # with its own span in place (its traceparent goes upstream). None: tracing is off.
     span: Span | None = None

@@ -25,6 +25,7 @@ from pathlib import Path  # noqa: E402
 
 from app.cache.counters import MemcachedCounters  # noqa: E402
 from app.cache.memcached import MemcachedBackend  # noqa: E402
+from app.request import routes  # noqa: E402
 from app.request.usage import Usage  # noqa: E402
 from app.tenancy.access import Access  # noqa: E402
 from app.tenancy.key_source import KeySource  # noqa: E402
@@ -40,7 +41,7 @@ def per_call_us(access: Access, stream: bool, calls: int) -> float:
     key = access.authenticate([("Authorization", f"Bearer {SECRET}")])
     began = time.process_time()
     for _ in range(calls):
-        grant = access.admit(key, "sim-model", BODY, stream=stream, route="chat", size=90)
+        grant = access.admit(key, "sim-model", BODY, stream=stream, route=routes.CHAT, size=90)
         access.settle(grant, USAGE, True)
     return 1e6 * (time.process_time() - began) / calls
 

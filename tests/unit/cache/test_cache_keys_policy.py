@@ -7,6 +7,7 @@ import pytest
 from app.cache import keys, policy
 from app.cache.entry import Entry, EntryError
 from app.core.errors import BadRequest
+from app.request import routes
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
 ALICE = [("Authorization", "Bearer sk-alice")]
@@ -87,7 +88,7 @@ def test_a_namespace_is_shared_across_credentials_but_not_across_routes_or_upstr
     ],
 )
 def test_cacheable(route, body, mode, expected) -> None:
-    assert policy.is_cacheable(route, body, mode) is expected
+    assert policy.is_cacheable(routes.of_name(route), body, mode) is expected
 
 
 def test_cache_control_header() -> None:

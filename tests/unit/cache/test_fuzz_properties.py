@@ -23,7 +23,7 @@ from app.cache import policy as cache_policy
 from app.cache.plan import cache_plan
 from app.core.config import Settings
 from app.core.errors import BadRequest
-from app.request import schema
+from app.request import routes, schema
 from app.request.body_readings import BodyReading
 from app.request.paths import forwarded_path
 from llmgate_wire import sse
@@ -208,13 +208,20 @@ def _gateway_checks(raw: bytes, route: str, cache_control: str = "") -> None:
     """What the gateway does with a body before anything goes upstream (Gateway.plan):
     parse, validate, read stream and cache controls, build the key (app/cache/plan.py)."""
     body = schema.parse_body(raw, max_depth=64, max_array_items=1000)
-    schema.validate(route, body)
+    schema.validate(routes.of_name(route), body)
     schema.wants_stream(body)
     schema.wants_usage(body)
     headers = [("Cache-Control", cache_control)]
     reading = BodyReading(body, raw, schema.wants_stream(body))
-    cache_plan(_PLAN_SETTINGS, route=route, headers=headers, query="", reading=reading,
-               upstream=lambda model: "u", tenant=None)  # fmt: skip
+    cache_plan(
+        _PLAN_SETTINGS,
+        route=routes.of_name(route),
+        headers=headers,
+        query="",
+        reading=reading,
+        upstream=lambda model: "u",
+        tenant=None,
+    )
 
 
 def _json_bytes(value: Any) -> bytes:

@@ -21,6 +21,7 @@ from app.cache.entry import Entry
 from app.cache.replay import reply_from_entry
 from app.core.config import Settings
 from app.edge.finish import finish
+from app.request import routes
 from app.request.call import Call, Reply
 from app.request.usage import Usage, answer_facts
 
@@ -56,7 +57,7 @@ def _counted(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int
 
 
 def _hit(entry: Entry, *, stream: bool, include_usage: bool = True) -> Reply:
-    reply = reply_from_entry(entry, route="chat", stream=stream, include_usage=include_usage,
+    reply = reply_from_entry(entry, route=routes.CHAT, stream=stream, include_usage=include_usage,
                              status="HIT; level=l1", age=0)  # fmt: skip
     assert reply is not None
     return reply
@@ -100,7 +101,7 @@ def test_a_replayed_answers_usage_and_tier_are_read_once_and_are_its_own(monkeyp
     replies = [_hit(entry, stream=False) for _ in range(3)]
     assert reads[0] == 1
     assert all(r.facts == (Usage(USAGE), "flex") for r in replies)
-    assert replies[0].facts == answer_facts(replies[0].body, "chat")  # type: ignore[arg-type]
+    assert replies[0].facts == answer_facts(replies[0].body, routes.CHAT)  # type: ignore[arg-type]
 
 
 def test_the_log_line_takes_a_replys_known_facts_over_reading_its_body(caplog) -> None:
@@ -112,7 +113,7 @@ def test_the_log_line_takes_a_replys_known_facts_over_reading_its_body(caplog) -
     untold = Reply(200, [("X-LLMGate-Cache", "HIT; level=l1")], json.dumps(COMPLETION).encode())
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
         for reply in (told, untold):
-            call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+            call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
             finish(call, reply, Settings(), None)
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "llmgate.access"]
     assert [(x["tokens_in"], x["tokens_out"], x["service_tier"]) for x in lines] == [

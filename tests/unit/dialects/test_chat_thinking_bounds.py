@@ -20,7 +20,7 @@ import pytest
 
 from app.core.errors import BadRequest
 from app.dialects import anthropic, gemini, messages
-from app.request import bounds
+from app.request import bounds, routes
 from app.request.metering import with_output_cap
 from app.upstream.catalog import UpstreamSpec
 
@@ -38,7 +38,7 @@ def _bodies(effort: str, bound: int) -> dict[str, dict[str, Any]]:
     return {
         "max_tokens": {**plain, "max_tokens": bound},
         "max_completion_tokens": {**plain, "max_completion_tokens": bound},
-        "key_cap": json.loads(with_output_cap(raw, plain, "chat", bound)),
+        "key_cap": json.loads(with_output_cap(raw, plain, routes.CHAT, bound)),
     }
 
 
@@ -92,7 +92,7 @@ def test_with_no_bound_the_upstreams_default_holds_the_thinking_within_the_reser
     Gemini is sent no maxOutputTokens (its model's own limit, thoughts inside), and the
     effort's budget."""
     body = {"model": "m", "messages": MESSAGES, "reasoning_effort": effort}
-    reserved = bounds.output_bound("chat", body, DEFAULT_CEILING)
+    reserved = bounds.output_bound(routes.CHAT, body, DEFAULT_CEILING)
     max_tokens, budget = _sent_anthropic(body)
     assert max_tokens == UPSTREAM_MAX_TOKENS <= reserved
     assert budget is not None and 1024 <= budget < max_tokens
@@ -111,7 +111,7 @@ def test_both_bounds_given_the_smaller_is_sent(max_tokens: int, max_completion_t
         "max_tokens": max_tokens,
         "max_completion_tokens": max_completion_tokens,
     }
-    assert bounds.output_bound("chat", body, DEFAULT_CEILING) >= 50
+    assert bounds.output_bound(routes.CHAT, body, DEFAULT_CEILING) >= 50
     assert _sent_anthropic(body) == (50, None)
     assert _sent_gemini(body) == (50, None)
 

@@ -14,6 +14,7 @@ import pytest
 from app.core.config import Settings
 from app.edge.finish import _server_timing, cache_outcome, finish
 from app.observe.metrics import Metrics
+from app.request import routes
 from app.request.call import SSE_HEADERS, Call, Reply, Trace
 from app.request.usage import Usage, answer_facts
 from app.resume.ids import STREAM_HEADER
@@ -44,17 +45,17 @@ def test_a_generated_answers_usage_and_tier_are_its_top_level_members_only() -> 
         "usage": {"total_tokens": 5},
         "service_tier": "default",
     }
-    usage, tier = answer_facts(json.dumps(answer).encode(), "chat")
+    usage, tier = answer_facts(json.dumps(answer).encode(), routes.CHAT)
     assert (usage, tier) == (Usage({"total_tokens": 5}), "default")
     answer.pop("service_tier")
     answer["usage"] = None
-    assert answer_facts(json.dumps(answer).encode(), "responses") == (None, None)
-    assert answer_facts(b'{"service_tier": "' + b"x" * 100 + b'"}', "chat")[1] == "x" * 32
+    assert answer_facts(json.dumps(answer).encode(), routes.RESPONSES) == (None, None)
+    assert answer_facts(b'{"service_tier": "' + b"x" * 100 + b'"}', routes.CHAT)[1] == "x" * 32
     for body in (b"[1]", b"{broken", b'"\xff"', b"\xff"):
-        assert answer_facts(body, "completions") == (None, None)
+        assert answer_facts(body, routes.COMPLETIONS) == (None, None)
     # An embeddings answer is searched for its usage, never parsed whole, and has no tier.
     embedding = b'{"data":[{"embedding":[0.5]}],"service_tier":"flex","usage":{"total_tokens":2}}'
-    assert answer_facts(embedding, "embeddings") == (Usage({"total_tokens": 2}), None)
+    assert answer_facts(embedding, routes.EMBEDDINGS) == (Usage({"total_tokens": 2}), None)
 
 
 def test_server_timing_names_its_parts() -> None:
@@ -71,7 +72,7 @@ def test_a_streams_batches_go_out_joined_and_every_event_is_observed(caplog) -> 
     last = b"data: " + json.dumps({"choices": [], "usage": usage}, separators=(",", ":")).encode()
     last += b"\n\n"
     batches = [[sse.comment()], [first, second, last, b"data: [DONE]\n\n"], []]
-    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
     reply, body = finish(call, Reply(200, list(SSE_HEADERS), iter(batches)), Settings(), None)
     assert reply.status == 200 and not isinstance(body, bytes)
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
@@ -114,7 +115,7 @@ def test_a_streams_figures_come_from_its_batches_as_they_leave(
             yield batch
 
     metrics = Metrics(multiproc_dir="")
-    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
     call.trace.started = 0.5
     headers = list(SSE_HEADERS) + ([(STREAM_HEADER, "s")] if resumable else [])
     _, body = finish(call, Reply(200, headers, batches()), Settings(), metrics)
@@ -154,7 +155,7 @@ def test_a_streams_tier_is_its_first_data_events_else_its_last(
         return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
     batches = [[event(k, tier)] for k, tier in enumerate(tiers)] + [[b"data: [DONE]\n\n"]]
-    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
     _, body = finish(call, Reply(200, list(SSE_HEADERS), iter(batches)), Settings(), None)
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
         list(body)
@@ -176,7 +177,7 @@ def test_a_request_is_counted_after_every_other_figure_of_it() -> None:
 
     metrics.requests = Spy()  # type: ignore[assignment]
     event = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
-    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
     call.trace.client_closed = True
     _, body = finish(call, Reply(200, list(SSE_HEADERS), iter([[event]])), Settings(), metrics)
     assert list(body) == [event]
@@ -206,7 +207,7 @@ def test_an_answer_with_negative_token_counts_is_still_logged_and_counted(caplog
         "prompt_tokens_details": {"cached_tokens": -1},
     }
     answer = json.dumps({"choices": [], "usage": usage}).encode()
-    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
         finish(
             call, Reply(200, [("Content-Type", "application/json")], answer), Settings(), metrics
@@ -220,7 +221,7 @@ def test_an_answer_with_negative_token_counts_is_still_logged_and_counted(caplog
 
 def test_the_upstreams_request_id_is_kept_and_ours_added_only_where_it_has_none() -> None:
     def finished(headers: list[tuple[str, str]]) -> tuple[Trace, list[tuple[str, str]]]:
-        call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+        call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
         call.trace.request_id = "ours"
         reply, _ = finish(call, Reply(200, list(headers), b"{}"), Settings(), None)
         return call.trace, [(k, v) for k, v in reply.headers if "request-id" in k.lower()]

@@ -15,6 +15,7 @@ from app.cache.tiered import TieredCache
 from app.core.config import Settings
 from app.core.errors import BadRequest, ModelNotServed
 from app.gateway import Caller, Gateway, Plan
+from app.request import routes
 from app.request.body_readings import BodyReading
 from app.request.call import Call
 from app.upstream.catalog import UpstreamSpec
@@ -34,7 +35,8 @@ def _gateway() -> Gateway:
 
 def _plan(gateway: Gateway, raw: bytes = RAW, *, route: str = "chat",
           path: str = "/v1/chat/completions", headers=(), query: str = "") -> Plan:  # fmt: skip
-    return gateway.plan(Call(route, "POST", path, query, list(headers), raw), Caller(None))
+    call = Call(routes.of_name(route), "POST", path, query, list(headers), raw)
+    return gateway.plan(call, Caller(None))
 
 
 def test_the_same_bytes_on_the_same_route_and_path_are_read_once() -> None:
@@ -96,7 +98,7 @@ def test_the_gateways_cache_object_is_taken_out_of_what_goes_upstream_once_for_a
     for _ in range(2):
         plan = _plan(gateway, raw)
         assert plan.cache is not None and plan.cache.directive.ttl == 60
-    kept = gateway.readings.get("chat", "/v1/chat/completions", raw)
+    kept = gateway.readings.get(routes.CHAT, "/v1/chat/completions", raw)
     assert kept is not None and kept.body["cache"] == {"ttl": 60}
     assert json.loads(kept.forward) == BODY  # what goes upstream, for every call
 
@@ -126,7 +128,7 @@ def test_a_readings_plans_are_each_callers_own_past_their_bound() -> None:
         found = [_plan(gateway, headers=[("api-key", t)]).cache for t in tenants]
         keys = [c.key for c in found if c is not None]
         assert len(set(keys)) == len(tenants)
-        reading = gateway.readings.get("chat", "/v1/chat/completions", RAW)
+        reading = gateway.readings.get(routes.CHAT, "/v1/chat/completions", RAW)
         assert reading is not None and len(reading.cache_plans) <= MAX_PLANS
     alone = [_plan(_gateway(), headers=[("api-key", t)]).cache for t in tenants]
     assert keys == [c.key for c in alone if c is not None]
@@ -141,8 +143,15 @@ def test_a_gateway_keys_tenant_and_a_shared_namespace_decide_the_key() -> None:
     headers = [("api-key", "a")]
 
     def plan(tenant: str | None, reading: BodyReading = reading) -> str:
-        planned = cache_plan(settings, route="chat", headers=headers, query="", reading=reading,
-                             upstream=lambda model: "u", tenant=tenant)  # fmt: skip
+        planned = cache_plan(
+            settings,
+            route=routes.CHAT,
+            headers=headers,
+            query="",
+            reading=reading,
+            upstream=lambda model: "u",
+            tenant=tenant,
+        )
         assert planned is not None
         return planned.key
 

@@ -22,6 +22,7 @@ from app.cache.tiered import TieredCache
 from app.core.config import Settings
 from app.core.errors import BadRequest, UpstreamReset
 from app.gateway import Caller, Gateway
+from app.request import routes
 from app.request.call import Call
 from app.streams.flight import ClientGone, Finished, Flight, Head
 from app.upstream.exchange import Upstream
@@ -47,7 +48,7 @@ def _gateway() -> tuple[Gateway, MemoryBackend]:
 
 def _call(headers=(), query: str = "", body: dict | None = None, route: str = "chat") -> Call:
     raw = json.dumps(body or BODY).encode()
-    return Call(route, "POST", "/v1/chat/completions", query, list(headers), raw)
+    return Call(routes.of_name(route), "POST", "/v1/chat/completions", query, list(headers), raw)
 
 
 def _plan(gateway: Gateway, **kw):
@@ -274,7 +275,7 @@ def _published(stream: bool, entry) -> tuple[bool, Flight]:
     result: list[bool] = []
 
     def produce(flight: Flight) -> None:
-        result.append(publish_entry(flight, entry, route="chat"))
+        result.append(publish_entry(flight, entry, route=routes.CHAT))
 
     flight = Flight(produce)
     flight.stream = stream
@@ -321,7 +322,7 @@ def test_an_entry_that_cannot_take_the_waiters_shape_is_not_published() -> None:
     flight = Flight(lambda f: None)
     flight.stream = True
     entry = Entry(0, 0, 60, 200, "application/json", body=embedding)
-    assert publish_entry(flight, entry, route="embeddings") is False
+    assert publish_entry(flight, entry, route=routes.EMBEDDINGS) is False
     assert flight.head is None
 
 

@@ -14,6 +14,7 @@ from app.core.config import Settings
 from app.core.errors import UpstreamUnreachable
 from app.observe import tracing
 from app.observe.metrics import Metrics
+from app.request import routes
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Upstream, UpstreamRequest
 from app.upstream.retry import Deadline
@@ -86,6 +87,7 @@ import gevent
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from app.core.config import Settings
 from app.observe.otel import build_tracer
+from app.request import routes
 
 class Busy(SpanExporter):
     # Holds the CPU for a second per export, as encoding a huge batch would.
@@ -359,7 +361,7 @@ def test_every_retry_and_failover_is_an_attempt_span_of_its_own() -> None:
     upstream, transport = _scripted(specs, [UpstreamUnreachable("no"), 503, 200])
     request = Recorded("chat m")
     req = UpstreamRequest("POST", "/chat/completions", "", {}, b"{}", stream=True, model="m",
-                          route="chat", span=request)  # fmt: skip
+                          route=routes.CHAT, span=request)  # fmt: skip
     resp = upstream.attempts.open(req, Deadline.start(60))
     attempts = request.children
     assert [s.name for s in attempts] == ["chat m"] * 3
@@ -393,16 +395,20 @@ def test_tracing_off_sends_the_request_as_it_is() -> None:
 
 
 def test_names_follow_the_genai_and_http_conventions() -> None:
-    assert tracing.request_name("chat", "POST", "/v1/chat/completions", "gpt-4o") == "chat gpt-4o"
-    assert tracing.request_name("completions", "POST", "/v1/completions", "m") == (
+    assert (
+        tracing.request_name(routes.CHAT, "POST", "/v1/chat/completions", "gpt-4o") == "chat gpt-4o"
+    )
+    assert tracing.request_name(routes.COMPLETIONS, "POST", "/v1/completions", "m") == (
         "text_completion m"
     )
-    assert tracing.request_name("embeddings", "POST", "/v1/embeddings") == "embeddings"
-    assert tracing.request_name("passthrough", "GET", "/v1/models") == "GET /v1/models"
+    assert tracing.request_name(routes.EMBEDDINGS, "POST", "/v1/embeddings") == "embeddings"
+    assert tracing.request_name(routes.PASSTHROUGH, "GET", "/v1/models") == "GET /v1/models"
     # A forwarded path can hold ids: never a span name.
-    assert tracing.request_name("passthrough", "GET", "/v1/files/file-abc") == "GET /v1/*"
+    assert tracing.request_name(routes.PASSTHROUGH, "GET", "/v1/files/file-abc") == "GET /v1/*"
     assert (
-        tracing.request_attributes("responses", "POST", "/v1/responses", "r1")["openai.api.type"]
+        tracing.request_attributes(routes.RESPONSES, "POST", "/v1/responses", "r1")[
+            "openai.api.type"
+        ]
         == "responses"
     )
 

@@ -3,6 +3,7 @@ the oldest out first, a large body never kept."""
 
 from __future__ import annotations
 
+from app.request import routes
 from app.request.body_readings import BodyReading, BodyReadings
 
 
@@ -11,16 +12,16 @@ def _reading(raw: bytes) -> BodyReading:
 
 
 def _keep(readings: BodyReadings, raw: bytes, route: str = "chat", path: str = "/p") -> BodyReading:
-    return readings.keep(route, path, raw, _reading(raw))
+    return readings.keep(routes.of_name(route), path, raw, _reading(raw))
 
 
 def test_a_kept_reading_is_found_by_its_route_path_and_bytes_only() -> None:
     readings = BodyReadings()
     kept = _keep(readings, b'{"a":1}')
-    assert readings.get("chat", "/p", b'{"a":1}') is kept
-    assert readings.get("chat", "/p", b'{"a": 1}') is None  # other bytes, the same JSON
-    assert readings.get("completions", "/p", b'{"a":1}') is None
-    assert readings.get("chat", "/q", b'{"a":1}') is None
+    assert readings.get(routes.CHAT, "/p", b'{"a":1}') is kept
+    assert readings.get(routes.CHAT, "/p", b'{"a": 1}') is None  # other bytes, the same JSON
+    assert readings.get(routes.COMPLETIONS, "/p", b'{"a":1}') is None
+    assert readings.get(routes.CHAT, "/q", b'{"a":1}') is None
 
 
 def test_the_oldest_goes_first_past_the_count() -> None:
@@ -28,7 +29,7 @@ def test_the_oldest_goes_first_past_the_count() -> None:
     for n in range(5):
         _keep(readings, b"%d" % n)
     assert len(readings) == 3
-    assert [readings.get("chat", "/p", b"%d" % n) is not None for n in range(5)] == [
+    assert [readings.get(routes.CHAT, "/p", b"%d" % n) is not None for n in range(5)] == [
         False, False, True, True, True
     ]  # fmt: skip
 
@@ -39,8 +40,10 @@ def test_the_oldest_goes_first_past_the_bytes() -> None:
         _keep(readings, raw)
     assert len(readings) == 3  # 10 bytes: at the bound, not past it
     _keep(readings, b"d")
-    assert readings.get("chat", "/p", b"aaaa") is None
-    assert [readings.get("chat", "/p", r) is not None for r in (b"bbbb", b"cc", b"d")] == [True] * 3
+    assert readings.get(routes.CHAT, "/p", b"aaaa") is None
+    assert [readings.get(routes.CHAT, "/p", r) is not None for r in (b"bbbb", b"cc", b"d")] == [
+        True
+    ] * 3
     _keep(readings, b"e" * 10)  # room for it alone
     assert len(readings) == 1
 
@@ -49,7 +52,7 @@ def test_a_body_over_its_bound_is_read_each_time() -> None:
     readings = BodyReadings(max_body=4)
     large = _keep(readings, b"12345")
     assert large.body == {"raw": "12345"}  # handed back, not kept
-    assert len(readings) == 0 and readings.get("chat", "/p", b"12345") is None
+    assert len(readings) == 0 and readings.get(routes.CHAT, "/p", b"12345") is None
     none = BodyReadings(max_readings=0)
     _keep(none, b"1")
     assert len(none) == 0
@@ -60,5 +63,5 @@ def test_a_body_kept_twice_keeps_the_first_and_counts_its_bytes_once() -> None:
     first = _keep(readings, b"aaaa")
     assert _keep(readings, b"aaaa") is first
     _keep(readings, b"bbbb")  # 8 bytes with the first counted once: both stay
-    assert readings.get("chat", "/p", b"aaaa") is first
-    assert readings.get("chat", "/p", b"bbbb") is not None
+    assert readings.get(routes.CHAT, "/p", b"aaaa") is first
+    assert readings.get(routes.CHAT, "/p", b"bbbb") is not None

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.request import bounds
+from app.request import bounds, routes
 from app.request.bounds import IMAGE_TOKENS, PROMPT_OVERHEAD, choices, output_bound, prompt_bound
 from app.request.usage import Usage
 from app.tenancy import prices
@@ -60,15 +60,15 @@ def test_an_escaped_image_never_takes_out_more_than_the_body_holds() -> None:
 
 
 def test_the_output_bound_is_the_calls_own_else_the_ceiling_times_its_answers() -> None:
-    assert output_bound("chat", {"max_tokens": 50, "n": 3}, 999) == 150
-    assert output_bound("chat", {"max_completion_tokens": 70}, 999) == 70
-    assert output_bound("responses", {"max_output_tokens": 7}, 999) == 7
-    assert output_bound("chat", {"messages": []}, 999) == 999
-    assert output_bound("chat", {"max_tokens": True}, 999) == 999  # a bool is not a count
-    assert output_bound("completions", {"max_tokens": 10, "n": 2, "best_of": 5}, 0) == 50
-    assert output_bound("chat", {"max_tokens": 10, "best_of": 5}, 0) == 10  # chat has none
-    assert output_bound("embeddings", {"max_tokens": 10}, 999) == 0
-    assert choices("chat", {"n": 0}) == 1 and choices("chat", {"n": "2"}) == 1
+    assert output_bound(routes.CHAT, {"max_tokens": 50, "n": 3}, 999) == 150
+    assert output_bound(routes.CHAT, {"max_completion_tokens": 70}, 999) == 70
+    assert output_bound(routes.RESPONSES, {"max_output_tokens": 7}, 999) == 7
+    assert output_bound(routes.CHAT, {"messages": []}, 999) == 999
+    assert output_bound(routes.CHAT, {"max_tokens": True}, 999) == 999  # a bool is not a count
+    assert output_bound(routes.COMPLETIONS, {"max_tokens": 10, "n": 2, "best_of": 5}, 0) == 50
+    assert output_bound(routes.CHAT, {"max_tokens": 10, "best_of": 5}, 0) == 10  # chat has none
+    assert output_bound(routes.EMBEDDINGS, {"max_tokens": 10}, 999) == 0
+    assert choices(routes.CHAT, {"n": 0}) == 1 and choices(routes.CHAT, {"n": "2"}) == 1
 
 
 # -- prices ----------------------------------------------------------------------------------
@@ -149,9 +149,10 @@ def test_an_unpriced_model_has_no_price_without_a_star() -> None:
     assert table.price_of("x") is None and table.price_of(None) is None
 
 
-def test_bounds_keep_the_output_field_of_each_generating_route() -> None:
-    assert set(bounds.OUTPUT_FIELD) == bounds.GENERATING_ROUTES
-    assert set(bounds.OUTPUT_FIELD.values()) <= set(bounds.MAX_TOKEN_FIELDS)
+def test_each_generating_route_has_an_output_field_among_the_bounds() -> None:
+    generating = {route for route in routes.ROUTES if route.generates}
+    assert generating == {route for route in routes.ROUTES if route.output_field}
+    assert {route.output_field for route in generating} <= set(bounds.MAX_TOKEN_FIELDS)
 
 
 _PARTS = st.one_of(

@@ -7,13 +7,14 @@ import dataclasses
 import socket
 
 from app.core.admission import Ticket
+from app.request import routes
 from app.request.call import Call, Trace
 
 
 def _call() -> Call:
     # Every field away from its default, so a field dropped (left at its default) shows.
     return Call(
-        route="chat",
+        route=routes.CHAT,
         method="POST",
         path="/v1/chat/completions",
         query="a=1",

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.core import errors
-from app.request import schema
+from app.request import routes, schema
 from app.request.headers import downstream_headers, upstream_request_headers, with_upstream_key
 
 
@@ -107,15 +107,16 @@ def test_parse_body_errors(raw: bytes, message: str) -> None:
 )
 def test_validate_names_the_parameter(route: str, body: dict, param: str) -> None:
     with pytest.raises(errors.BadRequest) as info:
-        schema.validate(route, body)
+        schema.validate(routes.of_name(route), body)
     assert info.value.param == param
 
 
 def test_valid_bodies_pass() -> None:
     schema.validate(
-        "chat", {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+        routes.CHAT,
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True},
     )
-    schema.validate("passthrough", {})
+    schema.validate(routes.PASSTHROUGH, {})
     assert schema.wants_stream({"stream": True}) and not schema.wants_stream({"stream": None})
 
 

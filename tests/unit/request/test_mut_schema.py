@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from app.core.errors import BadRequest
-from app.request import schema
+from app.request import routes, schema
 
 ONE_ITEM = "an array with at least one item."
 
@@ -75,7 +75,7 @@ def test_the_deepest_path_counts_not_the_depth_after_closing_brackets() -> None:
     ],
 )
 def test_a_missing_parameter_is_named(route: str, body: dict, param: str) -> None:
-    assert _error(schema.validate, route, body) == {
+    assert _error(schema.validate, routes.of_name(route), body) == {
         "message": f"Missing required parameter: '{param}'.",
         "type": "invalid_request_error",
         "param": param,
@@ -98,9 +98,9 @@ def test_a_parameter_of_the_wrong_type_says_what_is_expected(
     route: str, body: dict, param: str | None, message: str | None
 ) -> None:
     if param is None:
-        schema.validate(route, body)
+        schema.validate(routes.of_name(route), body)
         return
-    assert _error(schema.validate, route, body) == {
+    assert _error(schema.validate, routes.of_name(route), body) == {
         "message": f"Invalid value for '{param}': {message}",
         "type": "invalid_request_error",
         "param": param,
@@ -110,7 +110,7 @@ def test_a_parameter_of_the_wrong_type_says_what_is_expected(
 
 @pytest.mark.parametrize("stream", ["true", 1, 0, [], {}])
 def test_stream_must_be_a_boolean(stream: object) -> None:
-    assert _error(schema.validate, "passthrough", {"stream": stream}) == {
+    assert _error(schema.validate, routes.PASSTHROUGH, {"stream": stream}) == {
         "message": "Invalid value for 'stream': expected a boolean.",
         "type": "invalid_request_error",
         "param": "stream",

@@ -8,7 +8,7 @@ import pytest
 
 from app.core import errors
 from app.core.config import Settings, SettingsError
-from app.request import schema
+from app.request import routes, schema
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -48,7 +48,7 @@ def test_the_limit_is_a_setting() -> None:
 def test_a_field_naming_the_upstream_is_refused_on_every_route(route: str, field: str) -> None:
     body = {**CHAT, "prompt": "x", "input": "x", field: "http://169.254.169.254/latest/"}
     with pytest.raises(errors.BadRequest) as info:
-        schema.validate(route, body)
+        schema.validate(routes.of_name(route), body)
     assert (info.value.status, info.value.code, info.value.param, info.value.message) == (
         400,
         "parameter_not_allowed",
@@ -58,7 +58,7 @@ def test_a_field_naming_the_upstream_is_refused_on_every_route(route: str, field
 
 
 def test_ordinary_fields_pass() -> None:
-    schema.validate("chat", {**CHAT, "user": "u", "metadata": {"base_url": "kept: not top"}})
+    schema.validate(routes.CHAT, {**CHAT, "user": "u", "metadata": {"base_url": "kept: not top"}})
 
 
 def test_the_limits_hold_when_every_bracket_and_comma_is_the_deep_or_long_ones() -> None:

@@ -11,6 +11,7 @@ from app.cache.entry import Entry
 from app.cache.replay import reply_from_entry
 from app.cache.store import entry_from_flight
 from app.request import events as streams
+from app.request import routes
 from app.streams.flight import Flight, Head
 from app.streams.relay import relay
 from llmgate_wire import sse
@@ -61,8 +62,8 @@ def test_what_ends_a_stream() -> None:
     assert streams.completed_ok(events)
     assert not streams.completed_ok(events[:-1])
     assert streams.DONE.ends(decoded([b"data: [DONE]\n\n"])[0])
-    assert streams.END_OF_STREAM["responses"] is streams.TERMINAL
-    assert "embeddings" not in streams.END_OF_STREAM
+    assert routes.RESPONSES.end is streams.TERMINAL
+    assert routes.EMBEDDINGS.end is None
 
 
 def _flight_of(events: list[bytes]) -> Flight:
@@ -87,7 +88,7 @@ def test_only_a_completed_response_is_stored() -> None:
 
 def _reply(entry: Entry, stream: bool):
     return reply_from_entry(
-        entry, route="responses", stream=stream, include_usage=False, status="HIT", age=0
+        entry, route=routes.RESPONSES, stream=stream, include_usage=False, status="HIT", age=0
     )
 
 

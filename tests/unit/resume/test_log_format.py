@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.errors import GatewayError, UpstreamReset
+from app.request import routes
 from app.resume import ids
 from app.resume.budget import ResumeBudget
 from app.resume.record import (
@@ -59,7 +60,7 @@ def test_bytes_that_are_not_a_chunk_are_refused(data: bytes) -> None:
 
 
 def test_meta_reads_back_and_refuses_anything_else() -> None:
-    meta = Meta("messages", True, "00-" + "a" * 32 + "-" + "b" * 16 + "-01")
+    meta = Meta(routes.MESSAGES, True, "00-" + "a" * 32 + "-" + "b" * 16 + "-01")
     assert Meta.decode(meta.encode()) == meta
     for bad in (b"", b"[]", b'{"route": 1, "hide_usage": true}', b'{"route": "chat"}'):
         assert Meta.decode(bad) is None

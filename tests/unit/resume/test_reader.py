@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.cache.memory import MemoryBackend
+from app.request import routes
 from app.resume import ids
 from app.resume.reader import StoredStream
 from app.resume.record import ENDED, OPEN, SEALED, LogFault, Meta, encode_chunk, end_record
@@ -22,7 +23,7 @@ def event(n: int) -> bytes:
 
 
 def reader(store: MemoryBackend, clock: Clock, after: int) -> StoredStream:
-    store.set(KEY, Meta("chat", False).encode(), 3600)  # the writer wrote it first
+    store.set(KEY, Meta(routes.CHAT, False).encode(), 3600)  # the writer wrote it first
     return StoredStream(store, KEY, after=after, window_s=30, patience_s=60.0, clock=clock,
                         sleep=clock.sleep)  # fmt: skip
 
@@ -118,8 +119,7 @@ def relayed(store: MemoryBackend, after: int) -> list[bytes]:
     from app.request.events import DONE
     from app.streams.relay import relay
 
-    body = relay(reader(store, Clock(), after), heartbeat=5.0, end=DONE, route="chat",
-                 stream_id="S", after=after)  # fmt: skip
+    body = relay(reader(store, Clock(), after), heartbeat=5.0, end=DONE, stream_id="S", after=after)
     return [chunk for batch in body for chunk in batch]
 
 

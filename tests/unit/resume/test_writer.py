@@ -10,6 +10,7 @@ import gevent
 import gevent.event
 
 from app.cache.memory import MemoryBackend
+from app.request import routes
 from app.resume import ids
 from app.resume.reader import StoredStream
 from app.resume.record import Meta
@@ -62,7 +63,7 @@ def writer_for(flight: Flight, store: Switched, share: LogShare | None = None) -
         store,
         KEY,
         flight,
-        Meta("chat", False),
+        Meta(routes.CHAT, False),
         window_s=60,
         cap=4 << 20,
         lifetime_s=600,

@@ -12,6 +12,7 @@ import pytest
 
 from app.core.config import Settings
 from app.core.errors import GatewayShutdown, UpstreamProtocolError
+from app.request import routes
 from app.request.call import Call
 from app.streams.alone import Guard, Interrupted, Solo, answer_alone
 from app.streams.answer import Head
@@ -72,7 +73,7 @@ def test_a_bug_before_the_exchange_is_a_502_and_the_log_says_why(caplog) -> None
 
     upstream = Upstream(Settings(upstream_url="http://127.0.0.1:9/v1"))
     made = UpstreamCall(upstream, build, Deadline.start(30), max_body=1 << 20)
-    call = Call("chat", "POST", "/v1/chat/completions", "", [], b"{}")
+    call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
     replies = Replies(Settings(), lambda name: {})
     lifecycle = Lifecycle()
     with caplog.at_level(logging.ERROR), pytest.raises(UpstreamProtocolError, match="relayed"):

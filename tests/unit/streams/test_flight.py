@@ -16,6 +16,7 @@ from app.cache.store import entry_from_flight
 from app.core.config import Settings
 from app.core.errors import ClientTooSlow, GatewayError, UpstreamProtocolError, UpstreamReset
 from app.request import events as streams
+from app.request import routes
 from app.request.call import Trace
 from app.streams.flight import (
     CACHE,
@@ -210,7 +211,7 @@ def test_a_streams_body_stops_its_watcher_and_leaves_its_listener_at_its_end() -
     assert listener.wait_head(5) == HEAD
     watcher = Counted()
     replies = Replies(Settings(), lambda name: {})
-    body = replies._stream("chat", Trace(), listener, watcher)  # type: ignore[arg-type]
+    body = replies._stream(routes.CHAT, Trace(), listener, watcher)  # type: ignore[arg-type]
     assert [chunk for batch in body for chunk in batch] == [a.raw, done.raw]
     assert watcher.calls == 1 and listener.left
 

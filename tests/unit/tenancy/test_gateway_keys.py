@@ -19,7 +19,7 @@ from app.core.errors import (
     ModelNotPriced,
     RateLimited,
 )
-from app.request import bounds, metering
+from app.request import bounds, metering, routes
 from app.request.jsonedit import with_member
 from app.request.metering import with_usage_requested, without_usage_chunk
 from app.request.usage import Usage, usage_chunk
@@ -210,11 +210,11 @@ def test_tokens_are_reserved_then_settled_from_usage() -> None:
     counters = limits.MemoryCounters()
     gate = _gate(_key(tokens_per_minute=1400, tokens_per_day=1400), counters)
     key = gate.authenticate(_bearer())
-    first = gate.admit(key, "m", {"max_tokens": 600}, stream=False, route="chat", size=100)
+    first = gate.admit(key, "m", {"max_tokens": 600}, stream=False, route=routes.CHAT, size=100)
     assert first.tokens == 100 + OVER + 600  # the body's bytes, the overhead, the output
     assert dict(first.headers)["x-ratelimit-remaining-tokens"] == str(1400 - first.tokens)
     with pytest.raises(RateLimited) as caught:  # 764 + 764 would cross 1400
-        gate.admit(key, "m", {"max_tokens": 600}, stream=False, route="chat", size=100)
+        gate.admit(key, "m", {"max_tokens": 600}, stream=False, route=routes.CHAT, size=100)
     assert caught.value.type == "tokens" and caught.value.retryable
     gate.settle(
         first, Usage({"prompt_tokens": 10, "completion_tokens": 90, "total_tokens": 100}), True
@@ -222,7 +222,7 @@ def test_tokens_are_reserved_then_settled_from_usage() -> None:
     gate.settle(first, Usage({"total_tokens": 999}), True)  # once only
     windows = [limits.minute("tokens", T0), limits.day("tokens_day", T0)]
     assert counters.read([w.key("team") for w in windows]) == {w.key("team"): 100 for w in windows}
-    second = gate.admit(key, "m", {"max_tokens": 600}, stream=False, route="chat", size=100)
+    second = gate.admit(key, "m", {"max_tokens": 600}, stream=False, route=routes.CHAT, size=100)
     gate.settle(second, None, False)  # a cache hit: nothing billed, the reservation freed
     assert counters.read([windows[0].key("team")]) == {windows[0].key("team"): 100}
 
@@ -231,7 +231,7 @@ def test_a_billed_call_without_usage_keeps_its_reservation() -> None:
     counters = limits.MemoryCounters()
     gate = _gate(_key(tokens_per_day=10_000), counters)
     key = gate.authenticate(_bearer())
-    grant = gate.admit(key, "m", {"max_tokens": 700}, stream=True, route="chat", size=36)
+    grant = gate.admit(key, "m", {"max_tokens": 700}, stream=True, route=routes.CHAT, size=36)
     gate.settle(grant, None, True)  # the caller left before the usage chunk
     day = limits.day("tokens_day", T0).key("team")
     assert counters.read([day]) == {day: 36 + OVER + 700}
@@ -241,7 +241,7 @@ def test_a_billed_call_whose_usage_is_an_empty_object_keeps_its_reservation() ->
     counters = limits.MemoryCounters()
     gate = _gate(_key(tokens_per_day=10_000), counters)
     key = gate.authenticate(_bearer())
-    grant = gate.admit(key, "m", {"max_tokens": 700}, stream=False, route="chat", size=36)
+    grant = gate.admit(key, "m", {"max_tokens": 700}, stream=False, route=routes.CHAT, size=36)
     gate.settle(grant, Usage({}), True)  # "usage": {} counts nothing: no usage, not 0 tokens
     day = limits.day("tokens_day", T0).key("team")
     assert counters.read([day]) == {day: 36 + OVER + 700}
@@ -264,7 +264,7 @@ def test_a_call_larger_than_the_whole_limit_is_refused_for_good() -> None:
     gate = _gate(_key(tokens_per_minute=1000), counters)
     key = gate.authenticate(_bearer())
     with pytest.raises(RateLimited) as caught:
-        gate.admit(key, "m", {"max_tokens": 10}, stream=False, route="chat", size=5000)
+        gate.admit(key, "m", {"max_tokens": 10}, stream=False, route=routes.CHAT, size=5000)
     error = caught.value
     assert (error.status, error.type, error.retryable) == (429, "tokens", False)
     assert "retry-after" not in error.headers and "Request too large" in error.message
@@ -275,9 +275,9 @@ def test_a_refused_call_gives_back_what_it_took() -> None:
     counters = limits.MemoryCounters()
     gate = _gate(_key(requests_per_minute=10, max_streams=5, tokens_per_minute=1000), counters)
     key = gate.authenticate(_bearer())
-    held = gate.admit(key, "m", {"max_tokens": 500}, stream=False, route="chat")
+    held = gate.admit(key, "m", {"max_tokens": 500}, stream=False, route=routes.CHAT)
     with pytest.raises(RateLimited):  # 564 fits alone, not beside the first
-        gate.admit(key, "m", {"max_tokens": 500}, stream=True, route="chat")
+        gate.admit(key, "m", {"max_tokens": 500}, stream=True, route=routes.CHAT)
     taken = [limits.minute("requests", T0), limits.streams(600), limits.minute("tokens", T0)]
     counts = counters.read([w.key("team") for w in taken])
     assert [counts[w.key("team")] for w in taken] == [1, 0, held.tokens]
@@ -287,8 +287,8 @@ def test_a_call_the_gateway_failed_gives_its_request_back() -> None:
     counters = limits.MemoryCounters()
     gate = _gate(_key(requests_per_minute=10, max_streams=5), counters)
     key = gate.authenticate(_bearer())
-    served = gate.admit(key, "m", {}, stream=True, route="chat")
-    failed = gate.admit(key, "m", {}, stream=True, route="chat")
+    served = gate.admit(key, "m", {}, stream=True, route=routes.CHAT)
+    failed = gate.admit(key, "m", {}, stream=True, route=routes.CHAT)
     gate.settle(served, Usage({"total_tokens": 5}), True)
     gate.settle(failed, None, False, served=False)  # e.g. the upstream was unreachable
     gate.settle(failed, None, False, served=False)  # once only
@@ -319,9 +319,9 @@ def test_a_stream_slot_outlives_the_stream_it_counts() -> None:
 def test_a_key_cap_is_sent_to_calls_that_name_no_bound() -> None:
     gate = _gate(_key(max_tokens=300, tokens_per_day=10_000))
     key = gate.authenticate(_bearer())
-    named = gate.admit(key, "m", {"max_tokens": 20}, stream=False, route="chat")
-    unnamed = gate.admit(key, "m", {}, stream=False, route="chat")
-    embedding = gate.admit(key, "m", {}, stream=False, route="embeddings")
+    named = gate.admit(key, "m", {"max_tokens": 20}, stream=False, route=routes.CHAT)
+    unnamed = gate.admit(key, "m", {}, stream=False, route=routes.CHAT)
+    embedding = gate.admit(key, "m", {}, stream=False, route=routes.EMBEDDINGS)
     assert (named.output_cap, named.tokens) == (None, OVER + 20)
     assert (unnamed.output_cap, unnamed.tokens) == (300, OVER + 300)
     assert (embedding.output_cap, embedding.tokens) == (None, OVER)
@@ -331,8 +331,8 @@ def test_a_call_naming_no_bound_reserves_the_models_ceiling() -> None:
     table = PriceTable("v1", {"big": Price(0, 0, 0, max_output_tokens=32_000)})
     gate = _gate(_key(tokens_per_day=10**6), prices=table, default_output_tokens=4096)
     key = gate.authenticate(_bearer())
-    assert gate.admit(key, "big", {"n": 2}, stream=False, route="chat").tokens == OVER + 64_000
-    assert gate.admit(key, "small", {}, stream=False, route="chat").tokens == OVER + 4096
+    assert gate.admit(key, "big", {"n": 2}, stream=False, route=routes.CHAT).tokens == OVER + 64_000
+    assert gate.admit(key, "small", {}, stream=False, route=routes.CHAT).tokens == OVER + 4096
 
 
 PRICES = PriceTable(
@@ -347,10 +347,10 @@ def test_a_money_budget_is_reserved_then_settled_at_the_answers_cost() -> None:
         _key(usd_per_day=0.01), counters, prices=PRICES, on_usage=lambda k, u, c: spent.append(c)
     )
     key = gate.authenticate(_bearer())
-    grant = gate.admit(key, "m", {"max_tokens": 500}, stream=False, route="chat", size=936)
+    grant = gate.admit(key, "m", {"max_tokens": 500}, stream=False, route=routes.CHAT, size=936)
     assert grant.cost == (936 + OVER) * 2_000_000 + 500 * 8_000_000  # 0.006 USD
     with pytest.raises(RateLimited) as caught:  # two would cross 0.01 USD
-        gate.admit(key, "m", {"max_tokens": 500}, stream=False, route="chat", size=936)
+        gate.admit(key, "m", {"max_tokens": 500}, stream=False, route=routes.CHAT, size=936)
     assert caught.value.code == "insufficient_quota" and "USD" in caught.value.message
     usage = {"prompt_tokens": 300, "completion_tokens": 100, "total_tokens": 400,
              "prompt_tokens_details": {"cached_tokens": 200}}  # fmt: skip
@@ -365,11 +365,11 @@ def test_a_money_budget_needs_a_price_for_the_model() -> None:
     gate = _gate(_key(usd_per_month=5), prices=PRICES)
     key = gate.authenticate(_bearer())
     with pytest.raises(ModelNotPriced) as caught:
-        gate.admit(key, "other", {}, stream=False, route="chat")
+        gate.admit(key, "other", {}, stream=False, route=routes.CHAT)
     assert (caught.value.status, caught.value.code) == (403, "model_not_priced")
     unpriced = _gate(_key(usd_per_month=5))  # no price table at all
     with pytest.raises(ModelNotPriced):
-        unpriced.admit(key, "m", {}, stream=False, route="chat")
+        unpriced.admit(key, "m", {}, stream=False, route=routes.CHAT)
 
 
 def test_concurrent_streams_are_counted_until_settled() -> None:
@@ -403,7 +403,7 @@ def test_a_call_counts_in_one_batch_only_the_limits_its_key_has() -> None:
     counters = Recorded()
     gate = _gate(_key(requests_per_minute=9, tokens_per_day=10_000, max_streams=3), counters)
     key = gate.authenticate(_bearer())
-    grant = gate.admit(key, "m", {"max_tokens": 100}, stream=True, route="chat", size=36)
+    grant = gate.admit(key, "m", {"max_tokens": 100}, stream=True, route=routes.CHAT, size=36)
     gate.settle(grant, Usage({"total_tokens": 30}), True)
     held = 36 + OVER + 100
     assert counters.batches == [
@@ -413,7 +413,7 @@ def test_a_call_counts_in_one_batch_only_the_limits_its_key_has() -> None:
     counters.batches.clear()
     for gate in (_gate(_key(requests_per_minute=9), counters), _gate(_key(), counters)):
         key = gate.authenticate(_bearer())
-        grant = gate.admit(key, "m", {"max_tokens": 100}, stream=True, route="chat")
+        grant = gate.admit(key, "m", {"max_tokens": 100}, stream=True, route=routes.CHAT)
         gate.settle(grant, Usage({"total_tokens": 30}), True)
     assert counters.batches == [[("requests", 1)]]  # nothing to settle; nothing at all
 
@@ -424,7 +424,7 @@ def test_each_budget_counts_in_its_own_calendar_window() -> None:
     budgets = {"tokens_per_minute": 10**6, "tokens_per_day": 10**7, "tokens_per_month": 10**8,
                "usd_per_day": 50.0, "usd_per_month": 500.0}  # fmt: skip
     gate = _gate(_key(**budgets), counters, prices=PRICES)
-    gate.admit(gate.authenticate(_bearer()), "m", {}, stream=False, route="chat")
+    gate.admit(gate.authenticate(_bearer()), "m", {}, stream=False, route=routes.CHAT)
     at = datetime.fromtimestamp(T0, UTC)
     minute = at.replace(second=0, microsecond=0)
     day = minute.replace(hour=0, minute=0)
@@ -440,11 +440,11 @@ def test_a_refusal_gives_back_every_share_in_one_batch() -> None:
     counters = Recorded()
     gate = _gate(_key(requests_per_minute=1, tokens_per_minute=1000), counters)
     key = gate.authenticate(_bearer())
-    gate.admit(key, "m", {"max_tokens": 10}, stream=False, route="chat")
+    gate.admit(key, "m", {"max_tokens": 10}, stream=False, route=routes.CHAT)
     with pytest.raises(RateLimited, match="requests per minute"):
-        gate.admit(key, "m", {"max_tokens": 10}, stream=False, route="chat")
+        gate.admit(key, "m", {"max_tokens": 10}, stream=False, route=routes.CHAT)
     with pytest.raises(RateLimited, match="Request too large"):  # refused before counting
-        gate.admit(key, "m", {"max_tokens": 5000}, stream=False, route="chat")
+        gate.admit(key, "m", {"max_tokens": 5000}, stream=False, route=routes.CHAT)
     want = OVER + 10
     assert counters.batches == [
         [("requests", 1), ("tokens", want)],

@@ -15,6 +15,7 @@ import pytest
 from app.core.config import Settings
 from app.core.errors import ClientTooSlow, UpstreamEventTooLarge, UpstreamProtocolError
 from app.observe.metrics import Metrics
+from app.request import routes
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Reading, Upstream, UpstreamRequest
 from app.upstream.retry import Deadline
@@ -57,8 +58,12 @@ def _exchange(raw: Streamed, **reading: Any) -> tuple[Any, Upstream, Metrics]:
     metrics = Metrics(multiproc_dir="")
     upstream = Upstream(Settings(), [UpstreamSpec("a", "http://a.test/v1")], metrics=metrics,
                         transport=Answering(raw))  # fmt: skip
-    req = UpstreamRequest("POST", "/chat/completions", "", {}, b"{}", stream=True, route="chat")
-    exchange = upstream.exchange(req, Deadline.start(60), Reading(1 << 20, route="chat", **reading))
+    req = UpstreamRequest(
+        "POST", "/chat/completions", "", {}, b"{}", stream=True, route=routes.CHAT
+    )
+    exchange = upstream.exchange(
+        req, Deadline.start(60), Reading(1 << 20, route=routes.CHAT, **reading)
+    )
     return exchange, upstream, metrics
 
 

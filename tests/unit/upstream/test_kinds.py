@@ -11,6 +11,7 @@ import urllib3
 
 from app.core.errors import ModelNotServed, UpstreamReset
 from app.dialects import gemini, messages
+from app.request import routes
 from app.upstream import catalog
 from app.upstream.attempts import Attempts
 from app.upstream.catalog import ConfigError, UpstreamSpec, load
@@ -58,25 +59,26 @@ def test_each_kind_serves_its_routes() -> None:
         UpstreamSpec(kind, "https://x/v1", kind=kind) for kind in ("openai", "anthropic", "gemini")
     )
     for route, path in [("chat", "/chat/completions"), ("messages", "/messages")]:
-        assert all(s.speaks(route, path) for s in (openai, claude, gemini))
+        assert all(s.speaks(routes.of_name(route), path) for s in (openai, claude, gemini))
     for route, path in [("embeddings", "/embeddings"), ("passthrough", "/models")]:
-        assert openai.speaks(route, path)
-        assert not claude.speaks(route, path) and not gemini.speaks(route, path)
-    assert claude.speaks("count_tokens", "/messages/count_tokens")
-    assert not openai.speaks("count_tokens", "/messages/count_tokens")
-    assert not gemini.speaks("count_tokens", "/messages/count_tokens")
-    assert claude.speaks("passthrough", "/messages/batches")
+        assert openai.speaks(routes.of_name(route), path)
+        assert not claude.speaks(routes.of_name(route), path)
+        assert not gemini.speaks(routes.of_name(route), path)
+    assert claude.speaks(routes.COUNT_TOKENS, "/messages/count_tokens")
+    assert not openai.speaks(routes.COUNT_TOKENS, "/messages/count_tokens")
+    assert not gemini.speaks(routes.COUNT_TOKENS, "/messages/count_tokens")
+    assert claude.speaks(routes.PASSTHROUGH, "/messages/batches")
 
 
 def test_a_model_served_only_by_another_kind_is_a_clear_404_on_other_routes() -> None:
     specs = [UpstreamSpec("claude", "https://x/v1", kind="anthropic", models=("claude-x",))]
     attempts = Attempts.__new__(Attempts)
     attempts.specs = specs
-    attempts.check_serves("claude-x", "chat", "/chat/completions")  # served
+    attempts.check_serves("claude-x", routes.CHAT, "/chat/completions")  # served
     with pytest.raises(ModelNotServed, match=r"\(anthropic\) do not serve /v1/embeddings"):
-        attempts.check_serves("claude-x", "embeddings", "/embeddings")
+        attempts.check_serves("claude-x", routes.EMBEDDINGS, "/embeddings")
     with pytest.raises(ModelNotServed, match="No upstream serves the model 'gpt-x'"):
-        attempts.check_serves("gpt-x", "chat", "/chat/completions")
+        attempts.check_serves("gpt-x", routes.CHAT, "/chat/completions")
 
 
 def test_the_404_names_the_kinds_that_serve_the_route() -> None:
@@ -85,20 +87,20 @@ def test_the_404_names_the_kinds_that_serve_the_route() -> None:
     attempts = Attempts.__new__(Attempts)
     attempts.specs = [UpstreamSpec("o", "https://x/v1", models=("gpt-x",))]
     with pytest.raises(ModelNotServed) as caught:
-        attempts.check_serves("gpt-x", "count_tokens", "/messages/count_tokens")
+        attempts.check_serves("gpt-x", routes.COUNT_TOKENS, "/messages/count_tokens")
     assert caught.value.message == (
         "The upstreams that serve 'gpt-x' (openai) do not serve /v1/messages/count_tokens: "
         "only Anthropic upstreams serve it."
     )
     attempts.specs = [UpstreamSpec("g", "https://x/v1", kind="gemini")]
     with pytest.raises(ModelNotServed) as caught:
-        attempts.check_serves(None, "passthrough", "/messages/batches")
+        attempts.check_serves(None, routes.PASSTHROUGH, "/messages/batches")
     assert caught.value.message == (
         "The upstreams (gemini) do not serve /v1/messages/batches: only OpenAI-compatible "
         "and Anthropic upstreams serve it."
     )
     with pytest.raises(ModelNotServed) as caught:
-        attempts.check_serves(None, "embeddings", "/embeddings")
+        attempts.check_serves(None, routes.EMBEDDINGS, "/embeddings")
     assert caught.value.message == (
         "The upstreams (gemini) do not serve /v1/embeddings: only OpenAI-compatible "
         "upstreams serve it; Anthropic and Gemini ones serve chat and messages."
@@ -107,19 +109,19 @@ def test_the_404_names_the_kinds_that_serve_the_route() -> None:
 
 def test_candidates_leave_out_the_kinds_that_do_not_speak_the_route() -> None:
     specs = [UpstreamSpec(k, "https://x/v1", kind=k) for k in ("openai", "anthropic", "gemini")]
-    speaking = [s for s in specs if s.speaks("embeddings", "/embeddings")]
+    speaking = [s for s in specs if s.speaks(routes.EMBEDDINGS, "/embeddings")]
     order = catalog.candidates(speaking, "m", allowed=lambda _: True, rand=lambda: 0.0)
     assert [s.name for s in order] == ["openai"]
 
 
 def test_no_translation_between_the_same_dialects() -> None:
-    assert translation_for("openai", "chat") is None
-    assert translation_for("anthropic", "messages") is None
-    assert translation_for("anthropic", "count_tokens") is None
-    assert translation_for("openai", "embeddings") is None
-    assert translation_for("anthropic", "chat") is not None
-    assert translation_for("openai", "messages") is not None
-    assert translation_for("gemini", "messages") is not None
+    assert translation_for("openai", routes.CHAT) is None
+    assert translation_for("anthropic", routes.MESSAGES) is None
+    assert translation_for("anthropic", routes.COUNT_TOKENS) is None
+    assert translation_for("openai", routes.EMBEDDINGS) is None
+    assert translation_for("anthropic", routes.CHAT) is not None
+    assert translation_for("openai", routes.MESSAGES) is not None
+    assert translation_for("gemini", routes.MESSAGES) is not None
 
 
 def test_the_callers_credential_moves_to_the_upstreams_header() -> None:

@@ -18,7 +18,7 @@ from app.upstream.catalog import (
     from_environment,
     load,
     prices_of,
-    route_id,
+    serving_id,
 )
 from app.upstream.hedge import HedgePolicy
 from app.upstream.transport import UpstreamRequest, _prepare
@@ -117,8 +117,8 @@ def test_open_breakers_go_last_unless_all_are_open() -> None:
 
 
 def test_route_id_names_every_base_url_serving_the_model() -> None:
-    assert route_id([A, B, C], "m") == "http://a/v1,http://b/v1,http://c/v1"
-    assert route_id([A, B, C], "n") == "http://b/v1,http://c/v1"
+    assert serving_id([A, B, C], "m") == "http://a/v1,http://b/v1,http://c/v1"
+    assert serving_id([A, B, C], "n") == "http://b/v1,http://c/v1"
 
 
 # -- one upstream's request ----------------------------------------------------------------
