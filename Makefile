@@ -66,14 +66,17 @@ bench-smoke: setup-test
 nginx-conf: setup
 	@$(PY) -m runner.nginx
 
-# Mutation testing of the pure modules (not part of `make test` / CI): mutmut from
-# requirements-mutate.txt, a fresh run each time, then the score per module, written into
-# docs/mutation.md's Result table; fails when a survivor is not argued equivalent there.
+# Mutation testing of the pure modules (not run by `make test` / CI): mutmut from
+# requirements-mutate.txt, a fresh run each time (the modules' hashes taken at its start),
+# then the score per module, written into docs/mutation.md's Result table with those hashes;
+# fails when a survivor is not argued equivalent there. CI's unit tests fail when a module
+# differs from the hash recorded (`scripts/mutation_score.py --check`).
 # Config: [tool.mutmut] in pyproject.toml.
 MUTATE_CHILDREN ?= 1
 mutate: setup
 	$(PY) -m pip install -q -r requirements-mutate.txt
 	rm -rf mutants
+	$(PY) scripts/mutation_score.py --snapshot
 	$(PY) -m mutmut run --max-children $(MUTATE_CHILDREN)
 	@echo
 	@$(PY) scripts/mutation_score.py --write-doc

@@ -10,16 +10,27 @@ mutant at all (renumbered after an edit), and every mutant the run did not check
 
 With --write-doc, the "Result" table of docs/mutation.md (between the two marker comments)
 is rewritten from the run: the table is the run's, never typed by hand. A partial run
-(mutants not checked, as after `mutmut run 'llmgate_wire.sse*'` on a fresh mutants/) is refused.
+(mutants not checked, as after `mutmut run 'llmgate_wire.sse*'` on a fresh mutants/, or a
+module with no result at all) is refused, and so is a run whose sources were not snapshot at
+its start (--snapshot, which `make mutate` runs after emptying mutants/) or changed since.
+Under the table it records the SHA-256 of each module the run mutated, only when the run
+left nothing to do: that record is what --check, and the unit test of CI that calls it,
+hold the modules to.
+
+--check (no mutmut result needed): whether docs/mutation.md records a clean run of the
+modules as they are now: every module of only_mutate recorded, none other, each with the
+hash of its current contents. Exit status 1, naming each module and what to do, when not.
 
 Exit status: 0 when nothing is left to do; 2 when work is left (listed); 1 when there is no
-result to read, or --write-doc meets a partial run or a doc without the markers. Stdlib only.
+result to read, or --write-doc meets a partial run or a doc without the markers, or --check
+finds the record out of date. Stdlib only.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import importlib.metadata
 import json
 import platform
@@ -31,22 +42,73 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "mutation.md"
+SNAPSHOT = Path("mutants") / "sources.json"  # under the root: the sources at the run's start
 KILLED = {1, 3, 24, -24, 152, 255, 36}  # mutmut: killed, pytest internal error, timeouts
 SURVIVED = {0}
 BEGIN = "<!-- mutation-score:begin (scripts/mutation_score.py --write-doc) -->"
 END = "<!-- mutation-score:end -->"
 _EQUIVALENT = re.compile(r"^\s*[-*]\s+`((?:app|llmgate_wire)\.[\w.ǁ]+__mutmut_\d+)`", re.MULTILINE)
+_SOURCE = re.compile(r"^- `([\w/.]+\.py)` sha256 `([0-9a-f]{64})`$", re.MULTILINE)
+SOURCES_HEAD = "The modules as this run mutated them (SHA-256 of each file, checked by `--check`):"
+NO_SOURCES = (
+    "No modules recorded: this run left work (the script's lists), so `--check` fails until "
+    "a run leaves none."
+)
+REMEDY = (
+    "Run `make mutate` (MUTATE_CHILDREN=2 make mutate: 15 minutes or more on 2 cores), kill or "
+    "argue in docs/mutation.md every survivor it lists until it exits 0, and commit the "
+    "docs/mutation.md it rewrites (the Result table and the modules' SHA-256 under it)."
+)
 
 
 def equivalent_names(doc_text: str) -> set[str]:
     return set(_EQUIVALENT.findall(doc_text))
 
 
+def mutated_modules(root: Path) -> list[str]:
+    """The modules mutmut mutates: [tool.mutmut] only_mutate of pyproject.toml."""
+    config = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))["tool"]["mutmut"]
+    return list(config["only_mutate"])
+
+
+def source_hashes(root: Path, paths: list[str]) -> dict[str, str]:
+    """The SHA-256 of each file's bytes, by its path under ``root``."""
+    return {path: hashlib.sha256((root / path).read_bytes()).hexdigest() for path in paths}
+
+
+def recorded_sources(doc_text: str) -> dict[str, str]:
+    """The modules and hashes the last clean run recorded in the doc's Result block."""
+    begin, end = doc_text.find(BEGIN), doc_text.find(END)
+    return dict(_SOURCE.findall(doc_text[begin:end])) if 0 <= begin < end else {}
+
+
+def out_of_date(root: Path, doc_text: str) -> list[str]:
+    """What makes the doc's record not a clean run of the modules as they are (empty: none).
+    Each line names a module, or says that no clean run is recorded at all."""
+    recorded = recorded_sources(doc_text)
+    if not recorded:
+        return ["docs/mutation.md records no clean run (none, or the last one left work)"]
+    modules = mutated_modules(root)
+    problems = [
+        f"{path}: in [tool.mutmut] only_mutate, not in the recorded run"
+        for path in modules
+        if path not in recorded
+    ]
+    problems += [
+        f"{path}: in the recorded run, no longer in [tool.mutmut] only_mutate"
+        for path in recorded
+        if path not in modules
+    ]
+    for path, digest in source_hashes(root, [p for p in modules if p in recorded]).items():
+        if digest != recorded[path]:
+            problems.append(f"{path}: changed since the recorded run (its mutants were not run)")
+    return problems
+
+
 def module_results(root: Path) -> dict[str, dict[str, int | None]]:
     """Exit code by mutant name, per mutated module (None: not checked by the run)."""
-    config = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))["tool"]["mutmut"]
     results: dict[str, dict[str, int | None]] = {}
-    for path in config["only_mutate"]:
+    for path in mutated_modules(root):
         meta = root / "mutants" / (path + ".meta")
         if meta.exists():
             results[path] = json.loads(meta.read_text("utf-8"))["exit_code_by_key"]
@@ -134,8 +196,9 @@ def report(result: Tally) -> list[str]:
     return lines
 
 
-def doc_block(result: Tally, day: datetime.date) -> list[str]:
-    """The markdown between the markers: when and with what, then the table."""
+def doc_block(result: Tally, day: datetime.date, sources: dict[str, str]) -> list[str]:
+    """The markdown between the markers: when and with what, the table, then the modules'
+    hashes (``sources``) when the run left nothing to do."""
     try:
         mutmut = importlib.metadata.version("mutmut")
     except importlib.metadata.PackageNotFoundError:
@@ -156,6 +219,12 @@ def doc_block(result: Tally, day: datetime.date) -> list[str]:
             f"| {name} | {s.mutants} | {s.killed} | {s.equivalent} | {s.open} "
             f"| {_pct(s.killed, s.mutants)} | {_pct(s.killed, non_eq)} ({s.killed}/{non_eq}) |"
         )
+    lines.append("")
+    if result.work_left:
+        lines.append(NO_SOURCES)
+    else:
+        lines += [SOURCES_HEAD, ""]
+        lines += [f"- `{path}` sha256 `{digest}`" for path, digest in sources.items()]
     return [*lines, END]
 
 
@@ -167,23 +236,65 @@ def with_block(doc_text: str, block: list[str]) -> str:
     return doc_text[:begin] + "\n".join(block) + doc_text[end + len(END) :]
 
 
+def snapshot(root: Path) -> None:
+    """The modules' hashes at the start of a run, for --write-doc to record (and to check
+    that none changed while the run went on)."""
+    path = root / SNAPSHOT
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(source_hashes(root, mutated_modules(root)), indent=1), "utf-8")
+
+
+def _refusal(root: Path, results: dict[str, dict[str, int | None]], result: Tally) -> str | None:
+    """Why --write-doc must not write this run, or None."""
+    modules = mutated_modules(root)
+    missing = [path for path in modules if path not in results]
+    if result.unchecked or missing:
+        return "A partial run" + (f" (no result for {', '.join(missing)})" if missing else "")
+    try:
+        started = json.loads((root / SNAPSHOT).read_text("utf-8"))
+    except FileNotFoundError:
+        return f"No {SNAPSHOT} (the sources at the run's start): not a `make mutate` run"
+    changed = [p for p, h in source_hashes(root, modules).items() if started.get(p) != h]
+    if changed or set(started) != set(modules):
+        return f"The sources changed since the run started ({', '.join(changed) or 'the list'})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write-doc", action="store_true", help="rewrite the Result table")
+    parser.add_argument(
+        "--snapshot", action="store_true", help="record the sources at a run's start"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="is the doc's run of the modules as they are?"
+    )
     args = parser.parse_args(argv)
+    doc_text = DOC.read_text("utf-8") if DOC.exists() else ""
+    if args.snapshot:
+        snapshot(ROOT)
+        return 0
+    if args.check:
+        problems = out_of_date(ROOT, doc_text)
+        if problems:
+            print("\n".join(["The mutation run is out of date:", *problems, REMEDY]))
+            return 1
+        print("docs/mutation.md records a clean run of the modules as they are.")
+        return 0
     results = module_results(ROOT)
     if not results:
         print("No mutmut results in mutants/: run `make mutate` first.", file=sys.stderr)
         return 1
-    doc_text = DOC.read_text("utf-8") if DOC.exists() else ""
     result = tally(results, equivalent_names(doc_text))
     print("\n".join(report(result)))
     if args.write_doc:
-        if result.unchecked:
-            print("\nA partial run: docs/mutation.md left as it was.", file=sys.stderr)
+        refusal = _refusal(ROOT, results, result)
+        if refusal:
+            print(f"\n{refusal}: docs/mutation.md left as it was.", file=sys.stderr)
             return 1
+        sources = source_hashes(ROOT, mutated_modules(ROOT))
         try:
-            new_text = with_block(doc_text, doc_block(result, datetime.date.today()))
+            new_text = with_block(doc_text, doc_block(result, datetime.date.today(), sources))
         except ValueError as exc:
             print(f"\n{exc}", file=sys.stderr)
             return 1

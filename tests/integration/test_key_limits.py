@@ -37,6 +37,7 @@ KEYS = {
     "usd": "usd_per_day = 2.5",
     "responder": "tokens_per_day = 1000000",
     "capped": "max_tokens = 7\ntokens_per_day = 1000000",
+    "edge": "tokens_per_day = 1000",
 }
 # USD per million tokens: dear on purpose, so a few calls reach a budget of 2.5 USD.
 PRICE_IN, PRICE_OUT = 1000.0, 2000.0
@@ -246,6 +247,23 @@ def test_each_call_has_a_receipt_in_its_log_line(limited) -> None:
     usage = answer["usage"]
     expected = (usage["prompt_tokens"] * PRICE_IN + usage["completion_tokens"] * PRICE_OUT) / 1e6
     assert line["cost_usd"] == pytest.approx(expected)
+
+
+def test_a_call_reserving_exactly_a_fresh_budget_is_admitted_and_one_token_more_is_not(
+    limited,
+) -> None:
+    # The reservation worked out here as docs/security.md states it: the body's bytes, 64
+    # tokens, the call's max_tokens. A call that lands on the budget exactly is admitted.
+    prompt = chat_about("land on the edge")
+    size = len(json.dumps({**prompt, "max_tokens": 100}).encode())
+    exact = 1000 - size - 64
+    assert len(json.dumps({**prompt, "max_tokens": exact}).encode()) == size  # 3 digits both
+    over = post(limited.url, "edge", {**prompt, "max_tokens": exact + 1})
+    assert over.status == 429, over.data
+    assert "Request too large" in json.loads(over.data)["error"]["message"]
+    assert usage_of(limited, "edge")["tokens_today"] == 0  # refused before counting
+    resp = post(limited.url, "edge", {**prompt, "max_tokens": exact})
+    assert resp.status == 200, resp.data
 
 
 def test_a_keys_cap_is_sent_to_a_call_that_names_none(limited, sim) -> None:

@@ -144,6 +144,30 @@ def test_a_mid_stream_overload_is_the_sdks_overloaded_error(client) -> None:
                                                             "message": "Overloaded"}}  # fmt: skip
 
 
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+def test_the_gateways_own_mid_stream_error_is_anthropics_error_event(door_gw, client, kind) -> None:
+    # The simulator resets the connection after two pieces: the 200 and the first events
+    # have left, so the gateway itself ends the stream, with Anthropic's `error` event (a
+    # relayed stream and a translated one alike).
+    fault = {"x-sim-fault": "reset", "x-sim-reset-after": "2"}
+    body = {"model": f"m-{kind}", "max_tokens": 100, "messages": MESSAGES, "stream": True}
+    status, raw = _raw(door_gw.url, body, **fault)
+    assert status == 200 and raw.startswith(b"event: message_start\n"), raw[:200]
+    head, sep, last = raw.rstrip(b"\n").rpartition(b"\n\n")
+    assert sep and b"event: content_block_delta\n" in head, raw
+    assert last.startswith(b"event: error\ndata: {"), last
+    error = json.loads(last.removeprefix(b"event: error\ndata: "))
+    assert error["type"] == "error" and error["error"]["type"] == "api_error", last
+    assert error["error"]["message"].startswith("Upstream broke off the response"), last
+    with pytest.raises(anthropic.APIStatusError) as caught, client.messages.stream(
+        model=f"m-{kind}", max_tokens=100, messages=MESSAGES, extra_headers=fault
+    ) as events:  # fmt: skip
+        for _ in events:
+            pass
+    assert isinstance(caught.value.body, dict), caught.value
+    assert caught.value.body["error"]["type"] == "api_error"
+
+
 def test_errors_on_this_door_are_anthropics_shape(door_gw) -> None:
     cases = [
         ({"model": "m-openai", "max_tokens": 5}, {}, 400, "invalid_request_error"),

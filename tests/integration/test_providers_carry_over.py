@@ -16,7 +16,7 @@ import urllib3
 
 from tests.support.keys_file import keys_toml
 from tests.support.kinds import KINDS, kinds_toml
-from tests.support.sim import sim_stats, start_simulator
+from tests.support.sim import sim_requests, sim_stats, start_simulator
 from tests.support.stack import UPSTREAM, config_stack
 
 MESSAGES: Any = [{"role": "user", "content": "hi"}]
@@ -85,6 +85,21 @@ def test_on_the_messages_door_an_anthropic_529_fails_over_too(failover_gw, carry
     assert resp.status == 200 and resp.headers[UPSTREAM] == "oai"
     assert json.loads(resp.data)["type"] == "message"
     assert _since(carry_sim, before) == {"openai": 1, "anthropic": 1, "gemini": 0}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_field_the_first_kind_cannot_carry_goes_to_the_next_upstream(
+    failover_gw, carry_sim, stream
+) -> None:
+    """``n=2`` is refused by the Anthropic upstream's translation before anything is sent
+    (``unsupported_by_upstream``); the OpenAI upstream after it takes the call as it is."""
+    before = _dialects(carry_sim)
+    resp = failover_gw.post("/v1/chat/completions", {"model": "m", "messages": MESSAGES,
+                                                      "n": 2, "stream": stream})  # fmt: skip
+    assert resp.status == 200 and resp.headers[UPSTREAM] == "oai", resp.data
+    assert b"[DONE]" in resp.data if stream else json.loads(resp.data)["choices"]
+    assert _since(carry_sim, before) == {"openai": 1, "anthropic": 0, "gemini": 0}
+    assert sim_requests(carry_sim)[-1]["body"]["n"] == 2
 
 
 def test_no_failover_after_the_first_byte(failover_gw, carry_sim) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Callable
 
 import pytest
 
@@ -68,3 +69,28 @@ def test_unreadable_bytes_say_why_they_are_a_miss() -> None:
     missing = zlib.compress(json.dumps({"created": 1}).encode())
     with pytest.raises(EntryError, match=r"^unreadable entry: 'body'$"):
         Entry.from_bytes(b"LGE1" + missing)
+
+
+def test_made_calls_make_once_per_form_while_keep_says_keep() -> None:
+    """What a replay makes of an entry (app/cache/replay.py: its events in a route's shape,
+    its body) is made the first time it is asked for and kept on the entry, unless ``keep``
+    says not to keep that value (too large, say); a ``make`` that raises keeps nothing."""
+    entry = Entry(1.0, 2.0, 3, 200, "application/json", body=b"{}")
+    calls: list[str] = []
+
+    def make(value: str) -> Callable[[], str]:
+        def made() -> str:
+            calls.append(value)
+            return value
+
+        return made
+
+    assert entry.made("a", make("A"), lambda v: v == "A") == "A"
+    assert entry.made("a", make("other"), lambda v: True) == "A"  # kept: not made again
+    assert entry.made("b", make("B"), lambda v: v == "A") == "B"  # not kept ...
+    assert entry.made("b", make("B2"), lambda v: False) == "B2"  # ... so made again
+    assert calls == ["A", "B", "B2"]
+    with pytest.raises(ZeroDivisionError):
+        entry.made("c", lambda: 1 // 0, lambda v: True)
+    assert entry.made("c", make("C"), lambda v: True) == "C"
+    assert entry == Entry(1.0, 2.0, 3, 200, "application/json", body=b"{}")  # not compared

@@ -38,3 +38,35 @@ def test_made_up_names_beyond_the_bound_are_spelled_but_not_kept(monkeypatch) ->
     environ = {f"HTTP_X_MADE_UP_{i}": "v" for i in range(10)}
     assert [name for name, _ in environ_headers(environ)] == [f"X-Made-Up-{i}" for i in range(10)]
     assert len(headers._ENVIRON_NAMES) == 3
+
+
+def test_a_new_workers_first_call_spells_every_name_as_werkzeug_does(monkeypatch) -> None:
+    # The names are remembered per worker, so only a worker's first calls spell them: here
+    # with nothing remembered yet, then remembered.
+    monkeypatch.setattr(headers, "_ENVIRON_NAMES", {})
+    environ = {key: f"v{i}" for i, key in enumerate(SERVER_KEYS + BODY_KEYS)}
+    environ |= {"HTTP_X_API_KEY": "k", "HTTP_ACCEPT": ""}
+    expected = list(EnvironHeaders(environ).items())
+    assert [name for name, _ in expected] == ["Content-Type", "Content-Length", "X-Api-Key",
+                                              "Accept"]  # fmt: skip
+    assert environ_headers(environ) == expected
+    assert environ_headers(environ) == expected
+    assert len(headers._ENVIRON_NAMES) == len(environ)
+
+
+def test_each_key_is_spelled_once_per_worker(monkeypatch) -> None:
+    # What the list saves over Werkzeug's: a name is spelled the first time its key is seen,
+    # then remembered (every call of a worker brings the same few keys).
+    monkeypatch.setattr(headers, "_ENVIRON_NAMES", {})
+    spelled: list[str] = []
+    spell = headers._environ_name
+
+    def counted(key: str) -> str:
+        spelled.append(key)
+        return spell(key)
+
+    monkeypatch.setattr(headers, "_environ_name", counted)
+    environ = {"CONTENT_TYPE": "application/json", "HTTP_X_API_KEY": "k", "PATH_INFO": "/v1"}
+    for _ in range(3):
+        assert environ_headers(environ) == list(EnvironHeaders(environ).items())
+    assert spelled == list(environ)

@@ -138,3 +138,24 @@ def test_stream_must_be_a_boolean(stream: object) -> None:
 )
 def test_wants_usage_only_for_include_usage_true(body: dict, expected: bool) -> None:
     assert schema.wants_usage(body) is expected
+
+
+# --- model_of --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"model": "gpt-4o-mini", "messages": []}, "gpt-4o-mini"),
+        ({"model": "x" * 300}, "x" * 300),  # whole: the log's copy is the one cut short
+        ({"model": ""}, ""),
+        ({"model": 4}, None),
+        ({"model": ["gpt-4o"]}, None),
+        ({"model": None}, None),
+        ({"MODEL": "gpt-4o"}, None),
+        ({}, None),
+        (None, None),  # a call whose body is not read (a passthrough route)
+    ],
+)
+def test_model_of_is_the_models_string_whole_else_none(body, expected) -> None:
+    assert schema.model_of(body) == expected

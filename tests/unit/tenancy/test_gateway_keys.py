@@ -361,6 +361,40 @@ def test_a_money_budget_is_reserved_then_settled_at_the_answers_cost() -> None:
     assert gate.usage()["keys"][0]["usd_today"] == pytest.approx(0.0011)
 
 
+# Each call below reserves 1,500 tokens (936 bytes, the overhead, 500 output) and costs at most
+# 0.006 USD (1,000 prompt tokens at 2e6 picodollars, 500 output at 8e6): two land on 3,000
+# tokens or 0.012 USD.
+@pytest.mark.parametrize(
+    ("budget", "exact", "short", "used"),
+    [
+        ("tokens_per_minute", 3000, 2999, "(1500 tokens used, 1500 tokens held for this call)"),
+        ("tokens_per_day", 3000, 2999, "(1500 tokens used, 1500 tokens held for this call)"),
+        ("tokens_per_month", 3000, 2999, "(1500 tokens used, 1500 tokens held for this call)"),
+        ("usd_per_day", 0.012, 0.011999999999, "(0.006000 USD used, 0.006000 USD held"),
+        ("usd_per_month", 0.012, 0.011999999999, "(0.006000 USD used, 0.006000 USD held"),
+    ],
+)
+def test_a_budget_admits_the_call_that_lands_exactly_on_it_not_one_unit_more(
+    budget, exact, short, used
+) -> None:
+    call = {"max_tokens": 500}
+    assert 936 + OVER + 500 == 1500
+    gate = _gate(_key(**{budget: exact}), prices=PRICES)
+    key = gate.authenticate(_bearer())
+    gate.admit(key, "m", call, stream=False, route="chat", size=936)
+    second = gate.admit(key, "m", call, stream=False, route="chat", size=936)  # exactly full
+    if budget == "tokens_per_minute":
+        assert dict(second.headers)["x-ratelimit-remaining-tokens"] == "0"
+    with pytest.raises(RateLimited):  # full: even a call reserving nothing is refused
+        gate.admit(key, "m", None, stream=False)
+    gate = _gate(_key(**{budget: short}), prices=PRICES)  # one token, one picodollar less
+    key = gate.authenticate(_bearer())
+    gate.admit(key, "m", call, stream=False, route="chat", size=936)
+    with pytest.raises(RateLimited) as caught:
+        gate.admit(key, "m", call, stream=False, route="chat", size=936)
+    assert used in caught.value.message
+
+
 def test_a_money_budget_needs_a_price_for_the_model() -> None:
     gate = _gate(_key(usd_per_month=5), prices=PRICES)
     key = gate.authenticate(_bearer())

@@ -243,6 +243,20 @@ def test_opens_on_the_error_rate_over_the_window() -> None:
     assert b.state == OPEN  # 4 of 7
 
 
+def test_a_failure_that_brings_the_rate_exactly_to_the_threshold_does_not_open() -> None:
+    """The rate is judged when a call fails: here the failure that makes it exactly half
+    (``error_rate``, 0.5), of 6 calls (``window_min``) and then of a full window of 10."""
+    b = Breaker(POLICY)
+    for failed in [False, True, False, True, False, True]:
+        b = b.record(failed, 0)
+    assert (b.state, b.consecutive, b.recent.count(True)) == (CLOSED, 1, 3)  # 3 of 6
+    for failed in [False, True, False, True]:
+        b = b.record(failed, 0)
+    assert (b.state, len(b.recent), b.recent.count(True)) == (CLOSED, 10, 5)  # 5 of 10
+    b = b.record(True, 0)  # 6 of 10 (the oldest, a success, left); 2 in a row, not 3
+    assert (b.state, b.openings) == (OPEN, 1)
+
+
 def test_a_success_resets_the_consecutive_count_and_late_results_do_not_reopen() -> None:
     b = _fail(Breaker(POLICY), 2).record(False, 0)
     assert _fail(b, 2).state == CLOSED

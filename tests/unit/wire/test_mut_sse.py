@@ -185,3 +185,60 @@ def test_whole_events_then_the_start_of_the_next_in_a_later_chunk(tail: bytes) -
     assert _data(decoder.feed(b"data: 1\n\n")) == ["1"]
     assert _data(decoder.feed(b"data: XX\n\n" + tail)) == ["XX"]
     assert decoder.close() == tail
+
+
+# The most usual chunk of all, one event of one `data:` line (a token), has a path of its own:
+# the same event as the general path (the stream fed a byte at a time), its size limit too.
+
+
+def test_a_one_line_data_chunk_of_exactly_the_limit_passes_one_byte_more_does_not() -> None:
+    at = b"data: " + b"a" * 10 + b"\n\n"
+    decoder = sse.Decoder(max_event_bytes=len(at))
+    assert _data(decoder.feed(b"data: 1\n\n")) == ["1"]  # the first chunk: the BOM's check
+    assert [(e.raw, e.data) for e in decoder.feed(at)] == [(at, "a" * 10)]
+    with pytest.raises(sse.EventTooLarge) as caught:
+        decoder.feed(b"data: " + b"b" * 11 + b"\n\n")
+    error = caught.value
+    assert (error.limit, error.events, str(error)) == (
+        len(at),
+        [],
+        f"an event is larger than {len(at)} bytes",
+    )
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        b"DATA: b\n\n",  # field names are case-sensitive: an unknown field, no data
+        b"data: b\n\n\n",  # a blank line more: an empty event after it
+        b"data: b\n\n",
+        b"data: \xff\n\n",
+        b"data:b\n\n",
+    ],
+)
+def test_a_one_line_chunk_means_what_it_means_to_the_general_path(chunk: bytes) -> None:
+    first = b"data: 1\n\n"
+    fast, rest = decode([first, chunk])
+    general, general_rest = decode([bytes([b]) for b in first + chunk])
+    assert fast == general and rest == general_rest == b""
+
+
+# --- a resumable stream's ids (docs/streams.md) ------------------------------------------
+
+
+@pytest.mark.parametrize("raw", [b"data: x\n\n", b"\ndata: x\n\n", b"\r\ndata: x\n\n"])
+def test_with_id_puts_an_id_line_in_front_and_split_id_takes_it_off(raw: bytes) -> None:
+    tagged = sse.with_id(raw, "S:3")
+    assert tagged == b"id: S:3\ndata: x\n\n"  # a leading line end (half a CRLF) dropped
+    (event,) = sse.Decoder().feed(tagged)
+    assert (event.id, event.data) == ("S:3", "x")
+    assert sse.split_id(tagged) == (b"id: S:3\n", b"data: x\n\n")
+
+
+def test_with_id_keeps_every_other_leading_byte_and_split_id_leaves_an_event_without_one() -> None:
+    for line in (b"XY: z\n", b" x\n", b"\t\x0bx\n"):  # fields no reader knows: kept as sent
+        assert sse.with_id(line + b"data: x\n\n", "S:1") == b"id: S:1\n" + line + b"data: x\n\n"
+    assert sse.with_id(b"data: x\r\n\r\n", "é") == "id: é\ndata: x\r\n\r\n".encode()
+    for raw in (b"data: x\n\n", b"data: id: 1\n\n", b"", b"id"):
+        assert sse.split_id(raw) == (b"", raw)
+    assert sse.split_id(b"id: 1\nid: 2\n\n") == (b"id: 1\n", b"id: 2\n\n")
