@@ -381,17 +381,17 @@ def test_a_budget_admits_the_call_that_lands_exactly_on_it_not_one_unit_more(
     assert 936 + OVER + 500 == 1500
     gate = _gate(_key(**{budget: exact}), prices=PRICES)
     key = gate.authenticate(_bearer())
-    gate.admit(key, "m", call, stream=False, route="chat", size=936)
-    second = gate.admit(key, "m", call, stream=False, route="chat", size=936)  # exactly full
+    gate.admit(key, "m", call, stream=False, route=routes.CHAT, size=936)
+    second = gate.admit(key, "m", call, stream=False, route=routes.CHAT, size=936)  # exactly full
     if budget == "tokens_per_minute":
         assert dict(second.headers)["x-ratelimit-remaining-tokens"] == "0"
     with pytest.raises(RateLimited):  # full: even a call reserving nothing is refused
         gate.admit(key, "m", None, stream=False)
     gate = _gate(_key(**{budget: short}), prices=PRICES)  # one token, one picodollar less
     key = gate.authenticate(_bearer())
-    gate.admit(key, "m", call, stream=False, route="chat", size=936)
+    gate.admit(key, "m", call, stream=False, route=routes.CHAT, size=936)
     with pytest.raises(RateLimited) as caught:
-        gate.admit(key, "m", call, stream=False, route="chat", size=936)
+        gate.admit(key, "m", call, stream=False, route=routes.CHAT, size=936)
     assert used in caught.value.message
 
 
