@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs
 
 from app.cache.keys import tenant_of
-from app.cache.memcached import Unavailable
 from app.cache.policy import STATUS_HEADER
 from app.core.config import Settings
 from app.core.errors import NotFound, ServiceUnavailable
@@ -33,6 +32,7 @@ from app.resume.budget import Reservation, ResumeBudget
 from app.resume.reader import StoredStream
 from app.resume.record import SEAL_BYTES, Meta
 from app.resume.writer import LogWriter, Store
+from app.store.memcached import Unavailable
 from app.streams.flight import Flight
 from app.streams.log_memory import LogBudget, LogShare
 from app.streams.relay import relay

@@ -156,7 +156,7 @@ def test_all_listeners_leaving_cancels_the_upstream(make_stack) -> None:
 def _hold_lease(gw, prompt: str, ttl: int) -> None:
     """Take the lease for a request's key as a holder that then dies (never stores)."""
     from app.cache import keys
-    from app.cache.memcached import FLAG_VALUE
+    from app.store.memcached import FLAG_VALUE
 
     body = json.loads(_payload(prompt, stream=False))
     tenant = keys.tenant_of([("Authorization", "Bearer sk-co")])

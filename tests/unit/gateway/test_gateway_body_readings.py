@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from app.cache.memory import MemoryBackend
 from app.cache.plan import MAX_PLANS, cache_plan
 from app.cache.store import AnswerCache
 from app.cache.tiered import TieredCache
@@ -17,6 +16,7 @@ from app.core.errors import BadRequest, ModelNotServed
 from app.gateway import Caller, Gateway, Plan
 from app.request.body_readings import BodyReading
 from app.request.call import Call
+from app.store.memory import MemoryBackend
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Upstream
 

@@ -1,8 +1,8 @@
 """The shared cache level: Memcached nodes through pymemcache's HashClient. Fails open.
 
-With app/cache/guarded_client.py, the only module that talks to pymemcache (app/layers.toml),
+With app/store/guarded_client.py, the only module that talks to pymemcache (app/layers.toml),
 whose clients it runs; the limit counters
-(app/cache/counters.py) send their commands through it too (``run``). Built in the worker
+(app/store/counters.py) send their commands through it too (``run``). Built in the worker
 after gevent patched ``socket`` and ``threading``; no socket opens before the first command.
 What pymemcache does not give us, and how it is handled here (docs/stack-notes.md):
 
@@ -15,8 +15,8 @@ What pymemcache does not give us, and how it is handled here (docs/stack-notes.m
   ``part_bytes`` under ``<key>:<content id>:p<i>``, with a manifest under ``<key>`` holding
   the part count, total length and a BLAKE2b digest. The part keys depend on the content, so
   two writers of one key never mix their parts; a missing or mismatching part is a miss.
-- Node health is ours, not HashClient's (what its own would do: app/cache/node_breaker.py).
-  Our client (app/cache/guarded_client.py) turns ``OSError`` and unexpected closes into
+- Node health is ours, not HashClient's (what its own would do: app/store/node_breaker.py).
+  Our client (app/store/guarded_client.py) turns ``OSError`` and unexpected closes into
   ``NodeFailure``; a ``NodeBreaker`` skips a failed node for a second, then lets one probe,
   doubling the skip after each failed probe up to ``dead_timeout`` seconds.
 - A node that dropped a pooled connection (EOF, reset, broken pipe: what a restart leaves)
@@ -30,7 +30,7 @@ What pymemcache does not give us, and how it is handled here (docs/stack-notes.m
   (it closed our connections: restarted, or gone), ``failed`` (skipped from now), ``back``
   (answering again).
 - A command interrupted mid-reply (``gevent.Timeout``) poisons its connection; the backend
-  destroys it from its pool (app/cache/guarded_client.py says why pymemcache does not).
+  destroys it from its pool (app/store/guarded_client.py says why pymemcache does not).
 - ``max_pool_size`` raises instead of waiting: a semaphore of ``pool_size`` slots (each call
   holds one connection at a time) makes callers wait up to ``timeout`` for a slot first.
 """
@@ -48,13 +48,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import gevent.lock
 from pymemcache.exceptions import MemcacheError
 
-from app.cache.backends import check_value, clamp_ttl, validate_key
-from app.cache.guarded_client import GuardedHashClient, NodeFailure, RememberedRing, node_name
-from app.cache.node_breaker import NodeBreaker
 from app.core.reasons import reason
+from app.store.backends import check_value, clamp_ttl, validate_key
+from app.store.guarded_client import GuardedHashClient, NodeFailure, RememberedRing, node_name
+from app.store.node_breaker import NodeBreaker
 
 if TYPE_CHECKING:
-    from app.cache.discovery import NodeWatcher
+    from app.store.discovery import NodeWatcher
 
 # Under the gateway's logger: its handler (app/factory.py) is the one the worker's log has.
 log = logging.getLogger("llmgate.memcached")
@@ -67,7 +67,7 @@ T = TypeVar("T")
 FLAG_VALUE = 0x6C670100
 FLAG_MANIFEST = 0x6C670200
 FLAG_PART = 0x6C670300
-FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/cache/counters.py)
+FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/store/counters.py)
 
 DEFAULT_PART_BYTES = 900 * 1024  # under Memcached's 1 MiB item limit, key and header included
 DEFAULT_MAX_VALUE_BYTES = 8 * 1024 * 1024
@@ -106,7 +106,7 @@ class MemcachedBackend:
         discovered: bool = False,
         on_event: Callable[[str], None] | None = None,
     ) -> None:
-        """``discovered``: the nodes come (also) from DNS (app/cache/discovery.py, through
+        """``discovered``: the nodes come (also) from DNS (app/store/discovery.py, through
         ``set_nodes``), so the ring may start, or become, empty: every call is a miss then.
         ``on_event``: told ``dropped``, ``failed`` or ``back`` once per change of a node."""
         if not nodes and not discovered:
@@ -218,7 +218,7 @@ class MemcachedBackend:
         """Nodes being skipped right now (for health reporting)."""
         return self._breaker.dead()
 
-    # -- other items on the same nodes (the limit counters: app/cache/counters.py) ---------
+    # -- other items on the same nodes (the limit counters: app/store/counters.py) ---------
     def run(
         self, keys: list[str], commands: Callable[[Any], T], failed: T, *, read: bool = False
     ) -> T:
