@@ -5,6 +5,7 @@ counters (app/tenancy/limits.py) and resumable streams' logs (app/resume/).
     backends.py pure: the Backend contract (bytes in, bytes out, every failure a miss)
     memory.py   the in-process LRU bounded in bytes (the cache's L1; logs without Memcached)
     memcached.py the client: pymemcache's HashClient over the Memcached nodes, failing open
+    parts.py    pure: values of 1 MiB or more as parts with a manifest
     guarded_client.py the pymemcache clients it runs on: guarded connections, pipelines
     node_breaker.py pure: which Memcached nodes to skip after a failure, and who probes
     discovery.py the Memcached nodes of a DNS name, re-resolved (dns+name:port)
