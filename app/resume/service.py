@@ -17,14 +17,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
-from app.cache.keys import tenant_of
-from app.cache.policy import STATUS_HEADER
 from app.core.config import Settings
 from app.core.errors import NotFound, ServiceUnavailable
 from app.observe import tracing
 from app.observe.metrics import Metrics
 from app.request.call import SSE_HEADERS, Call, Reply, Settlement
 from app.request.events import END_OF_STREAM
+from app.request.headers import STATUS_HEADER, tenant_of
 from app.request.metering import without_usage_chunk
 from app.request.usage import Usage
 from app.resume import ids
