@@ -14,7 +14,7 @@ from pathlib import Path
 
 from flask import Flask
 
-from app.cache import build_answer_cache, build_resume_store
+from app.cache import build_answer_cache
 from app.core.admission import Gate, Limits
 from app.core.config import Settings, SettingsError
 from app.edge import lane
@@ -27,6 +27,7 @@ from app.observe import access_log
 from app.observe.metrics import Metrics
 from app.observe.tracing import Tracer
 from app.patches import http_headers
+from app.store import build_resume_store
 from app.tenancy.access import Access
 from app.tenancy.key_source import KeySource
 from app.tenancy.keyring import KeysFileError
@@ -86,8 +87,8 @@ def build_access(
     when there is one (shared by every worker and instance), else in this worker."""
     if not settings.keys_file:
         return None
-    from app.cache import memcached_client
-    from app.cache.counters import MemcachedCounters
+    from app.store import memcached_client
+    from app.store.counters import MemcachedCounters
 
     # The same nodes as the answer cache, fixed and found by DNS alike (Kubernetes names
     # its Memcached pods by a headless service): a key's limits are one count for every

@@ -25,7 +25,7 @@ from typing import Any
 from app.cache.coalesce import Coalescer
 from app.cache.entry import Entry
 from app.cache.plan import CachePlan, cache_plan
-from app.cache.policy import BYPASS, COALESCED, STATUS_HEADER, is_cacheable, refresh_early
+from app.cache.policy import BYPASS, COALESCED, is_cacheable, refresh_early
 from app.cache.replay import reply_from_entry
 from app.cache.store import AnswerCache, entry_from_flight
 from app.core.config import Settings
@@ -35,7 +35,7 @@ from app.observe.tracing import Tracer, Value
 from app.request import schema
 from app.request.body_readings import BodyReading, BodyReadings, read_body
 from app.request.call import CLIENT_CLOSED, Call, Reply
-from app.request.headers import check_header_values
+from app.request.headers import STATUS_HEADER, check_header_values
 from app.resume.service import Resumes, owner_of
 from app.resume.writer import Store
 from app.streams.alone import answer_alone, answer_stream_alone

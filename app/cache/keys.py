@@ -3,19 +3,17 @@
 A key is SHA-256 over a key version, the upstream it goes to, the endpoint, the tenant, the
 query string and the canonical request body (sorted keys, no whitespace) without the fields
 that do not change the answer. The tenant is a hash of every credential header the upstream
-sees (plus organisation and project), so two API keys never share an entry; an operator may
-allow callers to name a shared namespace instead. Keys are `llmgate:v1:<64 hex>`: valid
-Memcached keys.
+sees (plus organisation and project: app/request/headers.py ``tenant_of``), so two API keys
+never share an entry; an operator may allow callers to name a shared namespace instead. Keys
+are `llmgate:v1:<64 hex>`: valid Memcached keys.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
-
-from app.request.headers import is_tenant_header
 
 KEY_VERSION = "v1"
 PREFIX = f"llmgate:{KEY_VERSION}:"
@@ -30,24 +28,6 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
 # Oldest first; past the bound the oldest is dropped.
 _PARTS: dict[tuple[str, str, str, str], Any] = {}
 _PARTS_MAX = 1024
-
-
-def tenant_of(headers: Iterable[tuple[str, str]], *, namespace: str | None = None) -> str:
-    """The cache tenant: an allowed shared namespace, else a hash of the caller's identity.
-
-    The identity is every header the upstream could tell callers apart by (app/request/headers.py:
-    Authorization, api-key, x-api-key, organisation, project, and any header named like a
-    credential), so a caller never reads an answer made with someone else's key. The hash is
-    salted with its purpose so a tenant id found in logs or keys cannot be compared against
-    hashes of known keys made for anything else.
-    """
-    if namespace is not None:
-        return "ns:" + namespace
-    found = sorted(
-        (name.lower(), value.strip()) for name, value in headers if is_tenant_header(name)
-    )
-    material = "\n".join(f"{name}={value}" for name, value in found)
-    return "cred:" + hashlib.sha256(b"llmgate-tenant\n" + material.encode()).hexdigest()[:32]
 
 
 def canonical_body(body: Mapping[str, Any]) -> bytes:

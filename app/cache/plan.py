@@ -18,6 +18,7 @@ from app.cache.policy import Directive
 from app.core.config import Settings
 from app.request import schema
 from app.request.body_readings import BodyReading
+from app.request.headers import tenant_of
 from app.request.routes import Route
 
 
@@ -47,7 +48,7 @@ def cache_plan(
     it; ``upstream``: the serving id of the upstreams serving a model; ``tenant``: the gateway
     key's, when keys are on, else the caller's credentials decide it."""
     controls = tuple(v for k, v in headers if k.lower() == "cache-control")
-    tenant = tenant if tenant is not None else keys.tenant_of(headers)
+    tenant = tenant if tenant is not None else tenant_of(headers)
     known = (query, controls, tenant)
     plans = reading.cache_plans
     if known in plans:
@@ -76,7 +77,7 @@ def _plan(
     directive = policy.apply_body_controls(directive, body.get("cache"))
     directive = policy.check_namespace(directive, settings.allowed_namespaces)
     if directive.namespace is not None:
-        tenant = keys.tenant_of((), namespace=directive.namespace)
+        tenant = tenant_of((), namespace=directive.namespace)
     if reading.canonical is None:
         reading.canonical = keys.canonical_body(body)
     key = keys.cache_key(

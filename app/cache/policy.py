@@ -27,7 +27,6 @@ MODES = ("off", "deterministic", "all")
 MAX_TTL_S = 30 * 24 * 3600 - 1
 
 HIT, MISS, BYPASS, REFRESH, COALESCED = "HIT", "MISS", "BYPASS", "REFRESH", "COALESCED"
-STATUS_HEADER = "X-LLMGate-Cache"
 
 
 @dataclass(frozen=True)

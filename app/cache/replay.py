@@ -16,9 +16,9 @@ import json
 
 from app.cache import chunks, shapes
 from app.cache.entry import Entry
-from app.cache.policy import STATUS_HEADER
 from app.request import events as streams
 from app.request.call import SSE_HEADERS, Reply
+from app.request.headers import STATUS_HEADER
 from app.request.routes import CHUNKS, SHAPE_CHAT, SHAPE_COMPLETION, SHAPE_RESPONSE, Route
 from app.request.usage import answer_facts
 

@@ -9,7 +9,7 @@ without an L2 they fall back to L1.
 
 from __future__ import annotations
 
-from app.cache.backends import Backend, validate_key
+from app.store.backends import Backend, validate_key
 
 
 class TieredCache:

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, TypeGuard
 
-from app.cache.policy import STATUS_HEADER
 from app.core.config import Settings
 from app.edge.stream_facts import StreamFacts
 from app.observe import access_log, tracing
@@ -27,6 +26,7 @@ from app.observe.tracing import Span
 from app.request import events as streams
 from app.request import jsonedit
 from app.request.call import Call, Reply, Trace
+from app.request.headers import STATUS_HEADER
 from app.request.routes import NAMED, TYPED
 from app.request.usage import answer_facts
 from app.resume.ids import STREAM_HEADER

@@ -17,8 +17,8 @@ from typing import Any
 import gevent
 from gevent import socket
 
-from app.cache.discovery import resolve
 from app.core.config import Settings
+from app.store.discovery import resolve
 from app.upstream.catalog import UpstreamSpec
 
 _PROBE_TIMEOUT_S = 1.0

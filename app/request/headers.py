@@ -4,11 +4,15 @@ Hop-by-hop headers (RFC 9110 7.6.1) never cross. Toward the upstream we also dro
 describes the client's connection to us (forwarding addresses, cookies) and our own controls,
 so nothing about the caller leaks to the provider; toward the caller we drop what the WSGI
 server sets itself and what we changed (length, encoding after decoding).
+
+Who is calling, by the headers that say so, is a fact of the request too: ``tenant_of``, the
+hash of them the cache keys answers by and resumable streams are owned by.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,7 +36,7 @@ HOP_BY_HOP = frozenset(
 # Headers that carry a credential the upstream checks: Authorization (OpenAI, most hosts),
 # api-key (Azure OpenAI), x-api-key (several providers and proxies).
 AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "x-goog-api-key")
-# Everything that says whose call this is. The cache tenant is a hash of these (app/cache/keys.py),
+# Everything that says whose call this is. The cache tenant is a hash of these (tenant_of),
 # so two callers share cache entries only when the upstream would see the same identity.
 TENANT_HEADERS = (*AUTH_HEADERS, "openai-organization", "openai-project")
 # A forwarded header with one of these in its name may carry a credential we do not know by
@@ -40,7 +44,7 @@ TENANT_HEADERS = (*AUTH_HEADERS, "openai-organization", "openai-project")
 _CREDENTIAL_MARKERS = ("auth", "key", "token", "secret", "credential", "signature")
 
 
-# Asked of every header of every cached call (its key's tenant, app/cache/keys.py), a cache
+# Asked of every header of every cached call (its key's tenant, tenant_of), a cache
 # hit's too: a few names recur, each answer is the name's alone, and the names remembered
 # are bounded (a caller inventing names only pushes older ones out).
 @functools.lru_cache(maxsize=1024)
@@ -49,6 +53,28 @@ def is_tenant_header(name: str) -> bool:
     lower = name.lower()
     return lower in TENANT_HEADERS or any(marker in lower for marker in _CREDENTIAL_MARKERS)
 
+
+def tenant_of(headers: Iterable[tuple[str, str]], *, namespace: str | None = None) -> str:
+    """The cache tenant: an allowed shared namespace, else a hash of the caller's identity.
+
+    The identity is every header the upstream could tell callers apart by (TENANT_HEADERS:
+    Authorization, api-key, x-api-key, organisation, project, and any header named like a
+    credential), so a caller never reads an answer made with someone else's key. The hash is
+    salted with its purpose so a tenant id found in logs or keys cannot be compared against
+    hashes of known keys made for anything else.
+    """
+    if namespace is not None:
+        return "ns:" + namespace
+    found = sorted(
+        (name.lower(), value.strip()) for name, value in headers if is_tenant_header(name)
+    )
+    material = "\n".join(f"{name}={value}" for name, value in found)
+    return "cred:" + hashlib.sha256(b"llmgate-tenant\n" + material.encode()).hexdigest()[:32]
+
+
+# The header each answer says its cache outcome in (HIT, MISS, ...: app/cache/policy.py; a
+# resume's RESUMED: app/resume/service.py).
+STATUS_HEADER = "X-LLMGate-Cache"
 
 _NOT_UPSTREAM = frozenset(
     {

@@ -3,7 +3,7 @@ stream's log. No I/O here.
 
 A stream id is 144 random bits (24 URL-safe characters): unguessable. Its log's keys are a
 hash of the id *and* its owner (the caller's gateway key, or with keys off its credential's
-tenant hash, app/cache/keys.py), so a caller who does not own a stream computes keys that
+tenant hash, app/request/headers.py), so a caller who does not own a stream computes keys that
 hold nothing: an unknown, expired, made-up and foreign id all read as the same miss, and the
 404 says the same for each (no oracle). An event's id is ``<stream id>:<n>``, ``n`` counting
 the answer's events from 1 (docs/streams.md).

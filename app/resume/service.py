@@ -17,14 +17,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
-from app.cache.keys import tenant_of
-from app.cache.memcached import Unavailable
-from app.cache.policy import STATUS_HEADER
 from app.core.config import Settings
 from app.core.errors import NotFound, ServiceUnavailable
 from app.observe import tracing
 from app.observe.metrics import Metrics
 from app.request.call import SSE_HEADERS, Call, Reply, Settlement
+from app.request.headers import STATUS_HEADER, tenant_of
 from app.request.metering import without_usage_chunk
 from app.request.routes import RESUME
 from app.request.usage import Usage
@@ -33,6 +31,7 @@ from app.resume.budget import Reservation, ResumeBudget
 from app.resume.reader import StoredStream
 from app.resume.record import SEAL_BYTES, Meta
 from app.resume.writer import LogWriter, Store
+from app.store.memcached import Unavailable
 from app.streams.flight import Flight
 from app.streams.log_memory import LogBudget, LogShare
 from app.streams.relay import relay

@@ -54,7 +54,7 @@ CHECK_S = 1.0  # how often a writer with nothing to write looks whether its call
 
 
 class Store(Protocol):
-    """What a log needs of Memcached (app/cache/memcached.py; app/cache/memory.py without
+    """What a log needs of Memcached (app/store/memcached.py; app/store/memory.py without
     one)."""
 
     def get(self, key: str) -> bytes | None: ...

@@ -2,7 +2,7 @@
 
 Every limit is a counter under a key naming the gateway key, what is counted and the window
 it counts in (``llmgate:rl:v1:<key name>:<what>:<window start>``), kept in Memcached so all
-workers of all instances count together (app/cache/counters.py ``MemcachedCounters``,
+workers of all instances count together (app/store/counters.py ``MemcachedCounters``,
 wired by the app factory; without Memcached, ``MemoryCounters`` counts per worker only). A
 call takes its share of every limit its key has with one ``incr`` each, all sent together
 (``Counters.apply``: one round trip to each node), and is refused when a new value is over

@@ -23,10 +23,10 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from app.cache.counters import MemcachedCounters  # noqa: E402
-from app.cache.memcached import MemcachedBackend  # noqa: E402
 from app.request import routes  # noqa: E402
 from app.request.usage import Usage  # noqa: E402
+from app.store.counters import MemcachedCounters  # noqa: E402
+from app.store.memcached import MemcachedBackend  # noqa: E402
 from app.tenancy.access import Access  # noqa: E402
 from app.tenancy.key_source import KeySource  # noqa: E402
 from bench.load.compare import write_keys  # noqa: E402

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from app.cache.backends import Backend
-from app.cache.memcached import FLAG_MANIFEST, FLAG_PART, FLAG_VALUE, MemcachedBackend
-from app.cache.memory import MemoryBackend
 from app.cache.tiered import TieredCache
+from app.store.backends import Backend
+from app.store.memcached import FLAG_MANIFEST, FLAG_PART, FLAG_VALUE, MemcachedBackend
+from app.store.memory import MemoryBackend
 from tests.conftest import ROOT
 from tests.support.clock import Clock
 from tests.support.faultproxy import FaultProxy
@@ -499,7 +499,7 @@ import sys
 import gevent
 from pymemcache.client.base import PooledClient
 
-from app.cache.memcached import MemcachedBackend
+from app.store.memcached import MemcachedBackend
 
 direct_port, proxy_port, ka, kb = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 A, B = b"tenant-A-secret", b"tenant-B-answer"

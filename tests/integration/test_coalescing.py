@@ -156,10 +156,11 @@ def test_all_listeners_leaving_cancels_the_upstream(make_stack) -> None:
 def _hold_lease(gw, prompt: str, ttl: int) -> None:
     """Take the lease for a request's key as a holder that then dies (never stores)."""
     from app.cache import keys
-    from app.cache.memcached import FLAG_VALUE
+    from app.request.headers import tenant_of
+    from app.store.memcached import FLAG_VALUE
 
     body = json.loads(_payload(prompt, stream=False))
-    tenant = keys.tenant_of([("Authorization", "Bearer sk-co")])
+    tenant = tenant_of([("Authorization", "Bearer sk-co")])
     key = keys.cache_key(upstream=gw.sim_url + "/v1", route="chat", tenant=tenant, body=body)
     host, port = gw.stack.memcached_addr.split(":")
     with socket.create_connection((host, int(port))) as sock:

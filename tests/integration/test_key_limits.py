@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from app.cache.discovery import resolve
+from app.store.discovery import resolve
 from runner.procs import Proc, free_port
 from tests.conftest import require_binary
 from tests.support.bodies import chat_about

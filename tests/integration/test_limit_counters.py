@@ -1,5 +1,5 @@
 """The limit counters' contract (app/tenancy/limits.py ``Counters``), kept by both implementations:
-Memcached's (app/cache/counters.py; real memcached on loopback) and the per-worker stand-in.
+Memcached's (app/store/counters.py; real memcached on loopback) and the per-worker stand-in.
 Memcached's own contents are read with a plain client of the test's, not through the code
 under test.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from pymemcache.client.base import Client
 
-from app.cache.counters import MemcachedCounters
-from app.cache.memcached import MemcachedBackend
+from app.store.counters import MemcachedCounters
+from app.store.memcached import MemcachedBackend
 from app.tenancy.limits import Count, MemoryCounters
 from runner.procs import free_port
 from tests.conftest import ROOT
@@ -197,8 +197,8 @@ import sys
 
 import gevent
 
-from app.cache.counters import MemcachedCounters
-from app.cache.memcached import MemcachedBackend
+from app.store.counters import MemcachedCounters
+from app.store.memcached import MemcachedBackend
 from app.tenancy.limits import Count
 
 port, shared, callers, kill_first = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]

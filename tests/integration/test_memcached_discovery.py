@@ -3,7 +3,7 @@
 The Memcached servers are real, each on its own loopback address and the same port (as pods
 behind a headless Service are); only DNS is simulated, by giving the watcher a resolver
 whose answer the test changes. The backend, its pymemcache HashClient and its breaker are
-the gateway's own (app/cache/memcached.py, app/cache/discovery.py).
+the gateway's own (app/store/memcached.py, app/store/discovery.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cache.discovery import NodeWatcher, resolve
-from app.cache.memcached import MemcachedBackend
+from app.store.discovery import NodeWatcher, resolve
+from app.store.memcached import MemcachedBackend
 from runner.procs import Proc, free_port
 from tests.conftest import require_binary
 from tests.support.memcached import memcached_stats

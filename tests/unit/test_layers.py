@@ -258,8 +258,8 @@ BREAKER = (ROOT / "app" / "upstream" / "breaker.py").read_text()
         "from app.upstream.exchange import Upstream",
         "from .exchange import Upstream",
         "from app.upstream import hedge, exchange",
-        "from app.cache import memcached",
-        "from ..cache.memcached import MemcachedBackend",
+        "from app.store import memcached",
+        "from ..store.memcached import MemcachedBackend",
         "from app.cache import build_answer_cache",  # the package that builds the adapters
         "from app.observe import metrics",
         "import urllib3",
@@ -302,18 +302,18 @@ def test_relative_imports_resolve_against_the_importing_package() -> None:
         "from . import entry, build_answer_cache\n"
         "from ..core import errors\n"
         "from ..observe.metrics import Metrics\n"
-        "from .memcached import MemcachedBackend\n"
+        "from .tiered import TieredCache\n"
     )
     assert imported_modules(source, "app.cache.policy") == {
         "app.cache.entry",
         "app.cache",
         "app.core.errors",
         "app.observe.metrics",
-        "app.cache.memcached",
+        "app.cache.tiered",
     }
     # In a package's __init__.py, "." is the package itself.
-    assert imported_modules("from . import memory\n", "app.cache", is_package=True) == {
-        "app.cache.memory"
+    assert imported_modules("from . import tiered\n", "app.cache", is_package=True) == {
+        "app.cache.tiered"
     }
     assert violations("app.cache.policy", "from ..observe.metrics import Metrics\n") == [
         "app.cache.policy (pure) imports app.observe.metrics"
@@ -338,9 +338,9 @@ def test_an_import_the_table_does_not_allow_is_caught() -> None:
 def test_a_client_library_outside_its_owner_is_caught() -> None:
     assert violations("app.gateway", "def f():\n    import pymemcache.client\n") == [
         "app.gateway imports pymemcache.client, which only "
-        "['app.cache.guarded_client', 'app.cache.memcached'] may"
+        "['app.store.guarded_client', 'app.store.memcached'] may"
     ]
-    assert violations("app.cache.memcached", "from pymemcache.client.hash import X\n") == []
+    assert violations("app.store.memcached", "from pymemcache.client.hash import X\n") == []
 
 
 CLIENT_POLICY = (ROOT / "llmgate_client" / "policy.py").read_text()

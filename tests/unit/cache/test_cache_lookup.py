@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 
 from app.cache.entry import Entry
-from app.cache.memory import MemoryBackend
 from app.cache.policy import Directive
 from app.cache.store import DECODED_KEYS, DECODED_MAX_BYTES, AnswerCache
 from app.cache.tiered import TieredCache
 from app.core.config import Settings
+from app.store.memory import MemoryBackend
 from tests.support.clock import Clock
 
 KEY = "llmgate:v1:" + "a" * 64

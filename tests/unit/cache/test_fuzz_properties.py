@@ -25,6 +25,7 @@ from app.core.config import Settings
 from app.core.errors import BadRequest
 from app.request import routes, schema
 from app.request.body_readings import BodyReading
+from app.request.headers import tenant_of
 from app.request.paths import forwarded_path
 from llmgate_wire import sse
 from tests.support.sse_feed import cut_at, decode
@@ -114,7 +115,7 @@ _OTHER_HEADERS = st.lists(
 
 
 def _key(body: dict[str, Any], headers: list[tuple[str, str]], namespace: str | None = None):
-    tenant = keys.tenant_of(headers, namespace=namespace)
+    tenant = tenant_of(headers, namespace=namespace)
     return keys.cache_key(upstream="u", route="chat", tenant=tenant, body=body, query="")
 
 

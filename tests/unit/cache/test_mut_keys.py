@@ -25,6 +25,7 @@ import json
 import struct
 
 from app.cache import keys
+from app.request.headers import tenant_of
 
 BODY = {
     "model": "m",
@@ -57,7 +58,7 @@ def test_canonical_body_is_sorted_compact_utf8_json_without_delivery_fields() ->
 
 
 def test_a_namespace_tenant_is_its_name() -> None:
-    assert keys.tenant_of([("Authorization", "Bearer k")], namespace="docs") == "ns:docs"
+    assert tenant_of([("Authorization", "Bearer k")], namespace="docs") == "ns:docs"
 
 
 def test_a_credential_tenant_is_a_salted_hash_of_the_identity_headers() -> None:
@@ -70,12 +71,12 @@ def test_a_credential_tenant_is_a_salted_hash_of_the_identity_headers() -> None:
     expected = _expected_tenant(
         ["openai-project=p1", "authorization=Bearer sk-a", "x-goog-api-key=g"]
     )
-    assert keys.tenant_of(sent) == expected
-    assert keys.tenant_of([]) == _expected_tenant([])
+    assert tenant_of(sent) == expected
+    assert tenant_of([]) == _expected_tenant([])
 
 
 def test_the_key_is_the_length_prefixed_digest_of_its_parts_and_the_body() -> None:
-    tenant = keys.tenant_of([("Authorization", "Bearer sk-a")])
+    tenant = tenant_of([("Authorization", "Bearer sk-a")])
     key = keys.cache_key(
         upstream="https://api.example/v1", route="chat", tenant=tenant, body=BODY, query="a=1"
     )

@@ -11,7 +11,7 @@ BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperat
 
 
 def _key(hdrs: list[tuple[str, str]], query: str = "") -> str:
-    tenant = keys.tenant_of(hdrs)
+    tenant = headers.tenant_of(hdrs)
     return keys.cache_key(upstream="u", route="chat", tenant=tenant, body=BODY, query=query)
 
 
@@ -53,7 +53,7 @@ def test_the_query_string_is_part_of_the_key() -> None:
 
 
 def test_a_namespace_replaces_the_credential() -> None:
-    assert keys.tenant_of([("api-key", "a")], namespace="team") == keys.tenant_of(
+    assert headers.tenant_of([("api-key", "a")], namespace="team") == headers.tenant_of(
         [("api-key", "b")], namespace="team"
     )
 

@@ -125,12 +125,12 @@ FIXED = [
     ),
     (
         "closed our connections (memcache unexpected close; restarted?); reconnecting",
-        "app/cache/memcached.py",
+        "app/store/memcached.py",
         '"memcached node %s closed our connections (%s; restarted?); reconnecting"',
     ),
     (
         "failed ([Errno 111] Connection refused); skipping it",
-        "app/cache/memcached.py",
+        "app/store/memcached.py",
         '"memcached node %s failed (%s); skipping it"',
     ),
     (
@@ -140,7 +140,7 @@ FIXED = [
     ),
     (
         "memcached node 127.0.0.1:11211 is back",
-        "app/cache/memcached.py",
+        "app/store/memcached.py",
         '"memcached node %s is back"',
     ),
     (

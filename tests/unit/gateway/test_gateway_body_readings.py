@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from app.cache.memory import MemoryBackend
 from app.cache.plan import MAX_PLANS, cache_plan
 from app.cache.store import AnswerCache
 from app.cache.tiered import TieredCache
@@ -18,6 +17,7 @@ from app.gateway import Caller, Gateway, Plan
 from app.request import routes
 from app.request.body_readings import BodyReading
 from app.request.call import Call
+from app.store.memory import MemoryBackend
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Upstream
 

@@ -15,8 +15,7 @@ import gevent.event
 import pytest
 
 from app.cache.coalesce import Coalescer
-from app.cache.memory import MemoryBackend
-from app.cache.policy import STATUS_HEADER, Directive
+from app.cache.policy import Directive
 from app.cache.store import AnswerCache, entry_from_flight
 from app.cache.tiered import TieredCache
 from app.core.config import Settings
@@ -24,6 +23,8 @@ from app.core.errors import BadRequest, UpstreamReset
 from app.gateway import Caller, Gateway
 from app.request import routes
 from app.request.call import Call
+from app.request.headers import STATUS_HEADER
+from app.store.memory import MemoryBackend
 from app.streams.flight import ClientGone, Finished, Flight, Head
 from app.upstream.exchange import Upstream
 from app.upstream.retry import Deadline

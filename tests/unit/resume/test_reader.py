@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from app.cache.memory import MemoryBackend
 from app.request import routes
 from app.resume import ids
 from app.resume.reader import StoredStream
 from app.resume.record import ENDED, OPEN, SEALED, LogFault, Meta, encode_chunk, end_record
+from app.store.memory import MemoryBackend
 from app.streams.answer import Finished
 from llmgate_wire import sse
 from tests.support.clock import Clock

@@ -9,12 +9,12 @@ from __future__ import annotations
 import gevent
 import gevent.event
 
-from app.cache.memory import MemoryBackend
 from app.request import routes
 from app.resume import ids
 from app.resume.reader import StoredStream
 from app.resume.record import Meta
 from app.resume.writer import LogWriter
+from app.store.memory import MemoryBackend
 from app.streams.answer import Finished, Head
 from app.streams.flight import COMPLETE, Flight
 from app.streams.log_memory import LogBudget, LogShare

@@ -15,13 +15,13 @@ import gevent.event
 import pytest
 
 from app.cache.coalesce import Coalescer, Flights
-from app.cache.memory import MemoryBackend
 from app.cache.policy import Directive
 from app.cache.store import AnswerCache, entry_from_flight
 from app.cache.tiered import TieredCache
 from app.core.config import Settings
 from app.gateway import Gateway
 from app.observe.metrics import Metrics
+from app.store.memory import MemoryBackend
 from app.streams.flight import Finished, Flight, Head
 from app.streams.log_memory import REPORT_STEP, LogBudget, event_cost
 from app.upstream.exchange import Upstream

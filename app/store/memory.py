@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from app.cache.backends import check_value, clamp_ttl, validate_key
+from app.store.backends import check_value, clamp_ttl, validate_key
 
 
 class MemoryBackend:

@@ -8,7 +8,7 @@ second of misses, of limits counted nowhere, of resumes that cannot be read. Dou
 node that stays down costs one probe (at most a connect timeout) a second at first, then one
 every ``dead_timeout``.
 
-The Memcached client (app/cache/memcached.py) asks ``allow`` before a command and reports
+The Memcached client (app/store/memcached.py) asks ``allow`` before a command and reports
 how it went. While a node is skipped, a command that needs it fails at once (a cache miss,
 a limit counter that cannot be read) instead of each caller waiting out a timeout on it.
 When the time is up, the first caller to ask becomes the probe and the others keep
@@ -22,7 +22,7 @@ a full timeout), then removes it from the hash ring, moving its keys to other no
 and its silent skips cannot be counted.
 
 The state is locked: the client is shared by every greenlet of the worker and by the DNS
-watcher's thread (app/cache/discovery.py), and the lock is never held across I/O. While no
+watcher's thread (app/store/discovery.py), and the lock is never held across I/O. While no
 node is dead, a command takes no lock at all.
 """
 

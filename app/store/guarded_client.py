@@ -1,4 +1,4 @@
-"""The pymemcache clients the Memcached backend (app/cache/memcached.py) runs on: a connection
+"""The pymemcache clients the Memcached backend (app/store/memcached.py) runs on: a connection
 that never survives an interrupted command, and a hash ring that can pipeline.
 
 - pymemcache cleans up a connection only on ``Exception``: ``Client`` closes its socket in

@@ -7,7 +7,7 @@ nothing reads it as a cached answer (nor an answer as a counter). Memcached's ``
 call takes its share with one ``incr`` and sees the count its share made.
 
 - A call's counts go together: the commands for one node are written at once and their
-  replies read after (``GuardedHashClient.pipeline``, app/cache/guarded_client.py), one
+  replies read after (``GuardedHashClient.pipeline``, app/store/guarded_client.py), one
   round trip however many limits the key has. Each command is still atomic on its own; only
   the waiting is shared.
 - ``incr`` on a missing item fails (NOT_FOUND) rather than creating it, so the missing
@@ -31,7 +31,7 @@ call takes its share with one ``incr`` and sees the count its share made.
   batch, every call's counts on it. A caller who leaves while its counts wait takes them
   out (never counted); once sent, they stand, as a call's own round trip's would.
 
-The batch for a node runs through the Memcached client (app/cache/memcached.py
+The batch for a node runs through the Memcached client (app/store/memcached.py
 ``MemcachedBackend.run``): one connection, the node skipped while it is down, every failure
 counted in the client's stats; a node down leaves the counts on the others counted. The app
 factory gives the counters a client of their own, on the cache's nodes with its timeouts.
@@ -46,12 +46,12 @@ from typing import Any, Protocol
 import gevent
 from gevent.event import AsyncResult
 
-from app.cache.backends import clamp_ttl
-from app.cache.memcached import FLAG_COUNTER, MemcachedBackend
+from app.store.backends import clamp_ttl
+from app.store.memcached import FLAG_COUNTER, MemcachedBackend
 
 
 class CountLike(Protocol):
-    """app/tenancy/limits.py's ``Count``, by its shape (the cache does not import tenancy)."""
+    """app/tenancy/limits.py's ``Count``, by its shape (the store does not import tenancy)."""
 
     @property
     def key(self) -> str: ...

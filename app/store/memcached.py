@@ -1,8 +1,8 @@
-"""The shared cache level: Memcached nodes through pymemcache's HashClient. Fails open.
+"""The Memcached backend: its nodes through pymemcache's HashClient. Fails open.
 
-With app/cache/guarded_client.py, the only module that talks to pymemcache (app/layers.toml),
+With app/store/guarded_client.py, the only module that talks to pymemcache (app/layers.toml),
 whose clients it runs; the limit counters
-(app/cache/counters.py) send their commands through it too (``run``). Built in the worker
+(app/store/counters.py) send their commands through it too (``run``). Built in the worker
 after gevent patched ``socket`` and ``threading``; no socket opens before the first command.
 What pymemcache does not give us, and how it is handled here (docs/stack-notes.md):
 
@@ -11,12 +11,10 @@ What pymemcache does not give us, and how it is handled here (docs/stack-notes.m
   ``default_noreply=False`` and ``noreply=False`` on every write.
 - Pickle is never used: a bytes-only serde; the item's flags say what the item is (a whole
   value, a manifest, a part). Anything else reads as a miss.
-- Items of 1 MiB or more are rejected by Memcached: larger values are split into parts of
-  ``part_bytes`` under ``<key>:<content id>:p<i>``, with a manifest under ``<key>`` holding
-  the part count, total length and a BLAKE2b digest. The part keys depend on the content, so
-  two writers of one key never mix their parts; a missing or mismatching part is a miss.
-- Node health is ours, not HashClient's (what its own would do: app/cache/node_breaker.py).
-  Our client (app/cache/guarded_client.py) turns ``OSError`` and unexpected closes into
+- Items of 1 MiB or more are rejected by Memcached: larger values are split into parts
+  with a manifest (their layout: app/store/parts.py); a missing or mismatching part is a miss.
+- Node health is ours, not HashClient's (what its own would do: app/store/node_breaker.py).
+  Our client (app/store/guarded_client.py) turns ``OSError`` and unexpected closes into
   ``NodeFailure``; a ``NodeBreaker`` skips a failed node for a second, then lets one probe,
   doubling the skip after each failed probe up to ``dead_timeout`` seconds.
 - A node that dropped a pooled connection (EOF, reset, broken pipe: what a restart leaves)
@@ -30,15 +28,13 @@ What pymemcache does not give us, and how it is handled here (docs/stack-notes.m
   (it closed our connections: restarted, or gone), ``failed`` (skipped from now), ``back``
   (answering again).
 - A command interrupted mid-reply (``gevent.Timeout``) poisons its connection; the backend
-  destroys it from its pool (app/cache/guarded_client.py says why pymemcache does not).
+  destroys it from its pool (app/store/guarded_client.py says why pymemcache does not).
 - ``max_pool_size`` raises instead of waiting: a semaphore of ``pool_size`` slots (each call
   holds one connection at a time) makes callers wait up to ``timeout`` for a slot first.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import threading
 import time
@@ -48,13 +44,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import gevent.lock
 from pymemcache.exceptions import MemcacheError
 
-from app.cache.backends import check_value, clamp_ttl, validate_key
-from app.cache.guarded_client import GuardedHashClient, NodeFailure, RememberedRing, node_name
-from app.cache.node_breaker import NodeBreaker
 from app.core.reasons import reason
+from app.store.backends import check_value, clamp_ttl, validate_key
+from app.store.guarded_client import GuardedHashClient, NodeFailure, RememberedRing, node_name
+from app.store.node_breaker import NodeBreaker
+from app.store.parts import DEFAULT_PART_BYTES, read_manifest, split
 
 if TYPE_CHECKING:
-    from app.cache.discovery import NodeWatcher
+    from app.store.discovery import NodeWatcher
 
 # Under the gateway's logger: its handler (app/factory.py) is the one the worker's log has.
 log = logging.getLogger("llmgate.memcached")
@@ -67,9 +64,8 @@ T = TypeVar("T")
 FLAG_VALUE = 0x6C670100
 FLAG_MANIFEST = 0x6C670200
 FLAG_PART = 0x6C670300
-FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/cache/counters.py)
+FLAG_COUNTER = 0x6C670400  # a decimal counter for incr/decr (app/store/counters.py)
 
-DEFAULT_PART_BYTES = 900 * 1024  # under Memcached's 1 MiB item limit, key and header included
 DEFAULT_MAX_VALUE_BYTES = 8 * 1024 * 1024
 
 _FAILED: Any = object()  # a call that did not happen or did not finish
@@ -106,7 +102,7 @@ class MemcachedBackend:
         discovered: bool = False,
         on_event: Callable[[str], None] | None = None,
     ) -> None:
-        """``discovered``: the nodes come (also) from DNS (app/cache/discovery.py, through
+        """``discovered``: the nodes come (also) from DNS (app/store/discovery.py, through
         ``set_nodes``), so the ring may start, or become, empty: every call is a miss then.
         ``on_event``: told ``dropped``, ``failed`` or ``back`` once per change of a node."""
         if not nodes and not discovered:
@@ -218,7 +214,7 @@ class MemcachedBackend:
         """Nodes being skipped right now (for health reporting)."""
         return self._breaker.dead()
 
-    # -- other items on the same nodes (the limit counters: app/cache/counters.py) ---------
+    # -- other items on the same nodes (the limit counters: app/store/counters.py) ---------
     def run(
         self, keys: list[str], commands: Callable[[Any], T], failed: T, *, read: bool = False
     ) -> T:
@@ -260,36 +256,28 @@ class MemcachedBackend:
         return bool(stored)
 
     def _store_parts(self, key: str, value: bytes, ttl: int, only_if_absent: bool) -> bool:
-        digest = hashlib.blake2b(value, digest_size=16).hexdigest()
-        size = self.part_bytes
-        count = -(-len(value) // size)
-        part_keys = _part_keys(key, digest, count)
-        parts = {k: value[i * size : (i + 1) * size] for i, k in enumerate(part_keys)}
-        manifest = json.dumps({"n": count, "len": len(value), "h": digest}).encode()
+        manifest, chunks = split(value, self.part_bytes)
+        parts = dict(zip(manifest.part_keys(key), chunks, strict=True))
+        head_bytes = manifest.to_bytes()
 
         def write() -> bool:
             # Parts first: a reader never finds a manifest whose parts were not yet written.
             if self._client.set_many(parts, expire=ttl, noreply=False, flags=FLAG_PART):
                 return False  # some part NOT_STORED
             head = self._client.add if only_if_absent else self._client.set
-            return bool(head(key, manifest, expire=ttl, noreply=False, flags=FLAG_MANIFEST))
+            return bool(head(key, head_bytes, expire=ttl, noreply=False, flags=FLAG_MANIFEST))
 
-        stored = self._call([key, *part_keys], write, False)
+        stored = self._call([key, *parts], write, False)
         if stored:
-            self._count("parts", count)
+            self._count("parts", manifest.count)
         return stored
 
-    def _get_parts(self, key: str, manifest: bytes) -> bytes | None:
-        try:
-            doc = json.loads(manifest)
-            count, length, digest = int(doc["n"]), int(doc["len"]), str(doc["h"])
-        except (ValueError, KeyError, TypeError):
+    def _get_parts(self, key: str, data: bytes) -> bytes | None:
+        manifest = read_manifest(data, -(-self.max_value_bytes // self.part_bytes))
+        if manifest is None:
             self._count("errors")
             return None
-        if not 0 < count <= -(-self.max_value_bytes // self.part_bytes):
-            self._count("errors")
-            return None
-        part_keys = _part_keys(key, digest, count)
+        part_keys = manifest.part_keys(key)
         found = self._call(part_keys, lambda: self._client.get_many(part_keys), _FAILED, read=True)
         if found is _FAILED:
             return None
@@ -299,11 +287,11 @@ class MemcachedBackend:
             if item is None or item[0] != FLAG_PART:
                 return None  # evicted or never written: the whole value is a miss
             chunks.append(item[1])
-        value = b"".join(chunks)
-        if len(value) != length or hashlib.blake2b(value, digest_size=16).hexdigest() != digest:
+        value = manifest.join(chunks)
+        if value is None:
             self._count("errors")
             return None
-        self._count("parts", count)
+        self._count("parts", manifest.count)
         return value
 
     # -- calling pymemcache -----------------------------------------------------------------
@@ -401,7 +389,3 @@ class MemcachedBackend:
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self._counts[name] += n
-
-
-def _part_keys(key: str, digest: str, count: int) -> list[str]:
-    return [f"{key}:{digest[:12]}:p{i}" for i in range(count)]

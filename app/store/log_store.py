@@ -1,14 +1,14 @@
 """Memcached as resumable streams' logs use it (app/resume/writer.py, reader.py): the
 backend's get, set and delete, and ``touch``, a new lifetime for each item of a log when its
 stream ends, sent through the backend's ``run`` as the limit counters send their commands
-(app/cache/counters.py). The parts of a value split for its size keep their own lifetime."""
+(app/store/counters.py). The parts of a value split for its size keep their own lifetime."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from app.cache.backends import clamp_ttl
-from app.cache.memcached import MemcachedBackend
+from app.store.backends import clamp_ttl
+from app.store.memcached import MemcachedBackend
 
 
 class LogStore:
@@ -19,7 +19,7 @@ class LogStore:
         return self.backend.get(key)
 
     def lookup(self, key: str) -> bytes | None:
-        """``get``; raises app/cache/memcached.py's ``Unavailable`` when its node could not
+        """``get``; raises app/store/memcached.py's ``Unavailable`` when its node could not
         answer."""
         return self.backend.lookup(key)
 

@@ -1,4 +1,4 @@
-"""``RememberedRing`` (app/cache/guarded_client.py): pymemcache's rendezvous hashing, each
+"""``RememberedRing`` (app/store/guarded_client.py): pymemcache's rendezvous hashing, each
 key's node remembered. It must name the node pymemcache's own ring names, for every key and
 after every change of nodes, or two workers would count one limit in two places."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pymemcache.client.rendezvous import RendezvousHash
 
-from app.cache.guarded_client import RememberedRing
+from app.store.guarded_client import RememberedRing
 
 KEYS = [f"llmgate:rl:v1:team-{i}:requests:{60 * i}" for i in range(300)]
 

@@ -1,10 +1,10 @@
-"""Which Memcached nodes are skipped (app/cache/node_breaker.py), on a clock of the test's.
+"""Which Memcached nodes are skipped (app/store/node_breaker.py), on a clock of the test's.
 The same breaker against real memcached nodes going down and coming back:
 tests/integration/test_cache_backends.py."""
 
 from __future__ import annotations
 
-from app.cache.node_breaker import NodeBreaker
+from app.store.node_breaker import NodeBreaker
 
 A, B = "10.0.0.1:11211", "10.0.0.2:11211"
 

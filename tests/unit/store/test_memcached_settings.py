@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from app.cache import build_answer_cache
-from app.cache.counters import MemcachedCounters
-from app.cache.memcached import MemcachedBackend
 from app.cache.tiered import TieredCache
 from app.core.config import Settings, SettingsError
 from app.factory import build_access
 from app.observe.metrics import Metrics
+from app.store.counters import MemcachedCounters
+from app.store.memcached import MemcachedBackend
 from app.tenancy.keyring import hash_key
 
 

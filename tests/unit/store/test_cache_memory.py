@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from app.cache.backends import MAX_TTL_S, Backend, clamp_ttl, validate_key
-from app.cache.memory import MemoryBackend
+from app.store.backends import MAX_TTL_S, Backend, clamp_ttl, validate_key
+from app.store.memory import MemoryBackend
 from tests.support.clock import Clock
 
 
