@@ -35,7 +35,7 @@ from app.observe.tracing import Tracer, Value
 from app.request import schema
 from app.request.body_readings import BodyReading, BodyReadings, read_body
 from app.request.call import CLIENT_CLOSED, Call, Reply
-from app.request.headers import STATUS_HEADER, check_header_values
+from app.request.headers import check_header_values
 from app.resume.service import Resumes, owner_of
 from app.resume.writer import Store
 from app.streams.alone import answer_alone, answer_stream_alone
@@ -288,7 +288,8 @@ class Gateway:
 
 
 def _with_status(reply: Reply, status: str) -> Reply:
-    """The reply with the cache's status header (not on a reply to a caller who left)."""
+    """The reply with where its answer came from (the cache's status), for the end of the
+    call to bill, count and say (app/edge/finish.py); none for a caller who left."""
     if reply.status != CLIENT_CLOSED:
-        reply.headers.append((STATUS_HEADER, status))
+        reply.cache = status
     return reply

@@ -18,7 +18,6 @@ from app.cache import chunks, shapes
 from app.cache.entry import Entry
 from app.request import events as streams
 from app.request.call import SSE_HEADERS, Reply
-from app.request.headers import STATUS_HEADER
 from app.request.routes import CHUNKS, SHAPE_CHAT, SHAPE_COMPLETION, SHAPE_RESPONSE, Route
 from app.request.usage import answer_facts
 
@@ -37,9 +36,7 @@ def reply_from_entry(
     status: str,
     age: int | None,
 ) -> Reply | None:
-    headers = [(STATUS_HEADER, status)]
-    if age is not None:
-        headers.append(("Age", str(age)))
+    headers = [] if age is None else [("Age", str(age))]
     # Each form is made once per entry, and the store keeps its hottest entries decoded: a
     # hit of a hot key converts and parses nothing (a 50-token answer replayed as a stream
     # was 19 chunks encoded again on each hit).
@@ -51,7 +48,8 @@ def reply_from_entry(
             if events is None:
                 return None
             # One batch, of its own: a stored stream is all there, so it leaves in one write.
-            return Reply(entry.status, list(SSE_HEADERS) + headers, iter([list(events)]))
+            batch = iter([list(events)])
+            return Reply(entry.status, list(SSE_HEADERS) + headers, batch, cache=status)
         body = entry.made(("body", route), lambda: body_of(entry, route), _small_body)
         if body is None:
             return None
@@ -60,7 +58,7 @@ def reply_from_entry(
     facts = entry.made(("facts", route), lambda: answer_facts(body, route), _always)
     ctype = entry.content_type if not entry.is_stream else "application/json"
     headers.insert(0, ("Content-Type", ctype or "application/json"))
-    return Reply(entry.status, headers, body, facts)
+    return Reply(entry.status, headers, body, facts, cache=status)
 
 
 def _small_events(events: list[bytes] | None) -> bool:

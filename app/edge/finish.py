@@ -29,7 +29,6 @@ from app.request.call import Call, Reply, Trace
 from app.request.headers import STATUS_HEADER
 from app.request.routes import NAMED, TYPED
 from app.request.usage import answer_facts
-from app.resume.ids import STREAM_HEADER
 from app.tenancy.prices import PriceTable, usd
 
 # Outcomes whose answer came from this caller's own upstream call (billed to it).
@@ -37,9 +36,8 @@ _UPSTREAM_OUTCOMES = frozenset({"miss", "bypass", "refresh"})
 
 
 def cache_outcome(reply: Reply) -> str:
-    """The bounded label for the reply's X-LLMGate-Cache value."""
-    value = next((v for k, v in reply.headers if k == STATUS_HEADER), "BYPASS")
-    kind, _, level = value.partition("; level=")
+    """The bounded label for where the reply's answer came from (``Reply.cache``)."""
+    kind, _, level = (reply.cache or "BYPASS").partition("; level=")
     return f"hit_{level}" if kind == "HIT" else kind.lower()
 
 
@@ -58,6 +56,8 @@ def finish(
         if name.lower() == "x-request-id":
             trace.upstream_request_id = value
             break
+    if reply.cache is not None:
+        reply.headers.append((STATUS_HEADER, reply.cache))
     reply.headers.append(("X-LLMGate-Request-ID", trace.request_id))
     if trace.upstream_request_id is None:
         reply.headers.append(("X-Request-ID", trace.request_id))
@@ -110,7 +110,7 @@ def _watched(
     if metrics is not None:
         metrics.active_streams.inc()
     # A resumable stream's events start with their id line (docs/streams.md): read past it.
-    resumable = any(k == STREAM_HEADER for k, _ in reply.headers)
+    resumable = reply.stream_id is not None
     # A chat or completions stream's usual batch is observed in one call (``batch``).
     plain = not (typed or messages or resumable)
     try:

@@ -208,6 +208,12 @@ class Reply:
     # A whole body's usage and service tier when its maker knows them already (a stored
     # answer's, read once: app/cache/replay.py); None: app/edge/finish.py reads the body.
     facts: AnswerFacts | None = None
+    # Set by the stage that knows them, read by the end of the call (app/edge/finish.py),
+    # which also tells the caller in headers made from them: where the answer came from (the
+    # X-LLMGate-Cache value: HIT with its level, MISS, BYPASS, REFRESH, COALESCED, RESUMED;
+    # None: no cache stage ran), and a resumable stream's id (its events carry id lines).
+    cache: str | None = None
+    stream_id: str | None = None
 
 
 def error_reply(exc: GatewayError, door: str = OPENAI) -> Reply:

@@ -95,6 +95,10 @@ _BREAKS_A_LINE = frozenset("\r\n\x00")
 _NOT_DOWNSTREAM = frozenset(
     {"content-length", "content-encoding", "set-cookie", "server", "date", "alt-svc"}
 )
+# Our own namespace: what the gateway tells its caller is made from its own facts
+# (app/edge/finish.py), never taken from an upstream, which may be a gateway of this kind
+# answering X-LLMGate-Cache: HIT for a call this one made and must bill.
+OWN_PREFIX = "x-llmgate-"
 
 
 def _connection_tokens(headers: Iterable[tuple[str, str]]) -> set[str]:
@@ -167,10 +171,15 @@ def with_upstream_key(
 def downstream_headers(
     upstream: Mapping[str, str] | Iterable[tuple[str, str]],
 ) -> list[tuple[str, str]]:
-    """The upstream's response headers that reach the caller (x-request-id, ratelimits, ...)."""
+    """The upstream's response headers that reach the caller (x-request-id, ratelimits, ...):
+    not hop-by-hop ones, not those describing bytes we send otherwise, none of our own."""
     items = list(upstream.items()) if isinstance(upstream, Mapping) else list(upstream)
     drop = HOP_BY_HOP | _NOT_DOWNSTREAM | _connection_tokens(items)
-    return [(k, v) for k, v in items if k.lower() not in drop]
+    return [
+        (k, v)
+        for k, v in items
+        if (low := k.lower()) not in drop and not low.startswith(OWN_PREFIX)
+    ]
 
 
 # WSGI environ keys and the header names they stand for, spelled as Werkzeug's

@@ -22,7 +22,7 @@ from app.core.errors import NotFound, ServiceUnavailable
 from app.observe import tracing
 from app.observe.metrics import Metrics
 from app.request.call import SSE_HEADERS, Call, Reply, Settlement
-from app.request.headers import STATUS_HEADER, tenant_of
+from app.request.headers import tenant_of
 from app.request.metering import without_usage_chunk
 from app.request.routes import RESUME
 from app.request.usage import Usage
@@ -196,7 +196,8 @@ class Resumes:
         if meta.hide_usage:
             body = without_usage_chunk(body, lambda _: None)
         headers = [*SSE_HEADERS, *ids.granted_headers(stream_id, self.window_s)]
-        return Reply(200, [*headers, (STATUS_HEADER, RESUMED)], self._counted_at_end(body, reader))
+        counted = self._counted_at_end(body, reader)
+        return Reply(200, headers, counted, cache=RESUMED, stream_id=stream_id)
 
     def _deleted(self, stream_id: str, key: str) -> Reply:
         """DELETE /v1/streams/{id}: the log is deleted now (a resume after this one is the

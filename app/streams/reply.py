@@ -73,6 +73,7 @@ class Replies:
         reply = self._answer(call, listener, stream, offer)
         if offer.headers and not isinstance(reply.body, bytes):
             reply.headers += offer.headers
+            reply.stream_id = offer.stream_id
         return reply
 
     def _answer(self, call: Call, listener: Listener, stream: bool, offer: Offer) -> Reply:

@@ -107,10 +107,8 @@ def test_a_replayed_answers_usage_and_tier_are_read_once_and_are_its_own(monkeyp
 def test_the_log_line_takes_a_replys_known_facts_over_reading_its_body(caplog) -> None:
     """finish() reads a whole body's usage only when the reply does not say it already."""
     known = (Usage({"prompt_tokens": 7, "completion_tokens": 1}), "scale")
-    told = Reply(
-        200, [("X-LLMGate-Cache", "HIT; level=l1")], json.dumps(COMPLETION).encode(), known
-    )
-    untold = Reply(200, [("X-LLMGate-Cache", "HIT; level=l1")], json.dumps(COMPLETION).encode())
+    told = Reply(200, [], json.dumps(COMPLETION).encode(), known, cache="HIT; level=l1")
+    untold = Reply(200, [], json.dumps(COMPLETION).encode(), cache="HIT; level=l1")
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
         for reply in (told, untold):
             call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")

@@ -17,15 +17,13 @@ from app.observe.metrics import Metrics
 from app.request import routes
 from app.request.call import SSE_HEADERS, Call, Reply, Trace
 from app.request.usage import Usage, answer_facts
-from app.resume.ids import STREAM_HEADER
 from llmgate_wire import sse
 from tests.support.clock import Clock
 
 
 def test_cache_outcome_labels_are_bounded() -> None:
     def outcome(value: str | None) -> str:
-        headers = [("X-LLMGate-Cache", value)] if value else []
-        return cache_outcome(Reply(200, headers, b""))
+        return cache_outcome(Reply(200, [], b"", cache=value))
 
     assert outcome("HIT; level=l1") == "hit_l1"
     assert outcome("HIT; level=l2") == "hit_l2"
@@ -117,8 +115,8 @@ def test_a_streams_figures_come_from_its_batches_as_they_leave(
     metrics = Metrics(multiproc_dir="")
     call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
     call.trace.started = 0.5
-    headers = list(SSE_HEADERS) + ([(STREAM_HEADER, "s")] if resumable else [])
-    _, body = finish(call, Reply(200, headers, batches()), Settings(), metrics)
+    reply = Reply(200, list(SSE_HEADERS), batches(), stream_id="s" if resumable else None)
+    _, body = finish(call, reply, Settings(), metrics)
     assert not isinstance(body, bytes)
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
         writes = list(body)

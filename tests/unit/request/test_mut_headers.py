@@ -42,6 +42,24 @@ def test_downstream_takes_a_list_of_pairs_and_keeps_repeated_fields() -> None:
     ]
 
 
+def test_our_own_headers_from_an_upstream_never_reach_the_caller() -> None:
+    """An upstream that is itself such a gateway says where its answer came from in our own
+    namespace: the caller hears it from us alone, of our own call."""
+    pairs = [
+        ("X-LLMGate-Cache", "HIT; level=l1"),
+        ("x-llmgate-stream-id", "A" * 24),
+        ("X-LLMGATE-Upstream", "theirs"),
+        ("X-LLMGate", "kept: not our namespace"),
+        ("x-llmgatekeeper", "kept"),
+        ("x-request-id", "r"),
+    ]
+    assert downstream_headers(pairs) == [
+        ("X-LLMGate", "kept: not our namespace"),
+        ("x-llmgatekeeper", "kept"),
+        ("x-request-id", "r"),
+    ]
+
+
 # -- an upstream's own key ------------------------------------------------------------------
 def test_an_upstream_key_replaces_every_caller_credential() -> None:
     from app.request.headers import with_upstream_key
