@@ -60,6 +60,16 @@ class StackHandle:
             raise AssertionError(f"{name}{labels} not in /metrics")
         return sum(found) if found else float(default or 0.0)
 
+    def per_instance(self, name: str, **labels: str) -> list[float]:
+        """The samples named ``name`` whose labels include ``labels``, summed per instance:
+        each instance's own /metrics, straight from its gunicorn on a connection of its own
+        (nothing kept open), in the order of the stack's app_urls."""
+        out = []
+        for url in self.stack.app_urls:
+            resp = self.http.request("GET", url + "/metrics", headers={"Connection": "close"})
+            out.append(sum(samples(resp.data.decode(), name, **labels)))
+        return out
+
     def sim_reset(self) -> None:
         self.http.request("POST", self.sim_url + "/sim/reset")
 
