@@ -28,6 +28,7 @@ from app.dialects import chat
 from app.dialects.messages import ChatToStream
 from tests.support.anthropic_events import message_start
 from tests.support.sse_feed import cut_at, decode, steps
+from tests.support.strategies import chat_json, cut_places
 
 MODEL = "gpt-up"  # the upstream's model, in its chunks
 DOOR_MODEL = "claude-door"  # the model the caller asked, for a stream whose chunks name none
@@ -537,7 +538,7 @@ def test_any_split_writes_the_same_bytes(name: str, size: int) -> None:
 @settings(max_examples=300, deadline=None)
 @given(
     name=st.sampled_from(sorted(INPUTS)),
-    cuts=st.lists(st.integers(min_value=0, max_value=20_000), max_size=40),
+    cuts=cut_places(20_000, 40),
 )
 def test_random_splits_write_the_same_bytes(name: str, cuts: list[int]) -> None:
     raw = INPUTS[name]
@@ -573,17 +574,13 @@ def _texts(item: Any) -> list[str]:
     return [t for d in deltas for t in (d.get("content"), d.get("reasoning_content")) if t]
 
 
-_KEYS = st.sampled_from(
+_JSON = chat_json(
     [
         *("choices", "delta", "index", "finish_reason", "usage", "error", "message", "model"),
         *("content", "reasoning_content", "refusal", "thinking_blocks", "signature", "data"),
         *("tool_calls", "function", "arguments", "name", "id", "type"),
         *("prompt_tokens", "completion_tokens", "prompt_tokens_details", "cached_tokens"),
-    ]
-)
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=5),
+    ],
     max_leaves=20,
 )
 
