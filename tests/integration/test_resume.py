@@ -23,7 +23,7 @@ from llmgate_wire import sse
 from tests.conftest import require_binary
 from tests.support.keys_file import keys_toml
 from tests.support.memcached import memcached_get, memcached_keys
-from tests.support.sse_reader import drop
+from tests.support.sse_reader import drop, read_data, text_of
 from tests.support.stack import StackHandle, StackPool
 from tests.support.waiting import wait_for
 
@@ -59,22 +59,7 @@ def open_stream(base: str, body: dict, headers: dict[str, str]) -> urllib3.BaseH
 
 def read_n(resp: urllib3.BaseHTTPResponse, n: int | None) -> list[sse.Event]:
     """Data events (pings skipped) until ``n`` of them, or the end."""
-    decoder, out = sse.Decoder(), list[sse.Event]()
-    while n is None or len(out) < n:
-        chunk = resp.read1(65536)
-        if not chunk:
-            break
-        out += [e for e in decoder.feed(chunk) if not e.is_comment]
-    return out if n is None else out[:n]  # what came beyond n is as if never read
-
-
-def text_of(events: list[sse.Event]) -> str:
-    out = []
-    for event in events:
-        if event.data and event.data.startswith("{"):
-            for choice in json.loads(event.data).get("choices", []):
-                out.append((choice.get("delta") or {}).get("content") or "")
-    return "".join(out)
+    return read_data(resp, n, cut=True)  # what came beyond n is as if never read
 
 
 def resume(base: str, path: str, last: str, headers: dict[str, str] | None = None):

@@ -24,7 +24,7 @@ from llmgate_wire import sse
 from tests.support.keys_file import keys_toml
 from tests.support.kinds import kinds_toml
 from tests.support.sim import sim_stats
-from tests.support.sse_reader import drop
+from tests.support.sse_reader import drop, read_data
 from tests.support.stack import NOWHERE, file_stack
 from tests.support.waiting import wait_for
 
@@ -102,13 +102,7 @@ def open_stream(
 
 def read_events(resp: urllib3.BaseHTTPResponse, n: int | None) -> list[sse.Event]:
     """Events (pings and comments skipped) until ``n`` of them, or the end."""
-    decoder, out = sse.Decoder(), list[sse.Event]()
-    while n is None or len(out) < n:
-        chunk = resp.read1(65536)
-        if not chunk:
-            break
-        out += [e for e in decoder.feed(chunk) if not e.is_comment and e.data != '{"type":"ping"}']
-    return out
+    return read_data(resp, n, skip={'{"type":"ping"}'})
 
 
 def usage(gw, key: str) -> dict:
