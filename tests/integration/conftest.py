@@ -77,6 +77,13 @@ def sim() -> Iterator[SimProcess]:
         yield process
 
 
+@pytest.fixture
+def fresh_sim(sim: SimProcess) -> None:
+    """``sim`` with its counters and request log reset before the test: a module of tests of
+    the simulator names it in its pytestmark."""
+    sim.reset()
+
+
 @pytest.fixture(scope="module")
 def sim_options() -> tuple[str, ...]:
     """The options ``upstream_sim`` is started with: it answers at once. A module that wants

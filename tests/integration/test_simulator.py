@@ -29,11 +29,7 @@ from tests.support.waiting import wait_for
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hello there simulator"}]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: SimProcess) -> None:
-    sim.reset()
+pytestmark = pytest.mark.usefixtures("fresh_sim")  # each test starts from /sim/reset
 
 
 # --- helpers -------------------------------------------------------------------------------

@@ -24,11 +24,7 @@ from tests.support.sim import SimProcess
 
 VERSION = {"anthropic-version": "2023-06-01"}
 HELLO: list[Any] = [{"role": "user", "content": "hello there simulator"}]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: SimProcess) -> None:
-    sim.reset()
+pytestmark = pytest.mark.usefixtures("fresh_sim")  # each test starts from /sim/reset
 
 
 @pytest.fixture

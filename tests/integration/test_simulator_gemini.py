@@ -23,11 +23,7 @@ from tests.support.sim import SimProcess
 
 PROMPT = "hello there simulator"
 BODY: dict[str, Any] = {"contents": [{"role": "user", "parts": [{"text": PROMPT}]}]}
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: SimProcess) -> None:
-    sim.reset()
+pytestmark = pytest.mark.usefixtures("fresh_sim")  # each test starts from /sim/reset
 
 
 def call(

@@ -24,11 +24,7 @@ from tests.support.sim import SimProcess
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 FINISHED = [n for n in scripts.NAMES if n != "overload"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: SimProcess) -> None:
-    sim.reset()
+pytestmark = pytest.mark.usefixtures("fresh_sim")  # each test starts from /sim/reset
 
 
 @pytest.fixture
