@@ -2,6 +2,11 @@
 
 Stacks are session-scoped and keyed by their options, so tests that need the same shape
 share one set of processes; each test resets the simulator's counters first.
+
+A module of provider tests asks for ``upstream_sim`` (a simulator of its own, started with
+``sim_options``, which a module overrides to start it otherwise), ``kinds_gw`` (a stack with
+one upstream of each kind on it, tests/support/kinds.py) and an SDK client on that stack
+(``openai_client``, ``anthropic_client``).
 """
 
 from __future__ import annotations
@@ -11,12 +16,15 @@ import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import anthropic
+import openai
 import pytest
 
-from runner.stack import Stack, StackOptions
 from tests.conftest import require_binary
-from tests.support.sim import SimProcess
-from tests.support.stack import StackHandle
+from tests.support.kinds import kinds_toml
+from tests.support.sdks import anthropic_sdk, openai_sdk
+from tests.support.sim import SimProcess, start_simulator
+from tests.support.stack import StackHandle, StackPool, config_stack
 
 
 @pytest.fixture(scope="session")
@@ -45,34 +53,12 @@ def pytest_runtest_makereport(
 
 
 @pytest.fixture(scope="session")
-def stacks() -> Iterator[dict]:
-    started: dict[str, StackHandle] = {}
-    yield started
-    # Killed, not drained: no test watches these stop (the tests of stopping start stacks
-    # of their own), and a graceful stop costs a gunicorn about 1.2 s and a Memcached up to
-    # one; a run starts dozens of stacks.
-    for handle in started.values():
-        handle.stack.stop(graceful=False)
-
-
-@pytest.fixture(scope="session")
-def make_stack(stacks: dict, runs_dir: Path):
-    """make_stack(env={...}, **StackOptions fields) -> a running StackHandle (shared by key)."""
-
-    def make(env: dict[str, str] | None = None, **options) -> StackHandle:
-        env = dict(env or {})
-        key = repr((sorted(env.items()), sorted(options.items())))
-        if key not in stacks:
-            if options.get("nginx", True):
-                require_binary("nginx")
-            if options.get("memcached", True):
-                require_binary("memcached")
-            run_dir = Path(tempfile.mkdtemp(prefix="stack-", dir=runs_dir))
-            stack = Stack(StackOptions(run_dir=run_dir, env=env, **options)).start()
-            stacks[key] = StackHandle(stack)
-        return stacks[key]
-
-    return make
+def make_stack(runs_dir: Path) -> Iterator[StackPool]:
+    """make_stack(env={...}, **StackOptions fields) -> a running StackHandle (shared by key),
+    every one killed at the session's end (tests/support/stack.py)."""
+    pool = StackPool(runs_dir, require_binary)
+    yield pool
+    pool.kill_all()
 
 
 @pytest.fixture
@@ -89,3 +75,48 @@ def sim() -> Iterator[SimProcess]:
     at once (no wait for the first token, 2,000 tokens a second)."""
     with SimProcess(ttft_ms=0, tps=2000) as process:
         yield process
+
+
+@pytest.fixture
+def fresh_sim(sim: SimProcess) -> None:
+    """``sim`` with its counters and request log reset before the test: a module of tests of
+    the simulator names it in its pytestmark."""
+    sim.reset()
+
+
+@pytest.fixture(scope="module")
+def sim_options() -> tuple[str, ...]:
+    """The options ``upstream_sim`` is started with: it answers at once. A module that wants
+    another simulator defines a fixture of this name of its own."""
+    return ("--ttft-ms", "0")
+
+
+@pytest.fixture(scope="module")
+def upstream_sim(tmp_path_factory, sim_options: tuple[str, ...]) -> Iterator[str]:
+    """The URL of a simulator of the test module's own, to name in its upstreams files;
+    started as the stack's processes are (its log kept with theirs when a test fails)."""
+    proc, url = start_simulator(tmp_path_factory.mktemp("upstream-sim"), *sim_options)
+    yield url
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def kinds_gw(make_stack, tmp_path_factory, upstream_sim: str) -> StackHandle:
+    """A stack of one worker with one upstream of each kind, all on ``upstream_sim``: the
+    model ``m-openai`` goes to an OpenAI-compatible upstream, ``m-anthropic`` to an Anthropic
+    one, ``m-gemini`` to a Gemini one (tests/support/kinds.py)."""
+    return config_stack(make_stack, tmp_path_factory, kinds_toml(upstream_sim))
+
+
+@pytest.fixture
+def openai_client(kinds_gw: StackHandle) -> Iterator[openai.OpenAI]:
+    """The OpenAI SDK, as users run it, on ``kinds_gw`` (no retries)."""
+    with openai_sdk(kinds_gw.url) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+def anthropic_client(kinds_gw: StackHandle) -> Iterator[anthropic.Anthropic]:
+    """The Anthropic SDK, as users run it, on ``kinds_gw`` (no retries)."""
+    with anthropic_sdk(kinds_gw.url) as sdk:
+        yield sdk

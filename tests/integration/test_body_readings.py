@@ -12,7 +12,6 @@ upstream over loopback."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ from flask import Flask
 from app.factory import create_app
 from tests.support.keys_file import keys_toml
 from tests.support.kinds import kinds_toml
-from tests.support.sim import start_simulator
 
 USER: Any = [{"role": "user", "content": "hi"}]
 SECRET = "sk-gateway-team"
@@ -30,20 +28,13 @@ HEADERS = {"Content-Type": "application/json", "anthropic-version": "2023-06-01"
            "Authorization": f"Bearer {SECRET}"}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def sim_url(tmp_path_factory) -> Iterator[str]:
-    proc, url = start_simulator(tmp_path_factory.mktemp("readings-sim"), "--ttft-ms", "0")
-    yield url
-    proc.stop()
-
-
 @pytest.fixture(params=["keys off", "a gateway key"])
-def app(request, sim_url, tmp_path, monkeypatch) -> Flask:
+def app(request, upstream_sim, tmp_path, monkeypatch) -> Flask:
     """The gateway on the three kinds; with a gateway key whose limits and caps read the
     body (its tokens estimated, a max_tokens sent where the call names none), or without."""
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     config = tmp_path / "llmgate.toml"
-    config.write_text(kinds_toml(sim_url))
+    config.write_text(kinds_toml(upstream_sim))
     env = {"LLMGATE_CONFIG": str(config), "LLMGATE_UPSTREAM_URL": "http://127.0.0.1:9/v1",
            "LLMGATE_CACHE_MODE": "deterministic", "LLMGATE_STATUS_SAMPLE_S": "0"}  # fmt: skip
     if request.param == "a gateway key":

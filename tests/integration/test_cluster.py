@@ -27,7 +27,6 @@ from runner.stack import Stack, StackOptions
 from tests.conftest import require_binary
 from tests.support.calls import Outcome, call
 from tests.support.memcached import memcached_stats
-from tests.support.metrics import samples
 from tests.support.stack import StackHandle
 from tests.support.waiting import wait_for
 
@@ -61,14 +60,8 @@ def cluster(runs_dir: Path) -> Iterator[StackHandle]:
         stack.stop()
 
 
-def instance_metric(url: str, name: str, **labels: str) -> float:
-    # Straight to the instance's gunicorn, one connection per read (nothing kept open).
-    resp = http.request("GET", url + "/metrics", headers={"Connection": "close"})
-    return sum(samples(resp.data.decode(), name, **labels))
-
-
 def served(gw: StackHandle) -> list[float]:
-    return [instance_metric(u, "llmgate_requests_total") for u in gw.stack.app_urls]
+    return gw.per_instance("llmgate_requests_total")
 
 
 # -- 1. one upstream call for 200 identical requests over three instances -------------------
@@ -116,7 +109,7 @@ def test_an_instance_killed_mid_burst_fails_only_its_in_flight_calls(cluster) ->
     in_flight: list[float] = []
 
     def all_active() -> bool:
-        in_flight[:] = [instance_metric(u, "llmgate_active_streams") for u in gw.stack.app_urls]
+        in_flight[:] = gw.per_instance("llmgate_active_streams")
         return sum(in_flight) == 30
 
     assert wait_for(all_active, 15), in_flight
@@ -237,7 +230,7 @@ def test_a_memcached_node_stopped_costs_its_share_of_hits_and_fails_nothing(clus
         second = list(pool.map(ask, prompts))
     hits = sum(o.cache.startswith("HIT") for o in second)
     hit_rate = hits / len(prompts)
-    errors = [instance_metric(u, "llmgate_cache_errors_total") for u in gw.stack.app_urls]
+    errors = gw.per_instance("llmgate_cache_errors_total")
     print(
         f"memcached node stopped: entries per node {stored}, its share {share_lost:.2f}; "
         f"hit rate after {hit_rate:.2f} (expected about {1 - share_lost:.2f}); "

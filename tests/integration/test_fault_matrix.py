@@ -24,8 +24,9 @@ import pytest
 import urllib3
 
 from bench.kit.proctree import connections_to
-from tests.support.calls import ManyStreams, Outcome, call, chat_body, raw_chat_request
+from tests.support.calls import Outcome, call, chat_body, raw_chat_request
 from tests.support.faultproxy import FaultProxy
+from tests.support.held import ManyStreams
 from tests.support.memcached import memcached_stats, start_memcached
 from tests.support.waiting import wait_for
 

@@ -27,7 +27,8 @@ from tests.support.bodies import chat_about
 from tests.support.keys_file import keys_toml, priced_config
 from tests.support.memcached import memcached_stats
 from tests.support.metrics import samples
-from tests.support.sim import sim_stats, start_simulator
+from tests.support.sim import sim_stats
+from tests.support.stack import NOWHERE, file_stack
 from tests.support.waiting import minute_with_room
 
 KEYS = {
@@ -56,23 +57,17 @@ def config_toml(sim_url: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    proc, url = start_simulator(tmp_path_factory.mktemp("limits-sim"))
-    yield url
-    proc.stop()
+def sim_options() -> tuple[str, ...]:
+    """This module's simulator answers at its own pace (its defaults)."""
+    return ()
 
 
 @pytest.fixture(scope="module")
-def limited(make_stack, tmp_path_factory, sim):
-    folder: Path = tmp_path_factory.mktemp("limits-config")
-    (folder / "keys.toml").write_text(keys_toml(KEYS.items(), secret))
-    (folder / "llmgate.toml").write_text(config_toml(sim))
-    env = {
-        "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
-        "LLMGATE_CONFIG": str(folder / "llmgate.toml"),
-        "LLMGATE_CACHE_MODE": "off",
-    }
-    return make_stack(env=env, instances=2, workers=2, upstream_url="http://127.0.0.1:9/v1")
+def limited(make_stack, tmp_path_factory, upstream_sim):
+    return file_stack(
+        make_stack, tmp_path_factory.mktemp("limits-config"), config_toml(upstream_sim),
+        keys=keys_toml(KEYS.items(), secret), instances=2, workers=2, upstream_url=NOWHERE,
+    )  # fmt: skip
 
 
 def post(url: str, key: str, body: dict, path: str = "/v1/chat/completions", **kw):
@@ -190,9 +185,9 @@ def spend_concurrently(gw, sim: str, key: str, bodies: list[dict]) -> tuple[list
     return answers, sim_stats(sim)["tokens"] - before
 
 
-def test_20_concurrent_calls_never_spend_past_a_daily_token_budget(limited, sim) -> None:
+def test_20_concurrent_calls_never_spend_past_a_daily_token_budget(limited, upstream_sim) -> None:
     bodies = [chat_about(words(500, f"d{i}"), max_tokens=50) for i in range(20)]
-    answers, simulated = spend_concurrently(limited, sim, "day2000", bodies)
+    answers, simulated = spend_concurrently(limited, upstream_sim, "day2000", bodies)
     ok = [r for r in answers if r.status == 200]
     refused = [r for r in answers if r.status == 429]
     assert len(ok) + len(refused) == 20 and ok, [r.status for r in answers]
@@ -205,10 +200,10 @@ def test_20_concurrent_calls_never_spend_past_a_daily_token_budget(limited, sim)
     assert usage_of(limited, "day2000")["tokens_today"] == billed
 
 
-def test_concurrent_calls_never_spend_past_tokens_per_minute(limited, sim) -> None:
+def test_concurrent_calls_never_spend_past_tokens_per_minute(limited, upstream_sim) -> None:
     minute_with_room(MINUTE_ROOM_S)
     bodies = [chat_about(words(100, f"m{i}"), max_tokens=50) for i in range(8)]
-    answers, simulated = spend_concurrently(limited, sim, "tpm1000", bodies)
+    answers, simulated = spend_concurrently(limited, upstream_sim, "tpm1000", bodies)
     ok = [r for r in answers if r.status == 200]
     assert len(ok) >= 2, [r.status for r in answers]  # the bound is loose, not absurd
     assert simulated == sum(json.loads(r.data)["usage"]["total_tokens"] for r in ok) <= 1000
@@ -218,9 +213,9 @@ def test_concurrent_calls_never_spend_past_tokens_per_minute(limited, sim) -> No
             assert resp.headers.get("x-should-retry") != "false"  # the minute will come round
 
 
-def test_concurrent_calls_never_spend_past_a_money_budget(limited, sim) -> None:
+def test_concurrent_calls_never_spend_past_a_money_budget(limited, upstream_sim) -> None:
     bodies = [chat_about(words(100, f"u{i}"), max_tokens=50) for i in range(20)]
-    answers, simulated = spend_concurrently(limited, sim, "usd", bodies)
+    answers, simulated = spend_concurrently(limited, upstream_sim, "usd", bodies)
     ok = [r for r in answers if r.status == 200]
     assert len(ok) >= 2, [r.status for r in answers]
     cost = 0.0
@@ -266,15 +261,17 @@ def test_a_call_reserving_exactly_a_fresh_budget_is_admitted_and_one_token_more_
     assert resp.status == 200, resp.data
 
 
-def test_a_keys_cap_is_sent_to_a_call_that_names_none(limited, sim) -> None:
+def test_a_keys_cap_is_sent_to_a_call_that_names_none(limited, upstream_sim) -> None:
     resp = post(limited.url, "capped", chat_about("cap me", temperature=0.5))
     assert resp.status == 200
     assert json.loads(resp.data)["usage"]["completion_tokens"] == 7
-    sent = json.loads(http.request("GET", sim + "/sim/requests").data)[-1]["body"]
+    sent = json.loads(http.request("GET", upstream_sim + "/sim/requests").data)[-1]["body"]
     assert sent["max_completion_tokens"] == 7 and "max_tokens" not in sent
 
 
-def test_a_responses_streams_usage_reaches_the_log_the_metrics_and_the_budget(limited, sim) -> None:
+def test_a_responses_streams_usage_reaches_the_log_the_metrics_and_the_budget(
+    limited, upstream_sim
+) -> None:
     before = usage_of(limited, "responder")["tokens_today"]
     prompt_before = metric(limited, "llmgate_key_tokens_total", key="responder", kind="prompt")
     body = {"model": "sim-model", "input": "count me", "stream": True, "max_output_tokens": 6}
@@ -299,23 +296,16 @@ def test_a_responses_streams_usage_reaches_the_log_the_metrics_and_the_budget(li
 
 # -- only the caller's own calls count against the caller -------------------------------------
 @pytest.fixture(scope="module")
-def one_worker(make_stack, tmp_path_factory, sim):
+def one_worker(make_stack, tmp_path_factory, upstream_sim):
     """One worker that holds 4 streams, and an upstream that refuses every connection."""
-    folder: Path = tmp_path_factory.mktemp("admission-config")
     keys = [("rpm", "requests_per_minute = 100\nmax_streams = 50"),
             ("dead-end", 'requests_per_minute = 100\nupstreams = ["dead"]')]  # fmt: skip
-    (folder / "keys.toml").write_text(keys_toml(keys, secret))
-    (folder / "llmgate.toml").write_text(
-        config_toml(sim) + '\n[[upstreams]]\nname = "dead"\nbase_url = "http://127.0.0.1:9/v1"\n'
-        "priority = 1\n"
-    )
-    env = {
-        "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
-        "LLMGATE_CONFIG": str(folder / "llmgate.toml"),
-        "LLMGATE_CACHE_MODE": "off",
-        "LLMGATE_MAX_STREAMS_PER_WORKER": "4",
-    }
-    return make_stack(env=env, instances=1, workers=1, upstream_url="http://127.0.0.1:9/v1")
+    dead = f'\n[[upstreams]]\nname = "dead"\nbase_url = "{NOWHERE}"\npriority = 1\n'
+    return file_stack(
+        make_stack, tmp_path_factory.mktemp("admission-config"), config_toml(upstream_sim) + dead,
+        keys=keys_toml(keys, secret), env={"LLMGATE_MAX_STREAMS_PER_WORKER": "4"},
+        instances=1, workers=1, upstream_url=NOWHERE,
+    )  # fmt: skip
 
 
 def test_streams_the_worker_refused_are_not_counted_against_the_key(one_worker) -> None:
@@ -353,7 +343,7 @@ def test_calls_no_upstream_answered_give_their_request_back(one_worker) -> None:
 
 # -- limits counted once for every worker, whichever way Memcached is named ---------------------
 @pytest.fixture(scope="module")
-def by_dns(make_stack, tmp_path_factory, sim):
+def by_dns(make_stack, tmp_path_factory, upstream_sim):
     """Two instances of two workers whose Memcached is named as Kubernetes names it:
     ``dns+name:port`` (the headless Service of deploy/kubernetes), here ``localhost``."""
     binary = require_binary("memcached")
@@ -365,27 +355,25 @@ def by_dns(make_stack, tmp_path_factory, sim):
         argv += ["-u", "nobody"]
     memcached = Proc(f"memcached-dns-{port}", argv, log_path=folder / "memcached.log")
     memcached.wait_port(port, hosts[0])
-    (folder / "keys.toml").write_text(keys_toml([("rpm3", "requests_per_minute = 3")], secret))
-    (folder / "llmgate.toml").write_text(config_toml(sim))
-    env = {
-        "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
-        "LLMGATE_CONFIG": str(folder / "llmgate.toml"),
-        "LLMGATE_CACHE_MODE": "off",
-        "LLMGATE_MEMCACHED": f"dns+localhost:{port}",
-    }
-    stack = make_stack(env=env, instances=2, workers=2, memcached=False,
-                       upstream_url="http://127.0.0.1:9/v1")  # fmt: skip
+    stack = file_stack(
+        make_stack, folder, config_toml(upstream_sim),
+        keys=keys_toml([("rpm3", "requests_per_minute = 3")], secret),
+        env={"LLMGATE_MEMCACHED": f"dns+localhost:{port}"},
+        instances=2, workers=2, memcached=False, upstream_url=NOWHERE,
+    )  # fmt: skip
     yield stack, (hosts[0], port)
     memcached.kill()
 
 
-def test_a_keys_limit_holds_over_every_worker_when_memcached_is_found_by_dns(by_dns, sim) -> None:
+def test_a_keys_limit_holds_over_every_worker_when_memcached_is_found_by_dns(
+    by_dns, upstream_sim
+) -> None:
     """12 concurrent calls over 4 workers for a key of 3 a minute: 3 reach the upstream,
     counted by the upstream itself, and the count lives in the named Memcached. Counted per
     worker (the limits' client took only host:port entries), each worker let 3 through."""
     stack, (host, port) = by_dns
     minute_with_room(MINUTE_ROOM_S)
-    before = sim_stats(sim)["requests"]
+    before = sim_stats(upstream_sim)["requests"]
     barrier = threading.Barrier(12)
 
     def call(i: int):
@@ -395,7 +383,7 @@ def test_a_keys_limit_holds_over_every_worker_when_memcached_is_found_by_dns(by_
     with ThreadPoolExecutor(12) as pool:
         statuses = sorted(pool.map(call, range(12)))
     assert statuses == [200] * 3 + [429] * 9, statuses
-    assert sim_stats(sim)["requests"] - before == 3
+    assert sim_stats(upstream_sim)["requests"] - before == 3
     assert (
         memcached_stats(port, host)["curr_items"] >= 1
     )  # the key's counter, where every worker counts

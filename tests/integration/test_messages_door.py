@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -20,32 +19,12 @@ import pytest
 import urllib3
 
 from simulator import scripts
-from tests.support.kinds import kinds_toml
 from tests.support.raw_http import assert_json_error, request_head, send_raw
-from tests.support.sim import sim_stats, start_simulator
-from tests.support.stack import config_stack
+from tests.support.sim import sim_stats
 
 MESSAGES: Any = [{"role": "user", "content": "hi"}]
 http = urllib3.PoolManager(retries=False)
 _MESSAGE_ID = re.compile(rb'"id":"msg_[A-Za-z0-9_]+"')
-
-
-@pytest.fixture(scope="module")
-def door_sim(tmp_path_factory) -> Iterator[str]:
-    proc, url = start_simulator(tmp_path_factory.mktemp("door-sim"), "--ttft-ms", "0")
-    yield url
-    proc.stop()
-
-
-@pytest.fixture(scope="module")
-def door_gw(make_stack, tmp_path_factory, door_sim):
-    return config_stack(make_stack, tmp_path_factory, kinds_toml(door_sim))
-
-
-@pytest.fixture
-def client(door_gw) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=door_gw.url, api_key="k", max_retries=0) as sdk:
-        yield sdk
 
 
 def _raw(url: str, body: dict[str, Any], **headers: str) -> tuple[int, bytes]:
@@ -62,19 +41,19 @@ def _raw(url: str, body: dict[str, Any], **headers: str) -> tuple[int, bytes]:
 @pytest.mark.parametrize("script", ["text", "tools", "thinking"])
 @pytest.mark.parametrize("stream", [True, False])
 def test_to_an_anthropic_upstream_the_caller_reads_the_simulators_bytes(
-    door_gw, door_sim, script, stream
+    kinds_gw, upstream_sim, script, stream
 ) -> None:
     body = {"model": "m-anthropic", "max_tokens": 100, "messages": MESSAGES, "stream": stream}
-    direct = _raw(door_sim, body, **{"x-sim-script": script})
-    through = _raw(door_gw.url, body, **{"x-sim-script": script})
+    direct = _raw(upstream_sim, body, **{"x-sim-script": script})
+    through = _raw(kinds_gw.url, body, **{"x-sim-script": script})
     assert through[0] == direct[0] == 200
     assert _MESSAGE_ID.sub(b"ID", through[1]) == _MESSAGE_ID.sub(b"ID", direct[1])
     assert len(_MESSAGE_ID.findall(through[1])) == 1
 
 
 @pytest.mark.parametrize("kind", ["openai", "gemini"])
-def test_the_sdks_stream_helper_reads_a_translated_tool_answer(client, kind) -> None:
-    with client.messages.stream(
+def test_the_sdks_stream_helper_reads_a_translated_tool_answer(anthropic_client, kind) -> None:
+    with anthropic_client.messages.stream(
         model=f"m-{kind}", max_tokens=100, messages=MESSAGES,
         extra_headers={"x-sim-script": "tools"},
     ) as stream:  # fmt: skip
@@ -92,16 +71,16 @@ def test_the_sdks_stream_helper_reads_a_translated_tool_answer(client, kind) -> 
 
 
 @pytest.mark.parametrize("kind", ["openai", "gemini", "anthropic"])
-def test_thinking_comes_back_as_a_thinking_block_with_its_signature(client, kind) -> None:
+def test_thinking_comes_back_as_a_thinking_block_with_its_signature(anthropic_client, kind) -> None:
     for stream in (True, False):
         if stream:
-            with client.messages.stream(
+            with anthropic_client.messages.stream(
                 model=f"m-{kind}", max_tokens=100, messages=MESSAGES,
                 extra_headers={"x-sim-script": "thinking"},
             ) as events:  # fmt: skip
                 message = events.get_final_message()
         else:
-            message = client.messages.create(
+            message = anthropic_client.messages.create(
                 model=f"m-{kind}", max_tokens=100, messages=MESSAGES,
                 extra_headers={"x-sim-script": "thinking"},
             )  # fmt: skip
@@ -116,12 +95,12 @@ def test_thinking_comes_back_as_a_thinking_block_with_its_signature(client, kind
 @pytest.mark.parametrize(
     ("script", "stop"), [("text", "end_turn"), ("length", "max_tokens"), ("filter", "refusal")]
 )
-def test_stop_reasons_and_usage_over_an_openai_upstream(client, script, stop) -> None:
-    whole = client.messages.create(
+def test_stop_reasons_and_usage_over_an_openai_upstream(anthropic_client, script, stop) -> None:
+    whole = anthropic_client.messages.create(
         model="m-openai", max_tokens=100, messages=MESSAGES,
         extra_headers={"x-sim-script": script},
     )  # fmt: skip
-    with client.messages.stream(
+    with anthropic_client.messages.stream(
         model="m-openai", max_tokens=100, messages=MESSAGES,
         extra_headers={"x-sim-script": script},
     ) as events:  # fmt: skip
@@ -133,8 +112,8 @@ def test_stop_reasons_and_usage_over_an_openai_upstream(client, script, stop) ->
     assert streamed.usage.output_tokens == whole.usage.output_tokens > 0
 
 
-def test_a_mid_stream_overload_is_the_sdks_overloaded_error(client) -> None:
-    with pytest.raises(anthropic.APIStatusError) as caught, client.messages.stream(
+def test_a_mid_stream_overload_is_the_sdks_overloaded_error(anthropic_client) -> None:
+    with pytest.raises(anthropic.APIStatusError) as caught, anthropic_client.messages.stream(
         model="m-openai", max_tokens=100, messages=MESSAGES,
         extra_headers={"x-sim-script": "overload"},
     ) as events:  # fmt: skip
@@ -145,13 +124,15 @@ def test_a_mid_stream_overload_is_the_sdks_overloaded_error(client) -> None:
 
 
 @pytest.mark.parametrize("kind", ["anthropic", "openai"])
-def test_the_gateways_own_mid_stream_error_is_anthropics_error_event(door_gw, client, kind) -> None:
+def test_the_gateways_own_mid_stream_error_is_anthropics_error_event(
+    kinds_gw, anthropic_client, kind
+) -> None:
     # The simulator resets the connection after two pieces: the 200 and the first events
     # have left, so the gateway itself ends the stream, with Anthropic's `error` event (a
     # relayed stream and a translated one alike).
     fault = {"x-sim-fault": "reset", "x-sim-reset-after": "2"}
     body = {"model": f"m-{kind}", "max_tokens": 100, "messages": MESSAGES, "stream": True}
-    status, raw = _raw(door_gw.url, body, **fault)
+    status, raw = _raw(kinds_gw.url, body, **fault)
     assert status == 200 and raw.startswith(b"event: message_start\n"), raw[:200]
     head, sep, last = raw.rstrip(b"\n").rpartition(b"\n\n")
     assert sep and b"event: content_block_delta\n" in head, raw
@@ -159,7 +140,7 @@ def test_the_gateways_own_mid_stream_error_is_anthropics_error_event(door_gw, cl
     error = json.loads(last.removeprefix(b"event: error\ndata: "))
     assert error["type"] == "error" and error["error"]["type"] == "api_error", last
     assert error["error"]["message"].startswith("Upstream broke off the response"), last
-    with pytest.raises(anthropic.APIStatusError) as caught, client.messages.stream(
+    with pytest.raises(anthropic.APIStatusError) as caught, anthropic_client.messages.stream(
         model=f"m-{kind}", max_tokens=100, messages=MESSAGES, extra_headers=fault
     ) as events:  # fmt: skip
         for _ in events:
@@ -168,7 +149,7 @@ def test_the_gateways_own_mid_stream_error_is_anthropics_error_event(door_gw, cl
     assert caught.value.body["error"]["type"] == "api_error"
 
 
-def test_errors_on_this_door_are_anthropics_shape(door_gw) -> None:
+def test_errors_on_this_door_are_anthropics_shape(kinds_gw) -> None:
     cases = [
         ({"model": "m-openai", "max_tokens": 5}, {}, 400, "invalid_request_error"),
         ({"model": "nobody", "max_tokens": 5, "messages": MESSAGES}, {}, 404, "not_found_error"),
@@ -180,37 +161,37 @@ def test_errors_on_this_door_are_anthropics_shape(door_gw) -> None:
          529, "overloaded_error"),
     ]  # fmt: skip
     for body, headers, status, kind in cases:
-        got_status, data = _raw(door_gw.url, body, **headers)
+        got_status, data = _raw(kinds_gw.url, body, **headers)
         doc = json.loads(data)
         assert got_status == status, (body, headers, doc)
         assert doc["type"] == "error" and doc["error"]["type"] == kind, doc
         assert doc["error"]["message"]
 
 
-def test_count_tokens_goes_to_an_anthropic_upstream_only(door_gw, door_sim) -> None:
-    before = sim_stats(door_sim)["requests_by_route"]
+def test_count_tokens_goes_to_an_anthropic_upstream_only(kinds_gw, upstream_sim) -> None:
+    before = sim_stats(upstream_sim)["requests_by_route"]
     route = "anthropic /v1/messages/count_tokens"
     resp = http.request(
-        "POST", door_gw.url + "/v1/messages/count_tokens",
+        "POST", kinds_gw.url + "/v1/messages/count_tokens",
         body=json.dumps({"model": "m-anthropic", "messages": MESSAGES}),
         headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"},
     )  # fmt: skip
     assert resp.status == 200 and json.loads(resp.data)["input_tokens"] > 0
     resp = http.request(
-        "POST", door_gw.url + "/v1/messages/count_tokens",
+        "POST", kinds_gw.url + "/v1/messages/count_tokens",
         body=json.dumps({"model": "m-openai", "messages": MESSAGES}),
         headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"},
     )  # fmt: skip
     doc = json.loads(resp.data)
     assert resp.status == 404 and doc["error"]["type"] == "not_found_error"
-    assert sim_stats(door_sim)["requests_by_route"][route] == before.get(route, 0) + 1
+    assert sim_stats(upstream_sim)["requests_by_route"][route] == before.get(route, 0) + 1
 
 
-def test_a_body_over_nginxs_limit_is_the_sdks_typed_anthropic_error(client) -> None:
+def test_a_body_over_nginxs_limit_is_the_sdks_typed_anthropic_error(anthropic_client) -> None:
     """nginx refuses it before the app sees it: its page, too, is Anthropic's on this door."""
     huge: Any = [{"role": "user", "content": "x" * (30 * 1024 * 1024)}]
     with pytest.raises(anthropic.ContentTooLargeError) as caught:
-        client.messages.create(model="m-anthropic", max_tokens=5, messages=huge)
+        anthropic_client.messages.create(model="m-anthropic", max_tokens=5, messages=huge)
     assert caught.value.status_code == 413 and caught.value.type == "request_too_large"
     body: Any = caught.value.body
     assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, body
@@ -227,15 +208,15 @@ NGINX_REFUSALS = [
 
 @pytest.mark.parametrize(("path", "headers", "status", "kind"), NGINX_REFUSALS)
 def test_nginxs_own_refusals_on_this_door_are_anthropics_shape(
-    door_gw, path: str, headers: list[tuple[str, str]], status: int, kind: str
+    kinds_gw, path: str, headers: list[tuple[str, str]], status: int, kind: str
 ) -> None:
     head = request_head("POST", path, headers)
-    got, answer_headers, data = send_raw(door_gw.url, head, b"{}")
+    got, answer_headers, data = send_raw(kinds_gw.url, head, b"{}")
     assert got == status, data
     assert answer_headers["content-type"].startswith("application/json")
     doc = json.loads(data)
     assert doc["type"] == "error" and doc["error"]["type"] == kind, doc
     assert set(doc["error"]) == {"type", "message"} and doc["error"]["message"]
     # The same refusal elsewhere is OpenAI's, as it was.
-    other = send_raw(door_gw.url, request_head("POST", "/v1/chat/completions", headers), b"{}")
+    other = send_raw(kinds_gw.url, request_head("POST", "/v1/chat/completions", headers), b"{}")
     assert_json_error(other, status, None)

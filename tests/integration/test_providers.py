@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import openai
@@ -23,31 +22,13 @@ import urllib3
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
 from simulator import scripts
-from tests.support.kinds import KINDS, NAMES, kinds_toml
-from tests.support.sim import sim_stats, start_simulator
-from tests.support.stack import UPSTREAM, config_stack
+from tests.support.kinds import KINDS, NAMES
+from tests.support.sim import sim_stats
+from tests.support.stack import UPSTREAM
 
 FINISHED = ("text", "tools", "thinking", "length", "filter")
 MESSAGES: Any = [{"role": "user", "content": "hi"}]
 http = urllib3.PoolManager(retries=False)
-
-
-@pytest.fixture(scope="module")
-def upstream_sim(tmp_path_factory) -> Iterator[str]:
-    proc, url = start_simulator(tmp_path_factory.mktemp("providers-sim"), "--ttft-ms", "0")
-    yield url
-    proc.stop()
-
-
-@pytest.fixture(scope="module")
-def kinds_gw(make_stack, tmp_path_factory, upstream_sim):
-    return config_stack(make_stack, tmp_path_factory, kinds_toml(upstream_sim))
-
-
-@pytest.fixture
-def client(kinds_gw) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=kinds_gw.url + "/v1", api_key="k", max_retries=0) as sdk:
-        yield sdk
 
 
 def _ask(client: openai.OpenAI, kind: str, script: str, stream: bool) -> Any:
@@ -99,9 +80,9 @@ def _accumulated(stream: Any) -> tuple[Any, list[str]]:
 
 @pytest.mark.parametrize("script", FINISHED)
 @pytest.mark.parametrize("kind", ["anthropic", "gemini"])
-def test_a_whole_answer_is_the_same_object_from_every_kind(client, kind, script) -> None:
-    want = _ask(client, "openai", script, stream=False)
-    got = _ask(client, kind, script, stream=False)
+def test_a_whole_answer_is_the_same_object_from_every_kind(openai_client, kind, script) -> None:
+    want = _ask(openai_client, "openai", script, stream=False)
+    got = _ask(openai_client, kind, script, stream=False)
     assert _comparable(got.model_dump(exclude_unset=True), kind) == _comparable(
         want.model_dump(exclude_unset=True), kind
     )
@@ -109,16 +90,16 @@ def test_a_whole_answer_is_the_same_object_from_every_kind(client, kind, script)
 
 
 @pytest.mark.parametrize("script", FINISHED)
-def test_an_anthropic_stream_is_the_same_chunks_as_an_openai_one(client, script) -> None:
-    want = _chunks(_ask(client, "openai", script, stream=True), "anthropic")
-    got = _chunks(_ask(client, "anthropic", script, stream=True), "anthropic")
+def test_an_anthropic_stream_is_the_same_chunks_as_an_openai_one(openai_client, script) -> None:
+    want = _chunks(_ask(openai_client, "openai", script, stream=True), "anthropic")
+    got = _chunks(_ask(openai_client, "anthropic", script, stream=True), "anthropic")
     assert got == want
 
 
 @pytest.mark.parametrize("script", FINISHED)
-def test_a_gemini_stream_accumulates_to_the_same_completion(client, script) -> None:
-    want, want_texts = _accumulated(_ask(client, "openai", script, stream=True))
-    got, got_texts = _accumulated(_ask(client, "gemini", script, stream=True))
+def test_a_gemini_stream_accumulates_to_the_same_completion(openai_client, script) -> None:
+    want, want_texts = _accumulated(_ask(openai_client, "openai", script, stream=True))
+    got, got_texts = _accumulated(_ask(openai_client, "gemini", script, stream=True))
     assert got_texts == want_texts  # text deltas one for one, in order
     assert _comparable(got.model_dump(exclude_unset=True), "gemini") == _comparable(
         want.model_dump(exclude_unset=True), "gemini"
@@ -168,10 +149,12 @@ def test_parallel_tool_calls_with_long_arguments_async(kinds_gw) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_mid_stream_overload_is_the_sdks_api_error_after_the_same_text(client, kind) -> None:
+def test_a_mid_stream_overload_is_the_sdks_api_error_after_the_same_text(
+    openai_client, kind
+) -> None:
     texts: list[str] = []
     with pytest.raises(openai.APIError) as caught:
-        for chunk in _ask(client, kind, "overload", stream=True):
+        for chunk in _ask(openai_client, kind, "overload", stream=True):
             texts += [c.delta.content for c in chunk.choices if c.delta.content]
     assert "".join(texts) == "Working on it"
     assert caught.value.message == "Overloaded"
@@ -197,10 +180,10 @@ def test_errors_before_the_stream_are_openai_json_with_the_right_retry_word(kind
         assert set(error) == {"message", "type", "param", "code"} and error["message"]
 
 
-def test_a_request_a_kind_cannot_carry_is_a_400_naming_the_field(client) -> None:
+def test_a_request_a_kind_cannot_carry_is_a_400_naming_the_field(openai_client) -> None:
     for kind in ("anthropic", "gemini"):
         with pytest.raises(openai.BadRequestError) as caught:
-            client.chat.completions.create(model=f"m-{kind}", messages=MESSAGES, n=2)
+            openai_client.chat.completions.create(model=f"m-{kind}", messages=MESSAGES, n=2)
         assert caught.value.code == "unsupported_by_upstream"
         assert caught.value.param == "n"
 

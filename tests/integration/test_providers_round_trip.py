@@ -16,14 +16,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import openai
 import pytest
 
 from simulator import scripts
 from tests.conftest import ROOT
-from tests.support.kinds import kinds_toml
 from tests.support.scripted_server import Exchange, LoopbackServer, Request
-from tests.support.sim import sim_requests, start_simulator
+from tests.support.sdks import openai_sdk
+from tests.support.sim import sim_requests
 from tests.support.stack import config_stack
 
 NO_ARGUMENTS = ROOT / "tests" / "data" / "dialects" / "anthropic" / "tool_no_arguments.sse"
@@ -74,24 +73,8 @@ models = ["m-anthropic"]
     return config_stack(make_stack, tmp_path_factory, toml)
 
 
-@pytest.fixture(scope="module")
-def upstream_sim(tmp_path_factory) -> Iterator[str]:
-    proc, url = start_simulator(tmp_path_factory.mktemp("round-trip-sim"), "--ttft-ms", "0")
-    yield url
-    proc.stop()
-
-
-@pytest.fixture(scope="module")
-def kinds_gw(make_stack, tmp_path_factory, upstream_sim):
-    return config_stack(make_stack, tmp_path_factory, kinds_toml(upstream_sim))
-
-
-def _sdk(gw) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url + "/v1", api_key="k", max_retries=0)
-
-
 def test_a_tool_call_without_arguments_streams_as_json(scripted_gw) -> None:
-    with _sdk(scripted_gw) as sdk:
+    with openai_sdk(scripted_gw.url) as sdk:
         with sdk.chat.completions.stream(model="m-anthropic", messages=QUESTION) as stream:
             for _ in stream:
                 pass
@@ -113,7 +96,7 @@ def test_a_streamed_thinking_block_goes_back_with_its_text_and_signature(
 ) -> None:
     (thinking,) = scripts.SCRIPTS["thinking"].of_kind("thinking")
     script = {"x-sim-script": "thinking"}
-    with _sdk(kinds_gw) as sdk:
+    with openai_sdk(kinds_gw.url) as sdk:
         with sdk.chat.completions.stream(
             model="m-anthropic", messages=QUESTION, extra_headers=script
         ) as stream:

@@ -12,8 +12,6 @@ request log.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import urllib3
@@ -21,7 +19,8 @@ import urllib3
 from tests.support.bodies import chat_about
 from tests.support.keys_file import keys_toml
 from tests.support.kinds import kinds_toml
-from tests.support.sim import sim_requests, sim_stats, start_simulator
+from tests.support.sim import sim_requests, sim_stats
+from tests.support.stack import config_stack
 
 KEYS = {
     "day-anthropic": "tokens_per_day = 1000",
@@ -37,25 +36,15 @@ def secret(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory) -> Iterator[str]:
-    proc, url = start_simulator(
-        tmp_path_factory.mktemp("reasoning-sim"), "--ttft-ms", "0", "--tps", "100000"
-    )
-    yield url
-    proc.stop()
+def sim_options() -> tuple[str, ...]:
+    """This module's simulator writes its answers of 2,000 words at once."""
+    return ("--ttft-ms", "0", "--tps", "100000")
 
 
 @pytest.fixture(scope="module")
-def gw(make_stack, tmp_path_factory, sim):
-    folder: Path = tmp_path_factory.mktemp("reasoning-config")
-    (folder / "keys.toml").write_text(keys_toml(KEYS.items(), secret))
-    (folder / "llmgate.toml").write_text(kinds_toml(sim))
-    env = {
-        "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
-        "LLMGATE_CONFIG": str(folder / "llmgate.toml"),
-        "LLMGATE_CACHE_MODE": "off",
-    }
-    return make_stack(env=env, workers=1, memcached=False, upstream_url="http://127.0.0.1:9/v1")
+def gw(make_stack, tmp_path_factory, upstream_sim):
+    keys = keys_toml(KEYS.items(), secret)
+    return config_stack(make_stack, tmp_path_factory, kinds_toml(upstream_sim), keys=keys)
 
 
 def post(gw, key: str, body: dict) -> urllib3.BaseHTTPResponse:
@@ -78,18 +67,18 @@ def _sent_bound(kind: str, body: dict) -> tuple[int | None, int | None]:
 
 
 @pytest.mark.parametrize("kind", ["anthropic", "gemini"])
-def test_a_daily_budget_holds_for_reasoning_calls(gw, sim, kind: str) -> None:
+def test_a_daily_budget_holds_for_reasoning_calls(gw, upstream_sim, kind: str) -> None:
     """max_tokens 50 with reasoning_effort high: 50 is all the upstream may generate (before,
     Anthropic was sent 16,434 and wrote 2,000 against a 1,000-token day)."""
-    before, answered, sent = sim_stats(sim)["tokens"], [], []
+    before, answered, sent = sim_stats(upstream_sim)["tokens"], [], []
     for i in range(6):
         body = chat_about(f"Think it through {i}", max_tokens=50, reasoning_effort="high")
         resp = post(gw, f"day-{kind}", {**body, "model": f"m-{kind}"})
         assert resp.status in (200, 429), resp.data
         if resp.status == 200:
             answered.append(json.loads(resp.data)["usage"])
-            sent.append(_sent_bound(kind, sim_requests(sim)[-1]["body"]))
-    simulated = sim_stats(sim)["tokens"] - before
+            sent.append(_sent_bound(kind, sim_requests(upstream_sim)[-1]["body"]))
+    simulated = sim_stats(upstream_sim)["tokens"] - before
     assert simulated == sum(u["total_tokens"] for u in answered) <= 1000
     assert answered and all(u["completion_tokens"] <= 50 for u in answered)
     assert set(sent) == {(50, None)}  # no room for a thinking budget within 50
@@ -97,14 +86,14 @@ def test_a_daily_budget_holds_for_reasoning_calls(gw, sim, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["anthropic", "gemini"])
 @pytest.mark.parametrize("effort", ["low", "medium", "high"])
-def test_a_keys_cap_bounds_a_reasoning_call_that_names_none(gw, sim, kind, effort) -> None:
+def test_a_keys_cap_bounds_a_reasoning_call_that_names_none(gw, upstream_sim, kind, effort) -> None:
     """A key capped at max_tokens = 100, a call naming no bound: the upstream is sent 100,
     thinking and all (before, Anthropic was sent 100 + 1,024 and wrote 900 and more)."""
-    before = sim_stats(sim)["tokens"]
+    before = sim_stats(upstream_sim)["tokens"]
     body = chat_about("Reason about it", reasoning_effort=effort)
     resp = post(gw, "capped", {**body, "model": f"m-{kind}"})
     assert resp.status == 200, resp.data
     usage = json.loads(resp.data)["usage"]
-    assert sim_stats(sim)["tokens"] - before == usage["total_tokens"]
+    assert sim_stats(upstream_sim)["tokens"] - before == usage["total_tokens"]
     assert usage["completion_tokens"] == 100  # the simulator wrote up to the cap, no more
-    assert _sent_bound(kind, sim_requests(sim)[-1]["body"]) == (100, None)
+    assert _sent_bound(kind, sim_requests(upstream_sim)[-1]["body"]) == (100, None)

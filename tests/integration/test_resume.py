@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,13 +20,11 @@ import urllib3
 
 from app.resume.record import ENDED, decode_chunk
 from llmgate_wire import sse
-from runner.stack import Stack, StackOptions
 from tests.conftest import require_binary
-from tests.integration.test_cluster import instance_metric
 from tests.support.keys_file import keys_toml
 from tests.support.memcached import memcached_get, memcached_keys
-from tests.support.sse_reader import drop
-from tests.support.stack import StackHandle
+from tests.support.sse_reader import drop, read_data, text_of
+from tests.support.stack import StackHandle, StackPool
 from tests.support.waiting import wait_for
 
 WINDOW_S = 6
@@ -62,22 +59,7 @@ def open_stream(base: str, body: dict, headers: dict[str, str]) -> urllib3.BaseH
 
 def read_n(resp: urllib3.BaseHTTPResponse, n: int | None) -> list[sse.Event]:
     """Data events (pings skipped) until ``n`` of them, or the end."""
-    decoder, out = sse.Decoder(), list[sse.Event]()
-    while n is None or len(out) < n:
-        chunk = resp.read1(65536)
-        if not chunk:
-            break
-        out += [e for e in decoder.feed(chunk) if not e.is_comment]
-    return out if n is None else out[:n]  # what came beyond n is as if never read
-
-
-def text_of(events: list[sse.Event]) -> str:
-    out = []
-    for event in events:
-        if event.data and event.data.startswith("{"):
-            for choice in json.loads(event.data).get("choices", []):
-                out.append((choice.get("delta") or {}).get("content") or "")
-    return "".join(out)
+    return read_data(resp, n, cut=True)  # what came beyond n is as if never read
 
 
 def resume(base: str, path: str, last: str, headers: dict[str, str] | None = None):
@@ -90,30 +72,14 @@ def resume(base: str, path: str, last: str, headers: dict[str, str] | None = Non
     return http.request("POST", base + path, body=body, headers=headers, preload_content=False)
 
 
-def served_by(gw: StackHandle, name: str, **labels: str) -> list[float]:
-    return [instance_metric(url, name, **labels) for url in gw.stack.app_urls]
-
-
 @pytest.fixture(scope="module")
-def make_stack(runs_dir: Path) -> Iterator[Callable[..., StackHandle]]:
+def make_stack(runs_dir: Path) -> Iterator[StackPool]:
     """This module's stacks (tests/integration/conftest.py's make_stack, by the same rule),
-    stopped when the module is done: the variants here serve no other module, and every
+    killed when the module is done: the variants here serve no other module, and every
     stack a session keeps holds a dozen descriptors in the test process."""
-    mine: dict[str, StackHandle] = {}
-
-    def make(env: dict[str, str] | None = None, **options: Any) -> StackHandle:
-        key = repr((sorted((env or {}).items()), sorted(options.items())))
-        if key not in mine:
-            require_binary("nginx")
-            require_binary("memcached")
-            run_dir = Path(tempfile.mkdtemp(prefix="stack-", dir=runs_dir))
-            stack = Stack(StackOptions(run_dir=run_dir, env=dict(env or {}), **options))
-            mine[key] = StackHandle(stack.start())
-        return mine[key]
-
-    yield make
-    for handle in mine.values():
-        handle.stack.stop(graceful=False)
+    pool = StackPool(runs_dir, require_binary)
+    yield pool
+    pool.kill_all()
 
 
 @pytest.fixture
@@ -138,7 +104,7 @@ def test_a_dropped_stream_resumes_on_another_instance_exactly_once(cluster, door
     for attempt in range(6):
         prompt = f"resume {door} {attempt} {uuid.uuid4().hex}"
         calls = gw.sim_stats()["requests"]
-        started = served_by(gw, "llmgate_resumable_streams_total", result="yes")
+        started = gw.per_instance("llmgate_resumable_streams_total", result="yes")
         # 40 tokens a second: ~1.2 s of stream, live when the caller drops and comes back.
         resp = open_stream(gw.url, chat_body(prompt), {"X-LLMGate-Resumable": "true",
                                                         "x-sim-tps": "40"})  # fmt: skip
@@ -147,14 +113,14 @@ def test_a_dropped_stream_resumes_on_another_instance_exactly_once(cluster, door
         sid = resp.headers["X-LLMGate-Stream-ID"]
         first = read_n(resp, 10)
         drop(resp)
-        origin = [a - b for a, b in zip(served_by(gw, "llmgate_resumable_streams_total",
+        origin = [a - b for a, b in zip(gw.per_instance("llmgate_resumable_streams_total",
                                                   result="yes"), started, strict=True)]  # fmt: skip
-        resumed = served_by(gw, "llmgate_resumes_total", outcome="resumed")
+        resumed = gw.per_instance("llmgate_resumes_total", outcome="resumed")
         again = resume(gw.url, door.format(sid=sid), f"{sid}:10")
         assert again.status == 200, again.data
         assert again.headers["X-LLMGate-Stream-ID"] == sid
         rest = read_n(again, None)
-        where = [a - b for a, b in zip(served_by(gw, "llmgate_resumes_total", outcome="resumed"),
+        where = [a - b for a, b in zip(gw.per_instance("llmgate_resumes_total", outcome="resumed"),
                                        resumed, strict=True)]  # fmt: skip
         # Events 11..50 and the end, each once, numbered on from where the caller was.
         assert [e.id for e in first] == [f"{sid}:{n}" for n in range(1, 11)]
@@ -651,4 +617,4 @@ def test_many_callers_at_once_over_instances_each_resume_their_own_stream_once(c
     assert stats["requests"] - calls == 12  # one upstream call each, none repeated
     assert stats["streams_abandoned"] == 0  # every answer was read to its end
     # Both instances took part, for the streams and for the resumes.
-    assert all(n > 0 for n in served_by(gw, "llmgate_resumes_total", outcome="resumed"))
+    assert all(n > 0 for n in gw.per_instance("llmgate_resumes_total", outcome="resumed"))

@@ -20,7 +20,7 @@ import urllib3
 from llmgate_wire import sse
 from runner.procs import Proc
 from tests.support.memcached import memcached_get, memcached_keys
-from tests.support.sse_reader import drop
+from tests.support.sse_reader import drop, read_data, text_of
 from tests.support.stack import StackHandle
 from tests.support.waiting import wait_for
 
@@ -57,25 +57,6 @@ def open_stream(base: str, prompt: str, words: int, tps: int) -> urllib3.BaseHTT
         headers=headers,
         preload_content=False,
     )
-
-
-def read_n(resp: urllib3.BaseHTTPResponse, n: int | None) -> list[sse.Event]:
-    decoder, out = sse.Decoder(), list[sse.Event]()
-    while n is None or len(out) < n:
-        chunk = resp.read1(65536)
-        if not chunk:
-            break
-        out += [e for e in decoder.feed(chunk) if not e.is_comment]
-    return out
-
-
-def text_of(events: list[sse.Event]) -> str:
-    out = []
-    for event in events:
-        if event.data and event.data.startswith("{"):
-            for choice in json.loads(event.data).get("choices", []):
-                out.append((choice.get("delta") or {}).get("content") or "")
-    return "".join(out)
 
 
 def last_id(events: list[sse.Event]) -> str:
@@ -122,7 +103,7 @@ def test_streams_running_through_a_memcached_restart_are_resumed_whole(gw) -> No
         resp = open_stream(gw.url, f"restart {n}", words, tps=40)
         assert resp.status == 200
         assert resp.headers["X-LLMGate-Resumable"].startswith("yes"), resp.headers
-        seen = read_n(resp, 5)
+        seen = read_data(resp, 5)
         drop(resp)
         whole.append(seen)
     stop_memcached(gw)
@@ -151,7 +132,7 @@ def test_a_stream_started_while_memcached_is_down_is_not_promised_resumable(gw) 
         assert resp.status == 200
         assert resp.headers["X-LLMGate-Resumable"] == "no; reason=store"
         assert "X-LLMGate-Stream-ID" not in resp.headers
-        events = read_n(resp, None)
+        events = read_data(resp, None)
         assert events[-1].data == "[DONE]" and all(e.id is None for e in events)
         # A resume meanwhile cannot be told "gone": whether its log is there is not known.
         unknown = http.request("GET", gw.url + "/v1/streams/" + "Q" * 24)
@@ -166,7 +147,7 @@ def test_a_stream_started_while_memcached_is_down_is_not_promised_resumable(gw) 
 
 def _resumable_now(gw: StackHandle) -> bool:
     resp = open_stream(gw.url, "store back", 3, tps=400)
-    read_n(resp, None)
+    read_data(resp, None)
     return resp.headers.get("X-LLMGate-Resumable", "").startswith("yes")
 
 
@@ -177,7 +158,7 @@ def test_a_deleted_finished_stream_is_gone_at_once(gw) -> None:
     before = set(memcached_keys(port, LOG_PREFIX))
     resp = open_stream(gw.url, "delete me", 10, tps=400)
     stream_id = resp.headers["X-LLMGate-Stream-ID"]
-    read_n(resp, None)
+    read_data(resp, None)
     logged = set(memcached_keys(port, LOG_PREFIX)) - before
     assert logged  # the meta item and its chunk
     assert http.request("GET", gw.url + f"/v1/streams/{stream_id}").status == 200
@@ -203,8 +184,8 @@ def test_last_event_id_of_another_stream_is_not_found(gw) -> None:
     a = open_stream(gw.url, "stream a", 5, tps=400)
     b = open_stream(gw.url, "stream b", 5, tps=400)
     a_id, b_id = a.headers["X-LLMGate-Stream-ID"], b.headers["X-LLMGate-Stream-ID"]
-    read_n(a, None)
-    read_n(b, None)
+    read_data(a, None)
+    read_data(b, None)
     crossed = http.request(
         "GET", gw.url + f"/v1/streams/{a_id}", headers={"Last-Event-ID": f"{b_id}:2"}
     )
@@ -224,7 +205,7 @@ def test_a_logs_items_all_expire_with_the_window_after_its_end(gw) -> None:
     port = memcached_port(gw)
     before = set(memcached_keys(port, LOG_PREFIX))
     resp = open_stream(gw.url, "long " * 4, 6000, tps=20000)
-    events = read_n(resp, None)
+    events = read_data(resp, None)
     assert events[-1].data == "[DONE]"
     keys = set(memcached_keys(port, LOG_PREFIX)) - before
     chunks = [k for k in keys if k.rsplit(":", 1)[-1].startswith("c")]
@@ -263,10 +244,10 @@ def test_a_resume_takes_a_worker_stream_slot(one_slot) -> None:
     resume is served."""
     gw = one_slot
     first = open_stream(gw.url, "finished first", 5, tps=400)
-    last = last_id(read_n(first, None))
+    last = last_id(read_data(first, None))
     holder = open_stream(gw.url, "holding the slot", 200, tps=20)
     assert holder.status == 200
-    read_n(holder, 2)
+    read_data(holder, 2)
     refused = resume(gw.url, last)
     assert refused.status == 429, refused.data
     assert json.loads(refused.data)["error"]["code"] == "gateway_overloaded"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import anthropic
 import pytest
@@ -24,8 +23,9 @@ import urllib3
 from llmgate_wire import sse
 from tests.support.keys_file import keys_toml
 from tests.support.kinds import kinds_toml
-from tests.support.sim import sim_stats, start_simulator
-from tests.support.sse_reader import drop
+from tests.support.sim import sim_stats
+from tests.support.sse_reader import drop, read_data
+from tests.support.stack import NOWHERE, file_stack
 from tests.support.waiting import wait_for
 
 WINDOW_S = 30
@@ -48,24 +48,18 @@ def secret(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    proc, url = start_simulator(tmp_path_factory.mktemp("settle-sim"))
-    yield url
-    proc.stop()
+def sim_options() -> tuple[str, ...]:
+    """This module's simulator answers at its own pace (its defaults): callers leave mid-stream."""
+    return ()
 
 
 @pytest.fixture(scope="module")
-def gw(make_stack, tmp_path_factory, sim):
-    folder: Path = tmp_path_factory.mktemp("settle-config")
-    (folder / "keys.toml").write_text(keys_toml(KEYS.items(), secret))
-    (folder / "llmgate.toml").write_text(kinds_toml(sim))
-    env = {
-        "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
-        "LLMGATE_CONFIG": str(folder / "llmgate.toml"),
-        "LLMGATE_CACHE_MODE": "off",
-        "LLMGATE_RESUME_WINDOW_S": str(WINDOW_S),
-    }
-    return make_stack(env=env, instances=2, workers=2, upstream_url="http://127.0.0.1:9/v1")
+def gw(make_stack, tmp_path_factory, upstream_sim):
+    return file_stack(
+        make_stack, tmp_path_factory.mktemp("settle-config"), kinds_toml(upstream_sim),
+        keys=keys_toml(KEYS.items(), secret), env={"LLMGATE_RESUME_WINDOW_S": str(WINDOW_S)},
+        instances=2, workers=2, upstream_url=NOWHERE,
+    )  # fmt: skip
 
 
 def body(door: str, kind: str, tokens: int, prompt: str) -> dict:
@@ -108,13 +102,7 @@ def open_stream(
 
 def read_events(resp: urllib3.BaseHTTPResponse, n: int | None) -> list[sse.Event]:
     """Events (pings and comments skipped) until ``n`` of them, or the end."""
-    decoder, out = sse.Decoder(), list[sse.Event]()
-    while n is None or len(out) < n:
-        chunk = resp.read1(65536)
-        if not chunk:
-            break
-        out += [e for e in decoder.feed(chunk) if not e.is_comment and e.data != '{"type":"ping"}']
-    return out
+    return read_data(resp, n, skip={'{"type":"ping"}'})
 
 
 def usage(gw, key: str) -> dict:
@@ -143,12 +131,14 @@ def settled(gw, sim: str, key: str, *, before: int) -> tuple[int, int]:
 # -- A: resumable Messages streams hold their reservations and slots ---------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
-def test_resumable_messages_streams_whose_callers_left_stay_within_a_daily_budget(gw, sim, kind):
+def test_resumable_messages_streams_whose_callers_left_stay_within_a_daily_budget(
+    gw, upstream_sim, kind
+):
     """Six resumable 1,000-token Messages streams, each caller gone after two events: only
     as many are admitted as their reservations fit in 3,000 tokens; each admitted one is
     read to its end by a resume and billed its own usage, which equals what the simulator
     generated for it."""
-    key, before = f"day3000-{kind}", sim_tokens(sim)
+    key, before = f"day3000-{kind}", sim_tokens(upstream_sim)
     ids: list[str] = []
     refused = 0
     for n in range(6):
@@ -176,14 +166,14 @@ def test_resumable_messages_streams_whose_callers_left_stay_within_a_daily_budge
             headers={"Authorization": f"Bearer {secret(key)}", "Last-Event-ID": last},
         )
         assert resumed.status == 200 and b"event: message_stop" in resumed.data
-    charged, generated = settled(gw, sim, key, before=before)
+    charged, generated = settled(gw, upstream_sim, key, before=before)
     assert generated <= 3000
     assert charged == generated, (charged, generated)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_resumable_messages_streams_slot_is_held_while_its_upstream_runs(gw, sim, kind):
+def test_a_resumable_messages_streams_slot_is_held_while_its_upstream_runs(gw, upstream_sim, kind):
     """max_streams = 2: two resumable Messages streams whose callers left after two events
     still run upstream, so a third is refused and /admin/usage says 2 open; once they end,
     the slots are free."""
@@ -212,28 +202,28 @@ def test_a_resumable_messages_streams_slot_is_held_while_its_upstream_runs(gw, s
 # -- B: a caller who leaves is charged the reservation on every door ---------------------------
 @pytest.mark.parametrize("door", ("chat", "messages"))
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_caller_who_leaves_mid_stream_keeps_the_reservation(gw, sim, door, kind):
+def test_a_caller_who_leaves_mid_stream_keeps_the_reservation(gw, upstream_sim, door, kind):
     """A 300-token stream whose caller leaves after a few events: the upstream call stops
     with it, and the key is charged the call's reservation (its prompt's bound and its
     max_tokens), never less than what the upstream generated for it."""
-    key, before = f"meter-{door}-{kind}", sim_tokens(sim)
+    key, before = f"meter-{door}-{kind}", sim_tokens(upstream_sim)
     charged_before = usage(gw, key)["tokens_today"] or 0
     resp = open_stream(gw, door, kind, key, tokens=300, tps=50, resumable=False)
     assert resp.status == 200
     assert len(read_events(resp, 4)) >= 4
     drop(resp)
-    charged, generated = settled(gw, sim, key, before=before)
+    charged, generated = settled(gw, upstream_sim, key, before=before)
     charged -= charged_before
     assert charged >= 300 and charged >= generated, (charged, generated)
 
 
 @pytest.mark.parametrize("door", ("chat", "messages"))
 @pytest.mark.parametrize("stream", (True, False))
-def test_an_upstream_without_usage_leaves_the_reservation_standing(gw, sim, door, stream):
+def test_an_upstream_without_usage_leaves_the_reservation_standing(gw, upstream_sim, door, stream):
     """An OpenAI-kind upstream that reports no usage at all (``include_usage`` ignored):
     whatever the door, streamed or not, read to its end, the key is charged the call's
     reservation, not the estimate a translation writes for the caller."""
-    key, before = "meter-no-usage", sim_tokens(sim)
+    key, before = "meter-no-usage", sim_tokens(upstream_sim)
     charged_before = usage(gw, key)["tokens_today"] or 0
     path = "/v1/messages" if door == "messages" else "/v1/chat/completions"
     sent = {**body(door, "openai", 500, "no usage here"), "stream": stream}
@@ -253,16 +243,16 @@ def test_an_upstream_without_usage_leaves_the_reservation_standing(gw, sim, door
     assert resp.status == 200, resp.data
     if stream:
         assert b"[DONE]" in resp.data or b"message_stop" in resp.data
-    charged, generated = settled(gw, sim, key, before=before)
+    charged, generated = settled(gw, upstream_sim, key, before=before)
     charged -= charged_before
     assert generated >= 400
     assert charged >= 500 and charged >= generated, (charged, generated)
 
 
-def test_the_anthropic_sdk_reads_the_settled_usage_of_a_whole_stream(gw, sim) -> None:
+def test_the_anthropic_sdk_reads_the_settled_usage_of_a_whole_stream(gw, upstream_sim) -> None:
     """The other side of the rule: a Messages stream read to its end over an OpenAI-kind
     upstream that does report usage is billed exactly that usage."""
-    key, before = "meter-messages-openai", sim_tokens(sim)
+    key, before = "meter-messages-openai", sim_tokens(upstream_sim)
     charged_before = usage(gw, key)["tokens_today"] or 0
     client = anthropic.Anthropic(base_url=gw.url, api_key=secret(key), max_retries=0)
     with client.messages.stream(
@@ -272,6 +262,6 @@ def test_the_anthropic_sdk_reads_the_settled_usage_of_a_whole_stream(gw, sim) ->
         extra_headers={"x-sim-tokens": "20", "x-sim-tps": "2000"},
     ) as stream:
         final = stream.get_final_message()
-    charged, generated = settled(gw, sim, key, before=before)
+    charged, generated = settled(gw, upstream_sim, key, before=before)
     assert final.usage.output_tokens == 20
     assert charged - charged_before == generated == final.usage.input_tokens + 20

@@ -29,36 +29,14 @@ from tests.support.waiting import wait_for
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hello there simulator"}]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: SimProcess) -> None:
-    sim.reset()
+pytestmark = pytest.mark.usefixtures("fresh_sim")  # each test starts from /sim/reset
 
 
 # --- helpers -------------------------------------------------------------------------------
 
 
-def request(
-    sim: SimProcess,
-    method: str,
-    path: str,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection(sim.host, sim.port, timeout=10)
-    try:
-        payload = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-        conn.request(method, path, body=payload, headers=headers or {})
-        response = conn.getresponse()
-        data = response.read()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
-    finally:
-        conn.close()
-
-
 def post_json(sim: SimProcess, path: str, body: Any, **headers: str) -> Any:
-    status, _, data = request(sim, "POST", path, body, _sim_headers(headers))
+    status, _, data = sim.send("POST", path, body, _sim_headers(headers))
     assert status == 200, data
     return json.loads(data)
 
@@ -304,15 +282,15 @@ def test_embeddings_float_and_base64(sim: SimProcess) -> None:
 
 
 def test_models_and_unknown_urls(sim: SimProcess) -> None:
-    status, _, data = request(sim, "GET", "/v1/models")
+    status, _, data = sim.send("GET", "/v1/models")
     ids = [m["id"] for m in json.loads(data)["data"]]
     assert status == 200 and {"sim-model", "gpt-4o-mini", "text-embedding-3-small"} <= set(ids)
-    status, _, data = request(sim, "GET", "/v1/models/gpt-4o-mini")
+    status, _, data = sim.send("GET", "/v1/models/gpt-4o-mini")
     assert status == 200 and json.loads(data)["id"] == "gpt-4o-mini"
-    status, _, data = request(sim, "GET", "/v1/models/no-such-model")
+    status, _, data = sim.send("GET", "/v1/models/no-such-model")
     assert status == 404 and json.loads(data)["error"]["code"] == "model_not_found"
     for method, path in (("GET", "/v1/nothing"), ("GET", CHAT), ("POST", "/v1/models")):
-        status, headers, data = request(sim, method, path)
+        status, headers, data = sim.send(method, path)
         assert status == 404 and headers["content-type"] == "application/json"
         assert json.loads(data) == {
             "error": {
@@ -325,16 +303,16 @@ def test_models_and_unknown_urls(sim: SimProcess) -> None:
 
 
 def test_invalid_requests_get_openai_errors(sim: SimProcess) -> None:
-    status, _, data = request(sim, "POST", CHAT, b"{not json")
+    status, _, data = sim.send("POST", CHAT, b"{not json")
     assert status == 400 and json.loads(data)["error"]["type"] == "invalid_request_error"
-    status, _, data = request(sim, "POST", CHAT, {"model": "m"})
+    status, _, data = sim.send("POST", CHAT, {"model": "m"})
     assert status == 400 and json.loads(data)["error"]["param"] == "messages"
-    status, _, data = request(
-        sim, "POST", "/v1/responses", {"model": "m", "input": "x", "service_tier": "gold"}
+    status, _, data = sim.send(
+        "POST", "/v1/responses", {"model": "m", "input": "x", "service_tier": "gold"}
     )
     assert status == 400 and json.loads(data)["error"]["param"] == "service_tier"
-    status, _, data = request(
-        sim, "POST", CHAT, {"model": "m", "messages": HELLO}, {"x-sim-fault": "teapot"}
+    status, _, data = sim.send(
+        "POST", CHAT, {"model": "m", "messages": HELLO}, {"x-sim-fault": "teapot"}
     )
     assert status == 400 and json.loads(data)["error"]["param"] == "fault"
 
@@ -396,7 +374,7 @@ def test_ttft_and_tokens_per_second_are_lower_bounds(sim: SimProcess) -> None:
         conn.close()
     # The underscore spelling of a header works too (behind nginx only the dash one does).
     start = time.monotonic()
-    status, _, _ = request(sim, "POST", CHAT, body, {"x-sim-ttft_ms": "150"})
+    status, _, _ = sim.send("POST", CHAT, body, {"x-sim-ttft_ms": "150"})
     assert status == 200 and time.monotonic() - start >= 0.15
 
 
@@ -415,8 +393,7 @@ def test_ttft_and_tokens_per_second_are_lower_bounds(sim: SimProcess) -> None:
 def test_error_faults(
     sim: SimProcess, fault: str, status: int, error_type: str, code: str | None, retry: bool
 ) -> None:
-    got, headers, data = request(
-        sim,
+    got, headers, data = sim.send(
         "POST",
         CHAT,
         {"model": "m", "messages": HELLO},
@@ -433,20 +410,20 @@ def test_error_faults(
 
 def test_fault_from_model_name_with_fail_times(sim: SimProcess) -> None:
     body = {"model": "sim/fault=429,fail_times=2,fail_key=k1", "messages": HELLO}
-    statuses = [request(sim, "POST", CHAT, body)[0] for _ in range(3)]
+    statuses = [sim.send("POST", CHAT, body)[0] for _ in range(3)]
     assert statuses == [429, 429, 200]
     other = {**body, "model": "sim/fault=500,fail_times=1,fail_key=k2"}
-    assert [request(sim, "POST", CHAT, other)[0] for _ in range(2)] == [500, 200]
+    assert [sim.send("POST", CHAT, other)[0] for _ in range(2)] == [500, 200]
     sim.reset()
-    assert request(sim, "POST", CHAT, body)[0] == 429
+    assert sim.send("POST", CHAT, body)[0] == 429
     # A header overrides the model name.
-    assert request(sim, "POST", CHAT, body, {"x-sim-fault": "none"})[0] == 200
+    assert sim.send("POST", CHAT, body, {"x-sim-fault": "none"})[0] == 200
 
 
 def test_faults_apply_to_model_routes_via_headers(sim: SimProcess) -> None:
-    status, headers, _ = request(sim, "GET", "/v1/models", headers={"x-sim-fault": "503"})
+    status, headers, _ = sim.send("GET", "/v1/models", headers={"x-sim-fault": "503"})
     assert status == 503 and headers["retry-after"] == "1"
-    status, headers, data = request(sim, "GET", "/v1/models", headers={"x-sim-fault": "gzip"})
+    status, headers, data = sim.send("GET", "/v1/models", headers={"x-sim-fault": "gzip"})
     assert status == 200 and headers["content-encoding"] == "gzip"
     assert json.loads(zlib.decompress(data, wbits=31))["object"] == "list"
 
@@ -468,7 +445,7 @@ def test_reset_mid_stream(sim: SimProcess) -> None:
 
 def test_reset_instead_of_non_stream_reply(sim: SimProcess) -> None:
     with pytest.raises(ConnectionResetError):  # http.client.RemoteDisconnected is one too
-        request(sim, "POST", CHAT, {"model": "m", "messages": HELLO}, {"x-sim-fault": "reset"})
+        sim.send("POST", CHAT, {"model": "m", "messages": HELLO}, {"x-sim-fault": "reset"})
 
 
 def test_stall_before_and_after(sim: SimProcess) -> None:
@@ -677,15 +654,14 @@ def test_non_stream_stall_ends_when_client_leaves(sim: SimProcess) -> None:
 
 
 def test_request_log_and_counters(sim: SimProcess) -> None:
-    request(
-        sim,
+    sim.send(
         "POST",
         CHAT + "?trace=1",
         {"model": "m", "messages": HELLO},
         {"X-Tenant": "acme", "Authorization": "Bearer t"},
     )
-    request(sim, "GET", "/v1/models")
-    request(sim, "GET", "/healthz")
+    sim.send("GET", "/v1/models")
+    sim.send("GET", "/healthz")
     log = sim.requests()
     assert [(e["method"], e["path"]) for e in log] == [("POST", CHAT), ("GET", "/v1/models")]
     first = log[0]
@@ -707,7 +683,7 @@ def test_request_log_and_counters(sim: SimProcess) -> None:
 
 def test_require_key_and_clean_stop() -> None:
     with SimProcess(require_key="secret") as keyed:
-        status, _, data = request(keyed, "GET", "/v1/models")
+        status, _, data = keyed.send("GET", "/v1/models")
         assert status == 401
         assert json.loads(data)["error"] == {
             "message": "Incorrect API key provided (simulator --require-key).",
@@ -715,11 +691,8 @@ def test_require_key_and_clean_stop() -> None:
             "param": None,
             "code": "invalid_api_key",
         }
-        assert (
-            request(keyed, "GET", "/v1/models", headers={"Authorization": "Bearer secret"})[0]
-            == 200
-        )
-        assert request(keyed, "GET", "/healthz")[0] == 200 and keyed.stats()["requests"] == 2
+        assert keyed.send("GET", "/v1/models", headers={"Authorization": "Bearer secret"})[0] == 200
+        assert keyed.send("GET", "/healthz")[0] == 200 and keyed.stats()["requests"] == 2
         assert keyed.stop() == 0
 
 

@@ -19,33 +19,24 @@ import anthropic
 import pytest
 
 from simulator import scripts, text
+from tests.support.sdks import anthropic_sdk
 from tests.support.sim import SimProcess
 
 VERSION = {"anthropic-version": "2023-06-01"}
 HELLO: list[Any] = [{"role": "user", "content": "hello there simulator"}]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: SimProcess) -> None:
-    sim.reset()
+pytestmark = pytest.mark.usefixtures("fresh_sim")  # each test starts from /sim/reset
 
 
 @pytest.fixture
 def client(sim: SimProcess) -> Iterator[anthropic.Anthropic]:
-    with anthropic.Anthropic(base_url=sim.url, api_key="k", max_retries=0) as sdk:
+    with anthropic_sdk(sim.url) as sdk:
         yield sdk
 
 
 def raw(
     sim: SimProcess, body: Any, path: str = "/v1/messages", **headers: str
 ) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection(sim.host, sim.port, timeout=10)
-    try:
-        conn.request("POST", path, body=json.dumps(body), headers=headers)
-        response = conn.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
-    finally:
-        conn.close()
+    return sim.send("POST", path, body, headers)
 
 
 def named_events(data: bytes) -> list[tuple[str, Any]]:
@@ -167,7 +158,7 @@ def test_version_header_and_key_are_required() -> None:
         assert error["error"]["type"] == "invalid_request_error"
         assert "anthropic-version" in error["error"]["message"]
         with (
-            anthropic.Anthropic(base_url=keyed.url, api_key="wrong", max_retries=0) as wrong,
+            anthropic_sdk(keyed.url, api_key="wrong") as wrong,
             pytest.raises(anthropic.AuthenticationError) as refused,
         ):
             wrong.messages.create(model="m", max_tokens=5, messages=HELLO)
@@ -175,7 +166,7 @@ def test_version_header_and_key_are_required() -> None:
         # x-api-key, or the bearer token this SDK sends
         status, _, _ = raw(keyed, body, **VERSION, **{"x-api-key": "secret"})
         assert status == 200
-        with anthropic.Anthropic(base_url=keyed.url, api_key="secret", max_retries=0) as right:
+        with anthropic_sdk(keyed.url, api_key="secret") as right:
             assert right.messages.create(model="m", max_tokens=5, messages=HELLO).content
 
 

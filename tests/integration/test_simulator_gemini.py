@@ -9,38 +9,27 @@ the URL path, percent-encoded or not. Streams are read back with llmgate_wire's 
 
 from __future__ import annotations
 
-import http.client
 import json
 import time
 from typing import Any
 
 import pytest
-from google import genai
 from google.genai import errors, types
 
 from llmgate_wire import sse
 from simulator import scripts, text
+from tests.support.sdks import gemini_sdk
 from tests.support.sim import SimProcess
 
 PROMPT = "hello there simulator"
 BODY: dict[str, Any] = {"contents": [{"role": "user", "parts": [{"text": PROMPT}]}]}
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: SimProcess) -> None:
-    sim.reset()
+pytestmark = pytest.mark.usefixtures("fresh_sim")  # each test starts from /sim/reset
 
 
 def call(
     sim: SimProcess, target: str, body: Any = BODY, **headers: str
 ) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection(sim.host, sim.port, timeout=10)
-    try:
-        conn.request("POST", target, body=json.dumps(body), headers=headers)
-        response = conn.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
-    finally:
-        conn.close()
+    return sim.send("POST", target, body, headers)
 
 
 def generate(model: str = "gemini-sim") -> str:
@@ -202,8 +191,7 @@ def test_requests_are_counted_by_route(sim: SimProcess) -> None:
 
 
 def test_the_gemini_sdk_reads_every_script(sim: SimProcess) -> None:
-    options = types.HttpOptions(base_url=sim.url, api_version="v1beta")
-    with genai.Client(api_key="k", http_options=options) as client:
+    with gemini_sdk(sim.url) as client:
         tools = client.models.generate_content(model="sim/script=tools", contents="hi")
         assert [(c.id, c.name, c.args) for c in tools.function_calls or []] == [
             ("call_sim_weather", "get_weather", scripts.WEATHER_ARGS),

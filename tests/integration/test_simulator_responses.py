@@ -20,11 +20,7 @@ from tests.support.sim import SimProcess
 RESPONSES = "/v1/responses"
 PROMPT = "hello there simulator"
 TOOLS = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: SimProcess) -> None:
-    sim.reset()
+pytestmark = pytest.mark.usefixtures("fresh_sim")  # each test starts from /sim/reset
 
 
 def _post(

@@ -10,7 +10,6 @@ tool_use -> tool_calls, refusal/SAFETY -> content_filter), so a script means one
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -20,31 +19,23 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from simulator import scripts
+from tests.support.sdks import openai_sdk
 from tests.support.sim import SimProcess
 
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 FINISHED = [n for n in scripts.NAMES if n != "overload"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: SimProcess) -> None:
-    sim.reset()
+pytestmark = pytest.mark.usefixtures("fresh_sim")  # each test starts from /sim/reset
 
 
 @pytest.fixture
 def client(sim: SimProcess) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=sim.url + "/v1", api_key="k", max_retries=0) as sdk:
+    with openai_sdk(sim.url) as sdk:
         yield sdk
 
 
 def post(sim: SimProcess, path: str, body: Any, **headers: str) -> tuple[int, Any]:
-    conn = http.client.HTTPConnection(sim.host, sim.port, timeout=10)
-    try:
-        conn.request("POST", path, body=json.dumps(body), headers=headers)
-        response = conn.getresponse()
-        return response.status, json.loads(response.read())
-    finally:
-        conn.close()
+    status, _, data = sim.send("POST", path, body, headers)
+    return status, json.loads(data)
 
 
 def test_tools_stream_through_the_openai_sdk(client: openai.OpenAI) -> None:

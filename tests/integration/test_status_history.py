@@ -18,7 +18,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ from tests.conftest import ROOT, require_binary
 from tests.support.bodies import chat
 from tests.support.chromium import CHROMIUM_FLAGS, DevTools, parse_page
 from tests.support.keys_file import keys_toml, priced_config
-from tests.support.sim import start_simulator
+from tests.support.stack import file_stack
 
 http = urllib3.PoolManager(retries=False, maxsize=16, timeout=urllib3.Timeout(connect=5, read=60))
 RATE_CHARTS = ("ttft", "latency", "rps", "errors", "cache")
@@ -175,24 +175,23 @@ def secret(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def keyed(make_stack, tmp_path_factory) -> Iterator:
-    folder = tmp_path_factory.mktemp("status-keys")
-    sim, sim_url = start_simulator(folder)
+def sim_options() -> tuple[str, ...]:
+    """This module's simulator answers at its own pace (its defaults)."""
+    return ()
+
+
+@pytest.fixture(scope="module")
+def keyed(make_stack, tmp_path_factory, upstream_sim):
     limits = "\n".join(f"{k} = {v}" for k, v in LIMITS.items())
     keys = [("team-a", limits), ("team-b", ""), ("idle", "tokens_per_day = 500")]
-    (folder / "keys.toml").write_text(keys_toml(keys, secret))
-    (folder / "llmgate.toml").write_text(
-        priced_config(sim_url, version="page-prices-1", price_in=PRICE_IN, price_out=PRICE_OUT)
+    config = priced_config(
+        upstream_sim, version="page-prices-1", price_in=PRICE_IN, price_out=PRICE_OUT
     )
-    env = {
-        "LLMGATE_KEYS_FILE": str(folder / "keys.toml"),
-        "LLMGATE_CONFIG": str(folder / "llmgate.toml"),
-        "LLMGATE_CACHE_MODE": "off",
-        "LLMGATE_OPERATOR_TOKEN": OPERATOR_TOKEN,
-        "LLMGATE_STATUS_SAMPLE_S": "1",
-    }
-    yield make_stack(env=env, workers=2)
-    sim.stop()
+    env = {"LLMGATE_OPERATOR_TOKEN": OPERATOR_TOKEN, "LLMGATE_STATUS_SAMPLE_S": "1"}
+    return file_stack(
+        make_stack, tmp_path_factory.mktemp("status-keys"), config,
+        keys=keys_toml(keys, secret), env=env, workers=2,
+    )  # fmt: skip
 
 
 @pytest.mark.slow

@@ -14,16 +14,15 @@ an answer that reached the wrong caller, or lost or repeated a token, fails the 
 - ``bad``: anything else: wrong content, a silent end, an error of another shape, a
   transport error the caller did not cause. ``detail`` says what.
 
-``ManyStreams`` holds hundreds of raw-socket streams with one thread (``selectors``).
+``raw_chat_request`` is the bytes of one such call, for a raw socket or for the driver of
+many raw streams with one thread, tests/support/held.py (``HeldStreams``, ``ManyStreams``;
+the latter named here too, where bench/load/cluster.py and memory.py import it from).
 """
 
 from __future__ import annotations
 
 import json
-import selectors
-import socket
 import time
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -32,6 +31,7 @@ import urllib3
 from llmgate_wire import sse
 from simulator import text
 from tests.support.bodies import chat, chat_about
+from tests.support.held import ManyStreams as ManyStreams
 from tests.support.waiting import wait_for
 
 
@@ -222,94 +222,6 @@ def raw_chat_request(host: str, body: dict, headers: dict[str, str] | None = Non
         *(f"{k}: {v}" for k, v in (headers or {}).items()),
     ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + data
-
-
-class _Conn:
-    def __init__(self, sock: socket.socket, request: bytes) -> None:
-        self.sock = sock
-        self.pending = request
-        self.received = b""
-        self.first_event = False
-        self.failed = ""
-
-
-class ManyStreams:
-    """Open many streams over raw sockets with one selector; read each to its first event.
-
-    ``open(requests)`` connects them ``batch`` at a time and returns when every one has its
-    first data event, failed, or ``timeout`` passed. ``close_all()`` closes every socket in
-    one quick loop (unread bytes make the kernel send an RST, as a killed caller does).
-    """
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.conns: list[_Conn] = []
-        self.sel = selectors.DefaultSelector()
-
-    @property
-    def streaming(self) -> int:
-        return sum(1 for c in self.conns if c.first_event and not c.failed)
-
-    @property
-    def failures(self) -> list[str]:
-        return [c.failed for c in self.conns if c.failed]
-
-    def open(self, requests: Iterable[bytes], *, batch: int = 100, timeout: float = 60.0) -> None:
-        todo = list(requests)
-        end = time.monotonic() + timeout
-        while (todo or self._busy()) and time.monotonic() < end:
-            # Keep at most ``batch`` connections between connect and first event.
-            while todo and self._busy() < batch:
-                self._connect(todo.pop())
-            for key, events in self.sel.select(0.2):
-                self._service(key.data, events)
-        for conn in self.conns:
-            if not conn.first_event and not conn.failed:
-                conn.failed = "no first event before the timeout"
-
-    def _busy(self) -> int:
-        return sum(1 for c in self.conns if not c.first_event and not c.failed)
-
-    def _connect(self, request: bytes) -> None:
-        sock = socket.socket()
-        sock.setblocking(False)
-        sock.connect_ex((self.host, self.port))
-        conn = _Conn(sock, request)
-        self.conns.append(conn)
-        self.sel.register(sock, selectors.EVENT_WRITE, conn)
-
-    def _service(self, conn: _Conn, events: int) -> None:
-        try:
-            if events & selectors.EVENT_WRITE and conn.pending:
-                sent = conn.sock.send(conn.pending)
-                conn.pending = conn.pending[sent:]
-                if not conn.pending:
-                    self.sel.modify(conn.sock, selectors.EVENT_READ, conn)
-                return
-            data = conn.sock.recv(65536)
-        except OSError as exc:
-            conn.failed = repr(exc)
-            self.sel.unregister(conn.sock)
-            return
-        if not data:
-            conn.failed = f"closed before the first event: {conn.received[:200]!r}"
-            self.sel.unregister(conn.sock)
-            return
-        conn.received += data
-        head, sep, rest = conn.received.partition(b"\r\n\r\n")
-        if not sep:
-            return
-        if not head.startswith(b"HTTP/1.1 200"):
-            conn.failed = f"status: {head[:100]!r}"
-            self.sel.unregister(conn.sock)
-        elif b"data: " in rest:
-            conn.first_event = True
-            self.sel.unregister(conn.sock)  # read no more: the stream goes on unread
-
-    def close_all(self) -> None:
-        for conn in self.conns:
-            conn.sock.close()
-        self.sel.close()
 
 
 def round_of_streams(gw, http: urllib3.PoolManager, callers: int) -> list[int]:

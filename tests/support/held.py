@@ -1,4 +1,4 @@
-"""Hold thousands of streams from one thread and watch every byte each one receives.
+"""Hold thousands of streams from one thread: the one driver of many raw HTTP streams.
 
 ``HeldStreams`` opens streams over raw non-blocking sockets with one selector, so one
 process holds 10,000 of them (``raise_fd_limit`` first: each is a descriptor). It reads
@@ -7,6 +7,11 @@ while it was held (head to first ``data:`` event: only pings fill it), and how i
 Requests carry ``Connection: close``, so a complete stream is ``[DONE]`` then the server's
 close; a close or reset before ``[DONE]`` is a cut. Nothing here assumes what the server
 is: the counts are of bytes on the wire.
+
+``ManyStreams`` is the same driver told to stop reading each stream at its first data
+event (``to_end=False``): the stream stays open, unread, until ``close_all`` closes every
+socket in one quick loop (unread bytes make the kernel send an RST, as a killed caller
+does).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import resource
 import selectors
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 PING = b": ping"
@@ -70,12 +75,14 @@ class Stream:
 
 @dataclass
 class HeldStreams:
-    """``start(requests)`` connects them ``batch`` at a time (connect to head); ``run``
-    services every socket until all ended or a deadline passed."""
+    """``add(requests)`` queues them; ``run`` connects them ``batch`` at a time (connect to
+    head) and services every socket until ``until()`` or a deadline. ``to_end``: read each
+    stream to its end; False: leave it unread once its first data event came."""
 
     host: str
     port: int
     batch: int = 200
+    to_end: bool = True
     streams: list[Stream] = field(default_factory=list)
     peak_held: int = 0
     held_now: int = 0
@@ -105,11 +112,23 @@ class HeldStreams:
         """Streams not yet ended (queued, connecting, held or finishing)."""
         return len(self.streams) - self.ended
 
+    @property
+    def opening(self) -> int:
+        """Streams queued or open that have neither ended nor had their first data event."""
+        return sum(1 for s in self.streams if not s.ended_at and not s.first_data_at)
+
     def finish(self, why: str) -> None:
         """Close whatever is still open, marking each as an error ``why``."""
         for stream in self.streams:
             if not stream.ended_at:
                 self._end(stream, f"timeout: {why}")
+        self.sel.close()
+
+    def close_all(self) -> None:
+        """Close every socket in one quick loop, ended or not, and the selector."""
+        for stream in self.streams:
+            if stream.sock is not None:
+                stream.sock.close()
         self.sel.close()
 
     # -- one socket ----------------------------------------------------------------------
@@ -182,6 +201,9 @@ class HeldStreams:
         stream.pings += seen.count(PING) - stream.tail.count(PING)
         if not stream.first_data_at and DATA in seen:
             stream.first_data_at = now
+            if not self.to_end:  # read no more: the stream goes on unread
+                assert stream.sock is not None
+                self.sel.unregister(stream.sock)
         if DONE in seen:
             stream.done = True
         stream.tail = seen[-_TAIL:]
@@ -200,3 +222,44 @@ class HeldStreams:
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(stream.sock)
             stream.sock.close()
+
+
+class ManyStreams(HeldStreams):
+    """Open many streams and read each to its first data event, then leave it open, unread.
+
+    ``open(requests)`` connects them ``batch`` at a time and returns when every one has its
+    first data event, failed, or ``timeout`` passed (a stream without one then fails).
+    ``close_all()`` closes every socket.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(host, port, to_end=False)
+
+    def open(self, requests: Iterable[bytes], *, batch: int = 100, timeout: float = 60.0) -> None:
+        self.batch = batch
+        self.add(list(requests))
+        self.run(lambda: not self.opening, time.monotonic() + timeout)
+        for stream in self.streams:
+            if not stream.ended_at and not stream.first_data_at:
+                self._end(stream, "timeout: no first event before the timeout")
+
+    @property
+    def streaming(self) -> int:
+        """Streams that had their first data event and have not failed."""
+        return sum(1 for s in self.streams if s.first_data_at and not s.error)
+
+    @property
+    def failures(self) -> list[str]:
+        return [s.error for s in self.streams if s.error]
+
+    @property
+    def conns(self) -> list[Socketed]:
+        """The socket of each stream that was given one."""
+        return [Socketed(s.sock) for s in self.streams if s.sock is not None]
+
+
+@dataclass(frozen=True)
+class Socketed:
+    """A stream's socket (bench/load/cluster.py closes the ones of ``ManyStreams.conns``)."""
+
+    sock: socket.socket

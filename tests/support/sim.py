@@ -4,7 +4,8 @@
 it never races on a port it picked itself and never polls; if the process dies or stays
 silent for ``startup_timeout`` seconds the error carries its stderr. The control helpers
 (``stats``, ``reset``, ``requests``) use http.client on a fresh connection each time, so they
-never share a socket, or a keep-alive count, with the traffic under test.
+never share a socket, or a keep-alive count, with the traffic under test; ``send`` is the
+same request for the traffic under test, its whole answer whatever the status.
 
 ``start_simulator`` starts one as the stack's processes are started (runner/procs.py), its
 log beside theirs, kept with the run's logs when a test fails; ``sim_stats`` and
@@ -153,19 +154,27 @@ class SimProcess:
     ) -> None:
         self.stop()
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        """One request on a fresh connection; the JSON answer (raises on a non-2xx status)."""
+    def send(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One request on a fresh connection, whatever its answer: the status, the headers
+        (their names in lower case) and the body. ``body``: bytes as they are, else JSON."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
         try:
-            payload = None if body is None else json.dumps(body).encode()
-            headers = {"content-type": "application/json"} if payload is not None else {}
-            conn.request(method, path, body=payload, headers=headers)
+            payload = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+            conn.request(method, path, body=payload, headers=headers or {})
             response = conn.getresponse()
             data = response.read()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, data
         finally:
             conn.close()
-        if not 200 <= response.status < 300:
-            raise RuntimeError(f"{method} {path} -> {response.status}: {data[:500]!r}")
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """One request on a fresh connection; the JSON answer (raises on a non-2xx status)."""
+        headers = {"content-type": "application/json"} if body is not None else {}
+        status, _, data = self.send(method, path, body, headers)
+        if not 200 <= status < 300:
+            raise RuntimeError(f"{method} {path} -> {status}: {data[:500]!r}")
         return json.loads(data)
 
     def stats(self) -> dict[str, Any]:

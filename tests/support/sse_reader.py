@@ -1,10 +1,12 @@
-"""Reads an SSE response as the caller sees it: each event with the moment it arrived."""
+"""Reads an SSE response as the caller sees it: each event with the moment it arrived
+(``read_events``), or the events that carry data up to a count (``read_data``)."""
 
 from __future__ import annotations
 
 import json
 import socket
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import urllib3
@@ -38,6 +40,35 @@ def content_of(arrivals: list[Arrival]) -> str:
             for choice in json.loads(a.event.data).get("choices", []):
                 text.append(choice.get("delta", {}).get("content") or "")
     return "".join(text)
+
+
+def read_data(
+    resp: urllib3.BaseHTTPResponse,
+    n: int | None,
+    *,
+    cut: bool = False,
+    skip: Collection[str] = (),
+) -> list[sse.Event]:
+    """The events that carry data (comments skipped, and events whose data is in ``skip``),
+    read until ``n`` of them or the end. What the last read brought beyond ``n`` is kept,
+    unless ``cut``: then it is as if never read."""
+    decoder, out = sse.Decoder(), list[sse.Event]()
+    while n is None or len(out) < n:
+        chunk = resp.read1(65536)
+        if not chunk:
+            break
+        out += [e for e in decoder.feed(chunk) if not e.is_comment and e.data not in skip]
+    return out[:n] if cut and n is not None else out
+
+
+def text_of(events: list[sse.Event]) -> str:
+    """The text a chat stream's events carry, their deltas' content joined."""
+    out = []
+    for event in events:
+        if event.data and event.data.startswith("{"):
+            for choice in json.loads(event.data).get("choices", []):
+                out.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(out)
 
 
 def data_events(arrivals: list[Arrival]) -> list[Arrival]:

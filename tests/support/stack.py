@@ -1,20 +1,28 @@
 """A running stack as the tests drive it: its URLs, the calls they make, what it logged and
-counted. The fixtures that start stacks (make_stack, gw) are in tests/integration/conftest.py.
+counted; the stacks a test asks for by their options, started once each (``StackPool``); a
+stack whose upstreams (and gateway keys) come from files (``file_stack``). The fixtures that
+start stacks (make_stack, gw, kinds_gw) are in tests/integration/conftest.py.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import urllib3
 
-from runner.stack import Stack
+from runner.stack import Stack, StackOptions
 from tests.support.metrics import samples
 from tests.support.waiting import wait_for
 
 # The header naming the upstream that answered (the upstreams file's name).
 UPSTREAM = "X-LLMGate-Upstream"
+# A default upstream URL on a port nobody listens on: a call that the upstreams file does
+# not route is refused, never answered by accident.
+NOWHERE = "http://127.0.0.1:9/v1"
 
 
 class StackHandle:
@@ -52,6 +60,16 @@ class StackHandle:
             raise AssertionError(f"{name}{labels} not in /metrics")
         return sum(found) if found else float(default or 0.0)
 
+    def per_instance(self, name: str, **labels: str) -> list[float]:
+        """The samples named ``name`` whose labels include ``labels``, summed per instance:
+        each instance's own /metrics, straight from its gunicorn on a connection of its own
+        (nothing kept open), in the order of the stack's app_urls."""
+        out = []
+        for url in self.stack.app_urls:
+            resp = self.http.request("GET", url + "/metrics", headers={"Connection": "close"})
+            out.append(sum(samples(resp.data.decode(), name, **labels)))
+        return out
+
     def sim_reset(self) -> None:
         self.http.request("POST", self.sim_url + "/sim/reset")
 
@@ -81,11 +99,67 @@ class StackHandle:
         return lines()[-1]
 
 
-def config_stack(make_stack, tmp_path_factory, toml: str, **env: str) -> StackHandle:
-    """A stack of one worker whose upstreams come from ``toml`` (an upstreams file), no cache
-    and no Memcached; the default upstream URL is a port nobody listens on, so a call the
-    file does not route is refused, never answered by accident."""
-    path: Path = tmp_path_factory.mktemp("config") / "llmgate.toml"
-    path.write_text(toml)
-    env = {"LLMGATE_CONFIG": str(path), "LLMGATE_CACHE_MODE": "off", **env}
-    return make_stack(env=env, workers=1, memcached=False, upstream_url="http://127.0.0.1:9/v1")
+class StackPool:
+    """Stacks started by their options, each set once: asked again for the same ``env`` and
+    options, the pool hands back the stack it started (tests/integration/conftest.py's
+    make_stack is one, for the session). ``require(binary)`` is called before a stack that
+    needs nginx or Memcached starts (tests/conftest.py's require_binary: a skip, or a
+    failure in CI)."""
+
+    def __init__(self, runs_dir: Path, require: Callable[[str], object]) -> None:
+        self.runs_dir = runs_dir
+        self.require = require
+        self.started: dict[str, StackHandle] = {}
+
+    def __call__(self, env: dict[str, str] | None = None, **options: Any) -> StackHandle:
+        env = dict(env or {})
+        key = repr((sorted(env.items()), sorted(options.items())))
+        if key not in self.started:
+            if options.get("nginx", True):
+                self.require("nginx")
+            if options.get("memcached", True):
+                self.require("memcached")
+            run_dir = Path(tempfile.mkdtemp(prefix="stack-", dir=self.runs_dir))
+            stack = Stack(StackOptions(run_dir=run_dir, env=env, **options)).start()
+            self.started[key] = StackHandle(stack)
+        return self.started[key]
+
+    def kill_all(self) -> None:
+        """Every stack killed, not drained: no test watches these stop (the tests of stopping
+        start stacks of their own), and a graceful stop costs a gunicorn about 1.2 s and a
+        Memcached up to one; a run starts dozens of stacks."""
+        for handle in self.started.values():
+            handle.stack.stop(graceful=False)
+
+
+def file_stack(
+    make_stack: Callable[..., StackHandle],
+    folder: Path,
+    config: str,
+    *,
+    keys: str | None = None,
+    env: dict[str, str] | None = None,
+    **options: Any,
+) -> StackHandle:
+    """A stack whose upstreams come from ``config`` (an upstreams file) and, when ``keys``
+    is given, whose gateway keys from it (a keys file), both written in ``folder``; no cache
+    unless ``env`` (laid over those) says otherwise. ``options``: make_stack's, as they are."""
+    (folder / "llmgate.toml").write_text(config)
+    files = {"LLMGATE_CONFIG": str(folder / "llmgate.toml"), "LLMGATE_CACHE_MODE": "off"}
+    if keys is not None:
+        (folder / "keys.toml").write_text(keys)
+        files["LLMGATE_KEYS_FILE"] = str(folder / "keys.toml")
+    return make_stack(env={**files, **(env or {})}, **options)
+
+
+def config_stack(
+    make_stack, tmp_path_factory, toml: str, *, keys: str | None = None, **env: str
+) -> StackHandle:
+    """A stack of one worker whose upstreams come from ``toml`` (an upstreams file), and its
+    gateway keys from ``keys`` when given (a keys file); no cache and no Memcached; the
+    default upstream URL is NOWHERE."""
+    folder: Path = tmp_path_factory.mktemp("config")
+    return file_stack(
+        make_stack, folder, toml, keys=keys, env=env, workers=1, memcached=False,
+        upstream_url=NOWHERE,
+    )  # fmt: skip

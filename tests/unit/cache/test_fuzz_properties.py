@@ -29,26 +29,23 @@ from app.request.headers import tenant_of
 from app.request.paths import forwarded_path
 from llmgate_wire import sse
 from tests.support.sse_feed import cut_at, decode
+from tests.support.strategies import cut_places, json_values, utf8_text
 
 # -- SSE ------------------------------------------------------------------------------------
 
 # A field value SSE can carry: no line ends (CR, LF) in names; data may hold LF (several
 # data lines) but not CR, which the format cannot represent inside a line.
 # (Surrogates excluded: the decoder's text comes from UTF-8, which cannot hold them.)
-_NO_EOL = st.text(
-    st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n"), max_size=20
-)
-_DATA = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\r"), max_size=40)
-_ID = st.text(
-    st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n\x00"), max_size=10
-)
+_NO_EOL = utf8_text("\r\n", max_size=20)
+_DATA = utf8_text("\r", max_size=40)
+_ID = utf8_text("\r\n\x00", max_size=10)
 _EVENTS = st.lists(
     st.tuples(_DATA, st.none() | _NO_EOL.filter(bool), st.none() | _ID), min_size=1, max_size=12
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(events=_EVENTS, cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=40))
+@given(events=_EVENTS, cuts=cut_places(2000, 40))
 def test_any_chunking_of_a_valid_stream_decodes_to_its_events_and_re_encodes_exactly(
     events: list[tuple[str, str | None, str | None]], cuts: list[int]
 ) -> None:
@@ -82,13 +79,7 @@ _JSON_LEAF = (
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=10)
 )
-_JSON = st.recursive(
-    _JSON_LEAF,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+_JSON = json_values(_JSON_LEAF, st.text(max_size=6), list_size=4, dict_size=4, max_leaves=20)
 _BODIES = st.dictionaries(
     st.text(max_size=8).filter(lambda k: k not in keys.IGNORED_FIELDS), _JSON, max_size=6
 )
@@ -182,11 +173,11 @@ def test_near_identical_tenants_never_share_a_key(alice, data) -> None:
 
 # json.loads makes a lone surrogate of an escaped "\ud800": bodies can hold them.
 _TEXT = st.text(max_size=8) | st.sampled_from(["\ud800", "a\udfffb", "\ud83d\ude00"])
-_ANY_JSON = st.recursive(
+_ANY_JSON = json_values(
     st.none() | st.booleans() | st.integers() | st.floats() | _TEXT,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
+    st.text(max_size=8),
+    list_size=4,
+    dict_size=4,
     max_leaves=25,
 )
 _FIELDS = st.sampled_from(

@@ -25,6 +25,7 @@ from app.dialects.anthropic import StreamToChat
 from llmgate_wire import sse
 from tests.conftest import ROOT
 from tests.support.sse_feed import cut_at, decode, steps
+from tests.support.strategies import cut_places
 
 STREAMS = ROOT / "tests" / "data" / "dialects" / "anthropic"
 CASES = sorted(p.stem for p in STREAMS.glob("*.sse"))
@@ -102,7 +103,7 @@ def test_stream_folder_whole_and_byte_by_byte(case: str, crlf: bool) -> None:
 
 @pytest.mark.parametrize("case", CASES)
 @settings(max_examples=40, deadline=None)
-@given(crlf=st.booleans(), cuts=st.lists(st.integers(min_value=0), max_size=25))
+@given(crlf=st.booleans(), cuts=cut_places(None, 25))
 def test_stream_folder_in_random_pieces(case: str, crlf: bool, cuts: list[int]) -> None:
     raw, expected = _load(case, crlf)
     assert feed_live(raw, cut_at(raw, cuts), expected) == feed_live(raw, [raw], expected)

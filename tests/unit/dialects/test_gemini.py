@@ -23,6 +23,7 @@ from openai.types.chat import ChatCompletionChunk
 from app.dialects.gemini import StreamToChat
 from llmgate_wire import sse
 from tests.support.sse_feed import cut_at, decode, steps
+from tests.support.strategies import cut_places
 
 CREATED = 1_760_000_000
 FALLBACK = "fb7"
@@ -405,7 +406,7 @@ def test_fed_whole_the_stream_is_the_same(name: str) -> None:
 @settings(max_examples=300, deadline=None)
 @given(
     name=st.sampled_from(sorted(CASES)),
-    cuts=st.lists(st.integers(min_value=0, max_value=3000), max_size=25),
+    cuts=cut_places(3000, 25),
 )
 def test_any_split_gives_the_same_bytes(name: str, cuts: list[int]) -> None:
     case = CASES[name]

@@ -12,7 +12,6 @@ import httpx2
 import pytest
 from anthropic.types.shared import ErrorResponse
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from app.core.errors import ModelNotServed, UpstreamProtocolError
 from app.dialects import chat
@@ -23,6 +22,7 @@ from app.dialects.messages import (
     error_from_chat,
 )
 from app.dialects.messages_answer import UNPARSED
+from tests.support.strategies import chat_json
 
 
 def completion(message: dict[str, Any], finish: Any = "stop", **members: Any) -> bytes:
@@ -232,17 +232,13 @@ def test_an_answer_that_is_no_completion_is_a_protocol_error(body: bytes) -> Non
     assert raised.value.status == 502
 
 
-_KEYS = st.sampled_from(
+_JSON = chat_json(
     [
         *("choices", "message", "finish_reason", "usage", "model", "content", "refusal"),
         *("reasoning_content", "thinking_blocks", "type", "thinking", "signature", "data"),
         *("tool_calls", "id", "function", "name", "arguments", "prompt_tokens"),
         *("completion_tokens", "prompt_tokens_details", "cached_tokens"),
-    ]
-)
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=5),
+    ],
     max_leaves=25,
 )
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from app.dialects import chat
 from app.dialects.messages_stream import ChatToStream
-from tests.unit.dialects.test_messages_stream import message_start
+from tests.support.anthropic_events import message_start
 
 DOOR_MODEL = "claude-door"
 ESTIMATE = 10
@@ -42,7 +42,7 @@ def datas(*pieces: bytes) -> list[dict[str, Any]]:
 
 
 def start(model: str = DOOR_MODEL) -> dict[str, Any]:
-    return message_start(model)
+    return message_start(model, ESTIMATE)
 
 
 def block(index: int, content_block: dict[str, Any]) -> dict[str, Any]:

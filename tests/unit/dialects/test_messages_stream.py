@@ -26,7 +26,9 @@ from hypothesis import strategies as st
 
 from app.dialects import chat
 from app.dialects.messages import ChatToStream
+from tests.support.anthropic_events import message_start
 from tests.support.sse_feed import cut_at, decode, steps
+from tests.support.strategies import chat_json, cut_places
 
 MODEL = "gpt-up"  # the upstream's model, in its chunks
 DOOR_MODEL = "claude-door"  # the model the caller asked, for a stream whose chunks name none
@@ -314,20 +316,6 @@ def _start(index: int, **block: Any) -> dict[str, Any]:
     return {"type": "content_block_start", "index": index, "content_block": block}
 
 
-def message_start(model: str = MODEL) -> dict[str, Any]:
-    message: dict[str, Any] = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": ESTIMATE, "output_tokens": 0},
-    }
-    return {"type": "message_start", "message": message}
-
-
 def _message_delta(stop: str, usage: dict[str, int]) -> dict[str, Any]:
     delta = {"stop_reason": stop, "stop_sequence": None}
     return {"type": "message_delta", "delta": delta, "usage": usage}
@@ -347,7 +335,7 @@ STOP = {"type": "message_stop"}
 
 def test_a_text_stream_is_anthropic_s_events() -> None:
     assert events(translate([STREAMS["text"][0]])) == [
-        message_start(),
+        message_start(MODEL, ESTIMATE),
         _start(0, type="text", text=""),
         _delta(0, "text_delta", text="Hello"),
         _delta(0, "text_delta", text=", world"),
@@ -360,7 +348,7 @@ def test_a_text_stream_is_anthropic_s_events() -> None:
 def test_thinking_and_its_signature_are_a_thinking_block_before_the_text() -> None:
     thinking = {"type": "thinking", "thinking": "", "signature": ""}
     assert events(translate([STREAMS["thinking"][0]])) == [
-        message_start(),
+        message_start(MODEL, ESTIMATE),
         _start(0, **thinking),
         _delta(0, "thinking_delta", thinking="Let me"),
         _delta(0, "thinking_delta", thinking=" think."),
@@ -376,7 +364,7 @@ def test_thinking_and_its_signature_are_a_thinking_block_before_the_text() -> No
 
 def test_several_fields_in_one_delta_each_go_to_their_block_in_order() -> None:
     assert events(translate([STREAMS["mixed"][0]])) == [
-        message_start(),
+        message_start(MODEL, ESTIMATE),
         _start(0, type="thinking", thinking="", signature=""),
         _delta(0, "thinking_delta", thinking="Hmm."),
         {"type": "content_block_stop", "index": 0},
@@ -453,7 +441,7 @@ def test_done_without_usage_sends_the_estimates_then_message_stop() -> None:
 
 def test_a_stream_of_done_alone_is_a_whole_empty_message_of_the_given_model() -> None:
     assert events(translate([chat.DONE])) == [
-        message_start(DOOR_MODEL),
+        message_start(DOOR_MODEL, ESTIMATE),
         _message_delta("end_turn", {"input_tokens": ESTIMATE, "output_tokens": 0}),
         STOP,
     ]
@@ -550,7 +538,7 @@ def test_any_split_writes_the_same_bytes(name: str, size: int) -> None:
 @settings(max_examples=300, deadline=None)
 @given(
     name=st.sampled_from(sorted(INPUTS)),
-    cuts=st.lists(st.integers(min_value=0, max_value=20_000), max_size=40),
+    cuts=cut_places(20_000, 40),
 )
 def test_random_splits_write_the_same_bytes(name: str, cuts: list[int]) -> None:
     raw = INPUTS[name]
@@ -586,17 +574,13 @@ def _texts(item: Any) -> list[str]:
     return [t for d in deltas for t in (d.get("content"), d.get("reasoning_content")) if t]
 
 
-_KEYS = st.sampled_from(
+_JSON = chat_json(
     [
         *("choices", "delta", "index", "finish_reason", "usage", "error", "message", "model"),
         *("content", "reasoning_content", "refusal", "thinking_blocks", "signature", "data"),
         *("tool_calls", "function", "arguments", "name", "id", "type"),
         *("prompt_tokens", "completion_tokens", "prompt_tokens_details", "cached_tokens"),
-    ]
-)
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 3) | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=5),
+    ],
     max_leaves=20,
 )
 

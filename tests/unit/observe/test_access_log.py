@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from app.observe import access_log
 from app.observe.access_log import ACCESS
+from tests.support.strategies import json_values
 
 OWNER = logging.getLogger("llmgate")
 
@@ -129,11 +130,7 @@ _SCALARS = (
     | st.text(alphabet=st.characters(codec="ascii"))
     | st.sampled_from(["\ud800", "a\udfffb", "\u2028", "\x00\x1f\x7f", "é"])
 )
-_VALUES = st.recursive(
-    _SCALARS,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-    max_leaves=12,
-)
+_VALUES = json_values(_SCALARS, st.text(), list_size=4, dict_size=4, max_leaves=12)
 
 
 @settings(max_examples=400, deadline=None)

@@ -19,8 +19,9 @@ from app.request.usage import Usage
 from app.tenancy import prices
 from app.tenancy.prices import Price, PriceTable
 from app.upstream import catalog as upstreams
+from tests.support.strategies import utf8_text
 
-texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=200)
+texts = utf8_text(max_size=200)
 
 
 def _raw(body: dict, **dumps) -> int:

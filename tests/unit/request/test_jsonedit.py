@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.request.jsonedit import find_member, members, with_value, without_member
+from tests.support.strategies import json_values
 
 _TRICKY = st.text(alphabet=st.sampled_from('{}[]":,\\ \t\nabcé€😀\x00\u2028/'), max_size=12)
 _KEYS = st.one_of(_TRICKY, st.sampled_from(["cache", "model", "messages", "stream"]))
@@ -26,11 +27,7 @@ _SCALARS = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     _TRICKY,
 )
-_VALUES = st.recursive(
-    _SCALARS,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=4)),
-    max_leaves=12,
-)
+_VALUES = json_values(_SCALARS, _KEYS, list_size=4, dict_size=4, max_leaves=12)
 _WHITESPACE = st.text(alphabet=" \t\n\r", max_size=3)
 
 

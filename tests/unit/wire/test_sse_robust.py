@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from llmgate_wire import sse
 from tests.support.sse_feed import cut_at, decode
+from tests.support.strategies import cut_places
 
 # Line contents that exercise every branch of the grammar (fields, comments, BOM, invalid
 # UTF-8, NUL, non-ASCII digits), joined by line ends in all three forms or none.
@@ -32,7 +33,7 @@ _STREAMS = st.lists(st.tuples(_CONTENT, _EOLS).map(b"".join), max_size=40).map(b
 @settings(max_examples=400, deadline=None)
 @given(
     raw=st.one_of(st.binary(max_size=300), _STREAMS),
-    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=30),
+    cuts=cut_places(400, 30),
 )
 def test_any_bytes_in_any_chunking_decode_the_same_and_keep_every_byte(
     raw: bytes, cuts: list[int]
@@ -84,7 +85,7 @@ def _semantics(event: sse.Event) -> tuple:
 @settings(max_examples=200, deadline=None)
 @given(
     raw=_STREAMS,
-    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=30),
+    cuts=cut_places(400, 30),
     limit=st.integers(min_value=1, max_value=200),
 )
 def test_with_a_size_limit_only_event_too_large_is_raised(
