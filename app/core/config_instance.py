@@ -44,8 +44,8 @@ class InstanceSettings:
         "LLMGATE_MEMCACHED_RETRY_S",
         10.0,
         "After a Memcached node fails (a timeout, a refused or broken connection), each worker "
-        "skips it for a second, then twice as long after each failed try, up to this long "
-        "(the answers it holds are misses; the key limits it counts fail as "
+        "skips it for a quarter of a second, then twice as long after each failed try, up to "
+        "this long (the answers it holds are misses; the key limits it counts fail as "
         "LLMGATE_LIMITS_FAIL says), then lets one call try it again.",
     )
     cache_mode: str = setting(

@@ -284,15 +284,19 @@ class LogWriter:
 
     def _ended(self) -> None:
         """The stream ended: every item of the log gets the window from now (written again
-        with it, when Memcached lost any)."""
-        if self._lost:
+        with it, when Memcached lost any; and again every ``CHECK_S`` until Memcached takes
+        it, within the window: no event will come to try again at)."""
+        if not self._lost:
+            for key in [self.key, *(ids.chunk_key(self.key, i) for i in range(self._index))]:
+                if not self.store.touch(key, self.window_s):
+                    self._lost = True
+                    break
+        until = self._clock() + self.window_s
+        while self._lost:
             self._rewrite(self.window_s)
-            return
-        for key in [self.key, *(ids.chunk_key(self.key, i) for i in range(self._index))]:
-            if not self.store.touch(key, self.window_s):
-                self._lost = True
-                self._rewrite(self.window_s)
+            if not self._lost or self._clock() >= until:
                 return
+            gevent.sleep(CHECK_S)
 
     def _gave_up(self) -> bool:
         """Whether the stream stops here: its owner deleted it (DELETE /v1/streams/{id}),

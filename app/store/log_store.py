@@ -33,4 +33,5 @@ class LogStore:
         def command(client: Any) -> bool:
             return bool(client.touch(key, clamp_ttl(ttl), noreply=False))
 
-        return self.backend.run([key], command, False)
+        # A touch, run twice, does what it does once: it may run again on a new connection.
+        return self.backend.run([key], command, False, read=True)

@@ -15,8 +15,8 @@ What pymemcache does not give us, and how it is handled here (docs/stack-notes.m
   with a manifest (their layout: app/store/parts.py); a missing or mismatching part is a miss.
 - Node health is ours, not HashClient's (what its own would do: app/store/node_breaker.py).
   Our client (app/store/guarded_client.py) turns ``OSError`` and unexpected closes into
-  ``NodeFailure``; a ``NodeBreaker`` skips a failed node for a second, then lets one probe,
-  doubling the skip after each failed probe up to ``dead_timeout`` seconds.
+  ``NodeFailure``; a ``NodeBreaker`` skips a failed node for a quarter of a second, then
+  lets one probe, doubling the skip after each failed probe up to ``dead_timeout`` seconds.
 - A node that dropped a pooled connection (EOF, reset, broken pipe: what a restart leaves)
   is not skipped for it: its idle connections are closed, a read runs again at once on a new
   one (reading twice changes nothing; a write is not repeated, lest an ``add`` or ``incr``
@@ -248,6 +248,8 @@ class MemcachedBackend:
                 [key],
                 lambda: write(key, value, expire=ttl, noreply=False, flags=FLAG_VALUE),
                 False,
+                # A set, run twice, leaves what it leaves once (an add may not: it is not).
+                read=not only_if_absent,
             )
         else:
             stored = self._store_parts(key, value, ttl, only_if_absent)
@@ -305,8 +307,9 @@ class MemcachedBackend:
         read: bool = False,
     ) -> T:
         """Run ``op`` unless a node it needs is being skipped (``force``: run it anyway); any
-        failure returns ``failed``. ``read``: ``op`` only reads, so it runs again once when
-        its connection was found dropped."""
+        failure returns ``failed``. ``read``: ``op`` has the same effect run twice as once (a
+        read, a set of a whole value, a touch), so it runs again once when its connection was
+        found dropped."""
         nodes = {self._client.hasher.get_node(k) for k in keys}
         if not force and not self._breaker.allow(nodes):
             self._count("dead_skips")

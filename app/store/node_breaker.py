@@ -1,12 +1,12 @@
-"""Which Memcached nodes to skip: a failed node is skipped for a second, then one caller
-probes it; each failed probe doubles the skip, up to ``dead_timeout`` seconds. No I/O here:
-the clock is passed in, the caller logs.
+"""Which Memcached nodes to skip: a failed node is skipped for a quarter of a second, then
+one caller probes it; each failed probe doubles the skip, up to ``dead_timeout`` seconds. No
+I/O here: the clock is passed in, the caller logs.
 
 Short first: the commonest failure of a node that was answering is a restart (a pod
 rescheduled, an upgrade), back within a second or two, and every second it is skipped is a
 second of misses, of limits counted nowhere, of resumes that cannot be read. Doubling: a
-node that stays down costs one probe (at most a connect timeout) a second at first, then one
-every ``dead_timeout``.
+node that stays down costs one probe (at most a connect timeout; a refused connection costs
+nothing) four times a second at first, then one every ``dead_timeout``.
 
 The Memcached client (app/store/memcached.py) asks ``allow`` before a command and reports
 how it went. While a node is skipped, a command that needs it fails at once (a cache miss,
@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
-FIRST_SKIP_S = 1.0
+FIRST_SKIP_S = 0.25
 
 
 class NodeBreaker:
@@ -56,12 +56,15 @@ class NodeBreaker:
             due = [n for n in nodes if n in self._retry_at]
             if any(self._retry_at[n] > now for n in due):
                 return False
-            for node in due:  # this caller probes; the others keep skipping meanwhile
-                self._retry_at[node] = now + self.dead_timeout
+            # This caller probes; the others keep skipping meanwhile, for as long as the node
+            # was skipped: a probe that never reports (no connection slot, a connection
+            # found dropped, the caller killed) does not hold the node back any longer.
+            for node in due:
+                self._retry_at[node] = now + self._skip.get(node, FIRST_SKIP_S)
             return True
 
     def failed(self, node: str) -> bool:
-        """Mark the node dead (skipped twice as long as the last time, from a second);
+        """Mark the node dead (skipped twice as long as the last time, from FIRST_SKIP_S);
         True when it was alive until now."""
         with self._lock:
             was_alive = node not in self._retry_at

@@ -446,9 +446,9 @@ def test_two_nodes_one_stopped_mid_run(logs: Path, mc_port: int, key) -> None:
 def test_a_restarted_node_fails_a_write_once_repeats_a_read_and_is_not_skipped(
     logs: Path, key
 ) -> None:
-    """Its pooled connection was to the old process. A write on it is not sent again (an
-    ``add`` twice could find its own item): it fails, and the next command reconnects; a read
-    runs again at once on a new connection."""
+    """Its pooled connection was to the old process. An ``add`` on it is not sent again (twice
+    it could find its own item): it fails, and the next command reconnects; a read, or a set
+    of a whole value, runs again at once on a new connection."""
     proc, port = start_memcached(logs)
     backend = MemcachedBackend([("127.0.0.1", port)], dead_timeout=30)
     try:
@@ -466,6 +466,13 @@ def test_a_restarted_node_fails_a_write_once_repeats_a_read_and_is_not_skipped(
         proc, _ = start_memcached(logs, port=port)
         raw_command(port, f"set {key('new')} {FLAG_VALUE} 60 1\r\nm\r\n".encode())
         assert backend.get(key("new")) == b"m"  # read again, on a new connection
+        assert backend.stats()["errors"] == 1 and backend.dead_nodes() == []
+
+        # A set leaves what it leaves however often it runs: run again, as a read is.
+        proc.kill()
+        proc, _ = start_memcached(logs, port=port)
+        assert backend.set(key("again"), b"s", 60) is True
+        assert raw_get(port, key("again")) == (FLAG_VALUE, b"s")
         assert backend.stats()["errors"] == 1 and backend.dead_nodes() == []
     finally:
         backend.close()

@@ -31,19 +31,33 @@ def test_a_failed_node_is_skipped_until_its_time_then_one_caller_probes() -> Non
 
 
 def test_a_failed_node_is_probed_after_a_second_then_twice_as_late_each_time() -> None:
-    """A restarted node is back within a second or two: it is skipped that long at first;
-    each failed probe doubles the skip (1, 2, 4 s), up to the timeout (5 s here)."""
+    """A restarted node is back within a second or two: it is skipped a quarter of that at
+    first; each failed probe doubles the skip (0.25, 0.5, 1, 2, 4 s), up to the timeout (5 s
+    here)."""
     breaker, now = _breaker(dead_timeout=5.0)
-    for skip in (1.0, 2.0, 4.0, 5.0, 5.0):
+    for skip in (0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0):
         breaker.failed(A)
         now[0] += skip - 0.1
         assert not breaker.allow([A]) and breaker.dead() == [A], skip
         now[0] += 0.1
         assert breaker.allow([A]), skip  # the probe
     breaker.succeeded([A])
-    breaker.failed(A)  # down again later: a second first, as for any new failure
-    now[0] += 1.0
+    breaker.failed(A)  # down again later: a quarter of a second first, as for any new failure
+    now[0] += 0.25
     assert breaker.allow([A])
+
+
+def test_a_probe_that_never_reports_holds_the_node_back_one_skip_only() -> None:
+    """The probe's caller may never say how it went (no connection slot free, a connection
+    the node had dropped, the caller killed): another caller probes after one more skip."""
+    breaker, now = _breaker(dead_timeout=10.0)
+    breaker.failed(A)
+    now[0] += 0.25
+    assert breaker.allow([A])  # the probe, which never reports
+    now[0] += 0.2
+    assert not breaker.allow([A])
+    now[0] += 0.05
+    assert breaker.allow([A])  # not 10 s later
 
 
 def test_a_node_that_left_the_ring_is_forgotten() -> None:
