@@ -13,6 +13,11 @@ held back for a later event; ``close`` at the end of the provider's body returns
 nothing for a stream cut short, so the reader above sees the cut).
 
 Modules: chat.py (the OpenAI side every translator writes: chunks, usage, errors, the
-``Untranslatable`` error), anthropic.py and gemini.py (Chat Completions over those providers),
-messages.py (Anthropic Messages over Chat Completions).
+``Untranslatable`` error); anthropic.py and gemini.py (Chat Completions over those providers:
+``request_to_<provider>`` turns a chat request into the provider's, ``answer_from_<provider>``
+its answer, whole or streamed, into chat's); anthropic_door.py (Anthropic Messages over Chat
+Completions: ``request_from_anthropic`` turns the caller's Messages request into a chat one,
+``answer_to_anthropic`` and ``stream_to_anthropic`` a chat answer and stream into Anthropic's).
+Each file is named by its direction, Chat Completions being the hub every dialect is turned
+into or out of.
 """

@@ -6,11 +6,11 @@ The whole translation, one entry each:
 
 - ``target(model, stream)``: the path and query below the upstream's base URL (which ends
   with the API version, ``.../v1beta``);
-- ``request_body(body)``: the Chat Completions body as Gemini's (gemini_request.py: what maps
+- ``request_body(body)``: the Chat Completions body as Gemini's (request_to_gemini.py: what maps
   where, and what is refused by name with ``chat.Untranslatable``; ``user`` is dropped, Gemini
   has no such field);
 - ``StreamToChat(include_usage, created, fallback_id)``: the stream's Translator, and
-  ``answer_to_chat(body, created=, fallback_id=)``: a whole answer (gemini_answer.py; Gemini's
+  ``answer_to_chat(body, created=, fallback_id=)``: a whole answer (answer_from_gemini.py; Gemini's
   stream has no end event, the end of its body is the end);
 - ``error_to_chat(status, body)``: Gemini's error answer as OpenAI's error JSON.
 """
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from app.dialects.gemini_answer import StreamToChat, answer_to_chat, error_to_chat
-from app.dialects.gemini_request import request_body
+from app.dialects.answer_from_gemini import StreamToChat, answer_to_chat, error_to_chat
+from app.dialects.request_to_gemini import request_body
 
 __all__ = ["StreamToChat", "answer_to_chat", "error_to_chat", "request_body", "target"]
 

@@ -25,7 +25,7 @@ from typing import Protocol
 import urllib3
 
 from app.core.errors import UpstreamReset
-from app.dialects import anthropic, gemini, messages
+from app.dialects import anthropic, anthropic_door, gemini
 from app.dialects.chat import dumps
 from app.patches import chunked_reads
 from app.request.headers import AUTH_HEADERS, with_upstream_key
@@ -85,7 +85,7 @@ class Translation:
         doc = json.loads(body)
         model = spec.model_for(doc.get("model") or "")
         doc["model"] = model
-        chat = messages.chat_body(doc) if self.door == "anthropic" else doc
+        chat = anthropic_door.chat_body(doc) if self.door == "anthropic" else doc
         stream = chat.get("stream") is True
         options = chat.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -137,7 +137,7 @@ class Translation:
         if self.door == "openai":
             assert chat is not None
             return chat
-        door = messages.ChatToStream(
+        door = anthropic_door.ChatToStream(
             message_id=f"msg_{rid}", model=sent.model, input_tokens=max(1, prompt_bytes // 4)
         )
         return door if chat is None else Chained(chat, door)
@@ -149,7 +149,7 @@ class Translation:
             elif self.kind == "gemini":
                 body = gemini.answer_to_chat(body, created=created, fallback_id=rid)
             if self.door == "anthropic":
-                body = messages.chat_answer_to_message(body, message_id=f"msg_{rid}")
+                body = anthropic_door.chat_answer_to_message(body, message_id=f"msg_{rid}")
             return body
 
         return translate
@@ -160,7 +160,7 @@ class Translation:
         elif self.kind == "gemini":
             status, body = gemini.error_to_chat(status, body)
         if self.door == "anthropic":
-            body = messages.error_from_chat(status, body)
+            body = anthropic_door.error_from_chat(status, body)
         return body
 
 

@@ -28,7 +28,8 @@ from typing import Any
 
 import urllib3
 
-from app.dialects import anthropic, gemini, messages
+from app.dialects import anthropic, gemini
+from app.dialects import anthropic_door as messages
 from app.upstream.translation import Chained, Translator
 from bench.cpu.translation_table import DOORS, Line, fit
 from bench.kit.report import Cell

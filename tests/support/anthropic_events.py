@@ -1,5 +1,5 @@
 """Anthropic's Messages stream events as the tests of the Messages door expect them written
-(app/dialects/messages_stream.py): the data of each event, as a dict. No I/O here."""
+(app/dialects/stream_to_anthropic.py): the data of each event, as a dict. No I/O here."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ import pytest
 
 from app.core.errors import UpstreamProtocolError
 from app.dialects import chat
+from app.dialects.answer_from_anthropic import finish_reason, usage
 from app.dialects.anthropic import StreamToChat, answer_to_chat, error_to_chat
-from app.dialects.anthropic_answer import finish_reason, usage
 
 CREATED = 1_700_000_000
 START = {"type": "message_start", "message": {"id": "msg_1", "model": "claude-x", "usage": {}}}

@@ -16,8 +16,8 @@ import pytest
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 
 from app.core.errors import BadRequest
-from app.dialects.anthropic_request import request_body
 from app.dialects.chat import Untranslatable
+from app.dialects.request_to_anthropic import request_body
 
 _PARAMS = pydantic.TypeAdapter(MessageCreateParamsNonStreaming)
 HI = [{"role": "user", "content": "hi"}]

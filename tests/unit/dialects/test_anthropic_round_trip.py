@@ -3,10 +3,10 @@ the next turn: what reaches Anthropic must be what it sent (issue 41, E).
 
 The stream is tests/data/dialects/anthropic/thinking.sse, Anthropic's documented events (a
 thinking block of two deltas and its signature, a redacted block, text). It goes through the
-gateway's translator (app/dialects/anthropic_answer.py) in pieces, its chunks are
+gateway's translator (app/dialects/answer_from_anthropic.py) in pieces, its chunks are
 accumulated by the OpenAI SDK's own ``ChatCompletionStreamState``, the accumulated message
 goes back as the SDK sends a message object (its ``model_dump`` of what was set), and the
-request translator (app/dialects/anthropic_request.py) makes the next Messages request. The
+request translator (app/dialects/request_to_anthropic.py) makes the next Messages request. The
 expected blocks are read from the raw events, not from the translator.
 """
 

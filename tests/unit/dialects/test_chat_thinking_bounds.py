@@ -5,7 +5,7 @@ Each ``reasoning_effort`` over each kind, with the caller's own bound (``max_tok
 ``max_completion_tokens``), with a key's cap (sent as the grant sends it: the key's
 ``max_tokens`` put in the body by app/request/metering.py's ``with_output_cap``), and with no
 bound at all (the upstream's own ``max_tokens`` setting for Anthropic; none for Gemini). The
-body sent is the request translator's (app/dialects/anthropic_request.py, gemini_request.py),
+body sent is the request translator's (app/dialects/request_to_anthropic.py, request_to_gemini.py),
 read here as the upstream would read it: Anthropic's ``max_tokens`` counts the thinking
 (``budget_tokens`` must be at least 1,024 and below it), Gemini's ``maxOutputTokens`` counts
 the thoughts too.
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from app.core.errors import BadRequest
-from app.dialects import anthropic, gemini, messages
+from app.dialects import anthropic, anthropic_door, gemini
 from app.request import bounds, routes
 from app.request.metering import with_output_cap
 from app.upstream.catalog import UpstreamSpec
@@ -146,7 +146,7 @@ def test_the_messages_door_sends_no_bound_above_the_callers_max_tokens(budget: i
         "thinking": {"type": "enabled", "budget_tokens": budget},
         "messages": [{"role": "user", "content": "Think hard."}],
     }
-    chat = messages.chat_body(body)
+    chat = anthropic_door.chat_body(body)
     assert chat["max_tokens"] == 2000
     assert not {"max_completion_tokens", "reasoning_effort", "thinking"} & chat.keys()
     assert _sent_gemini(chat) == (2000, None)

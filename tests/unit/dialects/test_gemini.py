@@ -1,4 +1,4 @@
-"""Gemini's ``alt=sse`` stream as Chat Completions chunks (app/dialects/gemini_answer.py).
+"""Gemini's ``alt=sse`` stream as Chat Completions chunks (app/dialects/answer_from_gemini.py).
 
 Raw streams written from Gemini's documented format (each ``data:`` a whole
 GenerateContentResponse, CRLF line ends as Google sends them), each event with the chunks it

@@ -1,5 +1,5 @@
 """Gemini's whole answers and error answers as Chat Completions, and the URL of a call
-(app/dialects/gemini.py, gemini_answer.py). A whole answer must say what the stream of the
+(app/dialects/gemini.py, answer_from_gemini.py). A whole answer must say what the stream of the
 same response says, as the OpenAI SDK accumulates it.
 """
 
@@ -13,7 +13,7 @@ from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from app.dialects import gemini
-from app.dialects.gemini_answer import finish_reason
+from app.dialects.answer_from_gemini import finish_reason
 from llmgate_wire import sse
 
 CREATED = 1_760_000_000

@@ -22,7 +22,7 @@ from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import RawMessageStreamEvent
 from google.genai import types as genai
 
-from app.dialects import gemini, messages
+from app.dialects import anthropic_door, gemini
 from tests.support.sse_feed import decode, steps
 
 SIG = "CsQBAdHtim9vK2Qm7Jx1c2lnbmF0dXJlLW9mLXRoZS10aG91Z2h0cw=="
@@ -61,7 +61,7 @@ EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 def _door(pieces: list[bytes]) -> list[dict[str, Any]]:
     """The Anthropic events the door writes of Gemini's stream fed in ``pieces``."""
     first = gemini.StreamToChat(include_usage=True, created=1, fallback_id="f")
-    door = messages.ChatToStream(message_id="msg_1", model="m", input_tokens=3)
+    door = anthropic_door.ChatToStream(message_id="msg_1", model="m", input_tokens=3)
     out = b"".join(door.feed(first.feed(p)) for p in pieces)
     out += door.feed(first.close()) + door.close()
     return [e.json() for e in decode([out])[0]]
@@ -86,7 +86,7 @@ def _sent_back(assistant: dict[str, Any]) -> list[dict[str, Any]]:
         assistant,
         {"role": "user", "content": "Sure?"},
     ]
-    chat = messages.chat_body({"model": "m", "max_tokens": 50, "messages": turn})
+    chat = anthropic_door.chat_body({"model": "m", "max_tokens": 50, "messages": turn})
     return gemini.request_body(chat)["contents"]
 
 
@@ -113,7 +113,7 @@ def test_streamed_the_blocks_are_those_of_the_whole_answer() -> None:
     ]
     whole = _chunk(parts, finish=True)[6:].strip()
     chat = gemini.answer_to_chat(whole, created=1, fallback_id="f")
-    message = json.loads(messages.chat_answer_to_message(chat, message_id="msg_1"))
+    message = json.loads(anthropic_door.chat_answer_to_message(chat, message_id="msg_1"))
     streamed = _sdk_message(_door([b"".join(ON_THE_TEXT)]))
     assert (
         streamed["content"]
@@ -157,7 +157,7 @@ def test_an_overload_part_way_reads_the_same_from_gemini_and_from_an_openai_upst
     from_gemini = _door(
         [ON_THE_TEXT[0] + b"data: " + json.dumps(gemini_error).encode() + b"\r\n\r\n"]
     )
-    door = messages.ChatToStream(message_id="msg_1", model="m", input_tokens=3)
+    door = anthropic_door.ChatToStream(message_id="msg_1", model="m", input_tokens=3)
     openai_error = {
         "message": "Overloaded",
         "type": "overloaded_error",

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from app.dialects import chat
+from app.dialects.answer_from_gemini import answer_to_chat, error_to_chat
 from app.dialects.gemini import StreamToChat
-from app.dialects.gemini_answer import answer_to_chat, error_to_chat
 
 CREATED = 1_760_000_000
 FALLBACK = "fb7"

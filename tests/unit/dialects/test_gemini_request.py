@@ -1,4 +1,4 @@
-"""A Chat Completions request as Gemini's body (app/dialects/gemini_request.py): a table for
+"""A Chat Completions request as Gemini's body (app/dialects/request_to_gemini.py): a table for
 every field, the refusals with the field they name, and the messages of a whole tool-using
 conversation.
 """

@@ -1,4 +1,4 @@
-"""app/dialects/messages_answer.py: a whole chat.completion as an Anthropic message, and
+"""app/dialects/answer_to_anthropic.py: a whole chat.completion as an Anthropic message, and
 Anthropic's errors. Each is also read by the Anthropic SDK (over an HTTP mock transport): the
 message as its Message, an error as the exception its status makes, with the body kept."""
 
@@ -15,13 +15,13 @@ from hypothesis import given, settings
 
 from app.core.errors import ModelNotServed, UpstreamProtocolError
 from app.dialects import chat
-from app.dialects.messages import (
+from app.dialects.answer_to_anthropic import UNPARSED
+from app.dialects.anthropic_door import (
     chat_answer_to_message,
     error_body,
     error_event,
     error_from_chat,
 )
-from app.dialects.messages_answer import UNPARSED
 from tests.support.strategies import chat_json
 
 

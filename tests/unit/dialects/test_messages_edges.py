@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from app.dialects import chat
-from app.dialects.messages_stream import ChatToStream
+from app.dialects.stream_to_anthropic import ChatToStream
 from tests.support.anthropic_events import message_start
 
 DOOR_MODEL = "claude-door"

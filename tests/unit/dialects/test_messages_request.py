@@ -1,4 +1,4 @@
-"""app/dialects/messages_request.py: an Anthropic Messages request as a Chat Completions one,
+"""app/dialects/request_from_anthropic.py: an Anthropic Messages request as a Chat Completions one,
 member by member: what each becomes, what is dropped, and what is refused (a 400 naming the
 member: ``Untranslatable`` for what this upstream cannot be asked, ``BadRequest`` for a
 request that is not Anthropic's shape)."""
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from app.core.errors import BadRequest
+from app.dialects.anthropic_door import chat_body
 from app.dialects.chat import Untranslatable
-from app.dialects.messages import chat_body
 
 HI = [{"role": "user", "content": "hi"}]
 WEATHER = {

@@ -1,4 +1,4 @@
-"""app/dialects/messages_stream.py: Chat Completions streams in, Anthropic's named events out.
+"""app/dialects/stream_to_anthropic.py: Chat Completions streams in, Anthropic's named events out.
 
 Each stream below is what an OpenAI upstream sends (chat.py's canonical shape, written with
 its ChunkWriter, and the variants servers send: heartbeats, ``usage: null`` members, several
@@ -25,7 +25,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from app.dialects import chat
-from app.dialects.messages import ChatToStream
+from app.dialects.anthropic_door import ChatToStream
 from tests.support.anthropic_events import message_start
 from tests.support.sse_feed import cut_at, decode, steps
 from tests.support.strategies import chat_json, cut_places

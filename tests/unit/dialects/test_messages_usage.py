@@ -18,7 +18,7 @@ from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import RawMessageStreamEvent
 from openai.types.chat import ChatCompletionChunk
 
-from app.dialects.messages import ChatToStream
+from app.dialects.anthropic_door import ChatToStream
 from tests.support.sse_feed import decode, steps
 
 HEAD = '{"id":"chatcmpl-9","object":"chat.completion.chunk","created":1,"model":"m-up",'

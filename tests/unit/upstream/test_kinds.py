@@ -10,7 +10,7 @@ import pytest
 import urllib3
 
 from app.core.errors import ModelNotServed, UpstreamReset
-from app.dialects import gemini, messages
+from app.dialects import anthropic_door, gemini
 from app.request import routes
 from app.upstream import catalog
 from app.upstream.attempts import Attempts
@@ -210,7 +210,7 @@ def _gemini_chunk(text: str, usage: bool) -> bytes:
 def test_a_translated_stream_says_whether_its_usage_is_the_providers(usage: bool) -> None:
     """Gemini through the Anthropic door (two translators chained, as translation.py chains
     them): the usage is Gemini's own only when Gemini sent one; a whole answer says None."""
-    door = messages.ChatToStream(message_id="msg_1", model="m", input_tokens=3)
+    door = anthropic_door.ChatToStream(message_id="msg_1", model="m", input_tokens=3)
     first = gemini.StreamToChat(include_usage=True, created=1, fallback_id="f")
     raw = FakeRaw([_gemini_chunk("Hi", usage)])
     translated = Translated(raw, 200, raw.headers, stream=Chained(first, door), limit=10_000)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from app.dialects import anthropic, gemini, messages
+from app.dialects import anthropic, anthropic_door, gemini
 from app.upstream.translation import Chained
 from bench.cpu import translation_split as split
 from bench.cpu.translation_table import (
@@ -179,11 +179,11 @@ def test_the_split_translates_as_the_transport_chains_translators() -> None:
     assert split.translator("messages", "anthropic") is None
     assert isinstance(split.translator("chat", "anthropic"), anthropic.StreamToChat)
     assert isinstance(split.translator("chat", "gemini"), gemini.StreamToChat)
-    assert isinstance(split.translator("messages", "openai"), messages.ChatToStream)
+    assert isinstance(split.translator("messages", "openai"), anthropic_door.ChatToStream)
     chained = split.translator("messages", "gemini")
     assert isinstance(chained, Chained)
     assert isinstance(chained.first, gemini.StreamToChat)
-    assert isinstance(chained.second, messages.ChatToStream)
+    assert isinstance(chained.second, anthropic_door.ChatToStream)
 
 
 def test_the_split_rows_give_the_translators_share_of_the_gateways_extra() -> None:

@@ -18,10 +18,10 @@ the fragments of several tool calls interleaved. Each becomes Anthropic's named 
   open to the finish, since their fragments may interleave, and Anthropic's blocks are told
   apart by index, so several open at once are still read right;
 - the finish reason ends every open block (in index order) and is kept for the
-  ``message_delta`` (messages_answer.stop_reason); a chunk's ``usage`` is kept, the latest
+  ``message_delta`` (answer_to_anthropic.stop_reason); a chunk's ``usage`` is kept, the latest
   replacing the one before (the counts are cumulative: some servers put them on every
   chunk, most on a last chunk of their own); ``[DONE]`` is the one ``message_delta``, after
-  every block ended, with the stop reason and the latest usage (messages_answer.usage), then
+  every block ended, with the stop reason and the latest usage (answer_to_anthropic.usage), then
   ``message_stop``. With no usage from the upstream (a server that ignores
   ``stream_options.include_usage``) the ``message_delta`` carries estimates: the prompt's
   as given, and the output's a quarter of the bytes of text, thinking and tool arguments
@@ -43,7 +43,7 @@ import json
 from typing import Any
 
 from app.dialects import chat
-from app.dialects.messages_answer import error_event, stop_reason, stream_error_type, usage
+from app.dialects.answer_to_anthropic import error_event, stop_reason, stream_error_type, usage
 from llmgate_wire import sse
 
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'

@@ -3,7 +3,7 @@ No I/O here.
 
 Each ``data:`` of Gemini's ``alt=sse`` stream is a whole GenerateContentResponse; its parts are
 translated in order into chat.py's canonical chunks as they arrive, never held for a later
-chunk. One choice only (the request never asks for more: gemini_request refuses ``n`` > 1).
+chunk. One choice only (the request never asks for more: request_to_gemini refuses ``n`` > 1).
 
 Gemini's stream has no end event: the chunk with ``finishReason`` is its last but for usage,
 and the end of the body is the end of the stream. So the finish chunk leaves with that chunk;
