@@ -152,19 +152,34 @@ class Gateway:
         # stored; the request itself is built only when the call goes upstream (a miss, a
         # bypass, a refresh: app/upstream/call_request.py).
         check_header_values(call.headers)
-        request = partial(request_for, call, forward, body=body, stream=stream,
-                          key=None if grant is None else grant.key)  # fmt: skip
+        request = partial(
+            request_for,
+            call,
+            forward,
+            body=body,
+            stream=stream,
+            key=None if grant is None else grant.key,
+        )
         deadline = Deadline.start(self.settings.deadline_s)
-        compute = UpstreamCall(self.upstream, request, deadline,
-                                    max_body=self.settings.max_body_bytes,
-                                    max_event_bytes=self.settings.max_event_bytes,
-                                    route=call.route)  # fmt: skip
+        compute = UpstreamCall(
+            self.upstream,
+            request,
+            deadline,
+            max_body=self.settings.max_body_bytes,
+            max_event_bytes=self.settings.max_event_bytes,
+            route=call.route,
+        )
         cached = None
         if reading is not None and self.answers is not None:
-            cached = cache_plan(self.settings, route=call.route, headers=call.headers,
-                                query=call.query, reading=reading,
-                                upstream=self.upstream.serving_id,
-                                tenant=None if grant is None else grant.key.tenant)  # fmt: skip
+            cached = cache_plan(
+                self.settings,
+                route=call.route,
+                headers=call.headers,
+                query=call.query,
+                reading=reading,
+                upstream=self.upstream.serving_id,
+                tenant=None if grant is None else grant.key.tenant,
+            )
         return Plan(call, body, stream, deadline, compute, cached)
 
     def _read_body(self, call: Call) -> BodyReading:
@@ -173,11 +188,13 @@ class Gateway:
         repeat is what a hit is made of; app/request/body_readings.py), else read each time."""
         reading = self.readings.get(call.route, call.path, call.body)
         if reading is None:
-            serves = partial(self.upstream.check_serves, route=call.route,
-                             path=call.path.removeprefix("/v1"))  # fmt: skip
+            serves = partial(
+                self.upstream.check_serves, route=call.route, path=call.path.removeprefix("/v1")
+            )
             reading = read_body(call.body, call.route, self.settings, serves)
-            if self.answers is not None and is_cacheable(call.route, reading.body,
-                                                         self.settings.cache_mode):  # fmt: skip
+            if self.answers is not None and is_cacheable(
+                call.route, reading.body, self.settings.cache_mode
+            ):
                 reading = self.readings.keep(call.route, call.path, call.body, reading)
         call.trace.asked(call.route, call.method, call.path, reading.body, reading.stream)
         return reading
@@ -194,8 +211,9 @@ class Gateway:
                 f"No upstream the key {key.name!r} may use serves the model {model!r}.",
                 param="model",
             )
-        grant = self.access.admit(key, model, body, stream=stream, route=call.route,
-                                  size=len(forward), raw=call.body)  # fmt: skip
+        grant = self.access.admit(
+            key, model, body, stream=stream, route=call.route, size=len(forward), raw=call.body
+        )
         forward, hide_usage = granted_body(grant, forward, body, call.route, stream)
         call.trace.granted(KeySettlement(self.access, grant), hide_usage=hide_usage)
         return forward, grant
@@ -210,8 +228,9 @@ class Gateway:
             return answer_alone(call, plan.compute, self.lifecycle, self.replies)
         if not self.resumes.asked(call):  # a resumable stream's log is a flight's listener
             return answer_stream_alone(call, plan.compute, self.lifecycle, self.replies)
-        alone = self.lifecycle.flight(plan.compute, keep_log=False,
-                                      request_id=call.trace.request_id)  # fmt: skip
+        alone = self.lifecycle.flight(
+            plan.compute, keep_log=False, request_id=call.trace.request_id
+        )
         return self.replies.answer(call, alone.join(), plan.stream)
 
     def from_cache(self, plan: Plan) -> Reply | None:
@@ -249,11 +268,17 @@ class Gateway:
         """Lead a new flight for the call's key, and follow it."""
         assert plan.cache is not None and plan.body is not None and self.coalescer
         call = plan.call
-        flight = self.coalescer.lead(plan.cache.key, plan.cache.directive, plan.compute,
-                                     plan.deadline, plan.stream,
-                                     request_id=call.trace.request_id, route=call.route,
-                                     include_usage=schema.wants_usage(plan.body),
-                                     span=call.trace.span)  # fmt: skip
+        flight = self.coalescer.lead(
+            plan.cache.key,
+            plan.cache.directive,
+            plan.compute,
+            plan.deadline,
+            plan.stream,
+            request_id=call.trace.request_id,
+            route=call.route,
+            include_usage=schema.wants_usage(plan.body),
+            span=call.trace.span,
+        )
         assert flight is not None  # only a background refresh gives up
         status = COALESCED if flight.source == LEASE else plan.cache.directive.status_on_miss
         return self._follow(plan, flight, status)
@@ -278,9 +303,14 @@ class Gateway:
 
     def _replay(self, plan: Plan, entry: Entry, status: str, *, age: bool = True) -> Reply | None:
         assert plan.body is not None
-        reply = reply_from_entry(entry, route=plan.call.route, stream=plan.stream,
-                                 include_usage=schema.wants_usage(plan.body), status=status,
-                                 age=int(entry.age(time.time())) if age else None)  # fmt: skip
+        reply = reply_from_entry(
+            entry,
+            route=plan.call.route,
+            stream=plan.stream,
+            include_usage=schema.wants_usage(plan.body),
+            status=status,
+            age=int(entry.age(time.time())) if age else None,
+        )
         return self.resumes.replayed(plan.call, reply)  # a stored answer is not resumable
 
     def _whereabouts(self, name: str) -> dict[str, Value]:

@@ -197,8 +197,16 @@ class Coalescer:
             return self.lifecycle.flight(
                 compute, keep_log=False, request_id=request_id, stream=stream, span=span
             )
-        started = self._under_lease(key, directive, compute, deadline, stream, background,
-                                    route=route, include_usage=include_usage)  # fmt: skip
+        started = self._under_lease(
+            key,
+            directive,
+            compute,
+            deadline,
+            stream,
+            background,
+            route=route,
+            include_usage=include_usage,
+        )
         if started is None:
             return None
         producer, lease_held, waiting = started
@@ -259,8 +267,9 @@ class Coalescer:
             return compute, False, False  # no lease to be had (Memcached trouble): compute
         if background:
             return None
-        wait = lease_wait_producer(answers, key, deadline, compute, route=route,
-                                   include_usage=include_usage)  # fmt: skip
+        wait = lease_wait_producer(
+            answers, key, deadline, compute, route=route, include_usage=include_usage
+        )
         return wait, False, True
 
     def refresh(

@@ -42,9 +42,11 @@ def reply_from_entry(
     # was 19 chunks encoded again on each hit).
     try:
         if stream:
-            events = entry.made(("events", route, include_usage),
-                                lambda: events_of(entry, route, include_usage),
-                                _small_events)  # fmt: skip
+            events = entry.made(
+                ("events", route, include_usage),
+                lambda: events_of(entry, route, include_usage),
+                _small_events,
+            )
             if events is None:
                 return None
             # One batch, of its own: a stored stream is all there, so it leaves in one write.

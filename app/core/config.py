@@ -86,11 +86,22 @@ class Settings(InstanceSettings, CallSettings):
                 raise SettingsError(f"{_env(name)} must be > 0")
         # Nonsense that used to pass: a negative heartbeat or lease was taken as off, an
         # L1 TTL of 0 stopped every worker's boot (a traceback in each one's log).
-        at_least_0 = ("heartbeat_s", "retry_backoff_s", "retry_backoff_max_s",
-                      "retry_after_max_s", "cache_ttl_jitter_s", "cache_lease_s",
-                      "cache_early_refresh_beta")  # fmt: skip
-        above_0 = ("cache_ttl_s", "cache_l1_ttl_s", "cache_max_entry_bytes",
-                   "memcached_timeout_s", "memcached_connect_timeout_s")  # fmt: skip
+        at_least_0 = (
+            "heartbeat_s",
+            "retry_backoff_s",
+            "retry_backoff_max_s",
+            "retry_after_max_s",
+            "cache_ttl_jitter_s",
+            "cache_lease_s",
+            "cache_early_refresh_beta",
+        )
+        above_0 = (
+            "cache_ttl_s",
+            "cache_l1_ttl_s",
+            "cache_max_entry_bytes",
+            "memcached_timeout_s",
+            "memcached_connect_timeout_s",
+        )
         for name in at_least_0:
             if getattr(self, name) < 0:
                 raise SettingsError(f"{_env(name)} must be >= 0, got {getattr(self, name)}")

@@ -161,8 +161,9 @@ class JSONErrorGeventWorker(GeventWorker):
         finally:
             self._idle.pop(client, None)
 
-    def handle_request(self, listener_name: object, req: object, sock: socket.socket,
-                       addr: object) -> None:  # fmt: skip
+    def handle_request(
+        self, listener_name: object, req: object, sock: socket.socket, addr: object
+    ) -> None:
         self._idle.pop(sock, None)
         self._answering[sock] = req
         try:

@@ -278,17 +278,22 @@ class Metrics:
             "llmgate_heartbeats_total", "`: ping` comments sent on idle streams.", registry=reg
         )
         self.cache_requests = Counter(
-            "llmgate_cache_requests_total", "Cache outcomes of API requests.", ["outcome"],
+            "llmgate_cache_requests_total",
+            "Cache outcomes of API requests.",
+            ["outcome"],
             registry=reg,
-        )  # fmt: skip
+        )
         self.cache_stored_bytes = Counter(
-            "llmgate_cache_stored_bytes_total", "Bytes of entries written to the cache.",
+            "llmgate_cache_stored_bytes_total",
+            "Bytes of entries written to the cache.",
             registry=reg,
-        )  # fmt: skip
+        )
         self.cache_not_stored = Counter(
-            "llmgate_cache_not_stored_total", "Complete answers not stored, by reason.",
-            ["reason"], registry=reg,
-        )  # fmt: skip
+            "llmgate_cache_not_stored_total",
+            "Complete answers not stored, by reason.",
+            ["reason"],
+            registry=reg,
+        )
         self.event_log_bytes = Gauge(
             "llmgate_event_log_bytes",
             "Memory held by the event logs flights keep for the cache and coalesced followers "
@@ -307,15 +312,17 @@ class Metrics:
         for when in ("start", "running"):
             self.event_logs_refused.labels(when)
         self.cache_errors = Counter(
-            "llmgate_cache_errors_total", "Cache backend failures (each one served as a miss).",
+            "llmgate_cache_errors_total",
+            "Cache backend failures (each one served as a miss).",
             registry=reg,
-        )  # fmt: skip
+        )
         self.memcached_node_events = Counter(
             "llmgate_memcached_node_events_total",
             "Changes of a Memcached node as each worker's clients (l2, limits, resume) saw "
             "them: dropped (it closed our connections), failed (skipped), back (answering).",
-            ["client", "event"], registry=reg,
-        )  # fmt: skip
+            ["client", "event"],
+            registry=reg,
+        )
         self.cache_op = Histogram(
             "llmgate_cache_op_seconds",
             "Cache operation latency (L1 then Memcached).",

@@ -184,8 +184,18 @@ class OtelSpan:
     limits. A span whose trace is not sampled records nothing; its context still travels.
     What is set after the end is ignored, as by the SDK."""
 
-    __slots__ = ("_attributes", "_context", "_end", "_events", "_kind", "_links", "_name",
-                 "_parent", "_start", "_tracer")  # fmt: skip
+    __slots__ = (
+        "_attributes",
+        "_context",
+        "_end",
+        "_events",
+        "_kind",
+        "_links",
+        "_name",
+        "_parent",
+        "_start",
+        "_tracer",
+    )
 
     def __init__(
         self,
@@ -232,8 +242,9 @@ class OtelSpan:
         start: float | None = None,
     ) -> Span:
         start_ns = time.time_ns() if start is None else _ns(start)
-        return self._tracer.start(name, self._as_parent(), _KINDS[kind],
-                                  _clean(attributes or {}), start_ns)  # fmt: skip
+        return self._tracer.start(
+            name, self._as_parent(), _KINDS[kind], _clean(attributes or {}), start_ns
+        )
 
     def event(self, name: str, attributes: Attributes | None = None, *, at: float) -> None:
         if self._recording() is not None:

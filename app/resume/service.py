@@ -295,8 +295,14 @@ class Resumes:
         if meta is None:
             return None
         assert self.store is not None
-        reader = StoredStream(self.store, key, after=after, window_s=self.window_s,
-                              patience_s=self.deadline_s, clock=self._clock)  # fmt: skip
+        reader = StoredStream(
+            self.store,
+            key,
+            after=after,
+            window_s=self.window_s,
+            patience_s=self.deadline_s,
+            clock=self._clock,
+        )
         return meta, reader
 
     def replayed(self, call: Call, reply: Reply | None) -> Reply | None:

@@ -428,13 +428,32 @@ def test_the_architecture_page_draws_the_map_of_the_table() -> None:
     assert expected in page, f"docs/architecture.md's package map should read:\n{expected}"
 
 
+SIZES = LAYERS["sizes"]
+
+
 def test_modules_stay_small_enough_to_read() -> None:
-    """The bounds docs/architecture.md promises: no module of app/, the client or the wire
-    codec over 400 lines, and the orchestrator under 300."""
+    """The bounds docs/architecture.md promises (app/layers.toml [sizes]): no module of app/,
+    the client or the wire codec over 400 lines, and the orchestrator within 300, but those
+    listed as exceptions, each within its own bound and with its reason."""
     sizes = {
         str(path.relative_to(ROOT)): len(path.read_text().splitlines())
         for folder in ("app", "llmgate_client", "llmgate_wire")
         for path in (ROOT / folder).rglob("*.py")
     }
-    assert {name: n for name, n in sizes.items() if n > 400} == {}
-    assert sizes["app/gateway.py"] < 300
+    bounds = dict.fromkeys(sizes, SIZES["module"]) | {"app/gateway.py": SIZES["orchestrator"]}
+    exceptions = SIZES["exceptions"]
+    assert set(exceptions) <= set(sizes), "an exception names no module"
+    assert all(e["why"].strip() and e["lines"] > bounds[n] for n, e in exceptions.items())
+    bounds |= {name: entry["lines"] for name, entry in exceptions.items()}
+    assert {name: n for name, n in sizes.items() if n > bounds[name]} == {}
+
+
+def test_no_line_is_kept_from_the_formatter_to_fit_a_bound() -> None:
+    """ruff formats every line of app/ (the size bounds are signals, not shapes)."""
+    marked = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in (ROOT / "app").rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if "fmt: skip" in line or "fmt: off" in line
+    ]
+    assert marked == []
