@@ -51,11 +51,7 @@ def finish(
     """The reply with its last headers, and the body to send: a stream's batches joined,
     one write each, every event observed on its way out (counted and logged at the end)."""
     trace = call.trace
-    trace.upstream_request_id = None  # the upstream's own id, passed on as it named it
-    for name, value in reply.headers:
-        if name.lower() == "x-request-id":
-            trace.upstream_request_id = value
-            break
+    trace.headed(reply.headers)
     if reply.cache is not None:
         reply.headers.append((STATUS_HEADER, reply.cache))
     reply.headers.append(("X-LLMGate-Request-ID", trace.request_id))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -110,6 +110,26 @@ class Trace:
         """The key's grant; ``hide_usage``: the stream's usage chunk, asked for by the
         gateway, is taken out of what the caller reads."""
         self.grant, self.hide_usage = grant, hide_usage
+
+    def settled_otherwise(self, settle: Callable[[Settlement], Settlement]) -> None:
+        """The key's grant is settled another way (a resumable stream's, at its answer's
+        end: app/resume/service.py): ``settle`` wraps the grant (nothing without keys)."""
+        if self.grant is not None:
+            self.grant = settle(self.grant)
+
+    def resuming(self, span_link: str | None) -> None:
+        """The call resumes a stream (its events come from a log: a stream, billed
+        nothing); ``span_link``: the resumed stream's trace context, linked to the span."""
+        self.stream = True
+        if span_link and self.span is not None:
+            tracing.resumed(self.span, span_link)
+
+    def headed(self, headers: Headers) -> None:
+        """The answer's headers are known: the upstream's own request id among them, kept
+        as it named it (``x-request-id``), for the log line and the receipt."""
+        self.upstream_request_id = next(
+            (value for name, value in headers if name.lower() == "x-request-id"), None
+        )
 
     def looked_up(self, started: float, level: str | None) -> None:
         """A cache lookup that began at ``started`` just ended: found at ``level``, or not."""

@@ -19,7 +19,6 @@ from urllib.parse import parse_qs
 
 from app.core.config import Settings
 from app.core.errors import NotFound, ServiceUnavailable
-from app.observe import tracing
 from app.observe.metrics import Metrics
 from app.request.call import SSE_HEADERS, Call, Reply, Settlement
 from app.request.headers import tenant_of
@@ -141,9 +140,8 @@ class Resumes:
         )
         if resumable is None:
             return Offer(None, ids.refused_headers(self._counted(ids.STORE)))
-        if call.trace.grant is not None:
-            call.trace.grant = SettledAtTheEnd(call.trace.grant, resumable.writer)
         writer = resumable.writer
+        call.trace.settled_otherwise(lambda grant: SettledAtTheEnd(grant, writer))
         granted = ids.granted_headers(resumable.stream_id, self.window_s)
         return Offer(resumable.stream_id, granted, lambda: writer.withdrawn)
 
@@ -181,9 +179,7 @@ class Resumes:
         if deleting:
             return self._deleted(wanted[0], reader.key)
         call.admission.admit(True)
-        call.trace.stream = True
-        if meta.traceparent and call.trace.span is not None:
-            tracing.resumed(call.trace.span, meta.traceparent)
+        call.trace.resuming(meta.traceparent)
         stream_id = wanted[0]
         body = relay(
             reader,
