@@ -134,13 +134,15 @@ class Attempts:
                         _attempt_answered(span, raw, error)
                 step = self._next_step(spec, order, tried, policy, req, deadline, error, raw)
                 if step is not None and not ticket.retry():
-                    # The budget is spent: no retry, no failover. Only a gateway that
-                    # retried tells the caller not to (as when its retries ran out).
+                    # The budget is spent: no retry, no failover.
                     self.ledger.budget_exhausted()
-                    if error is not None and policy.attempt > 1:
-                        error.retryable = False
                     step = None
                 if step is None:
+                    if error is not None and policy.attempt > 1:
+                        # Retried already (its retries ran out, or the budget did): the
+                        # caller must not multiply the calls again. A copy: the error is
+                        # the transport's, as it raised it.
+                        raise error.with_retryable(False) from error
                     if error is not None:
                         raise error
                     assert raw is not None
@@ -202,8 +204,6 @@ class Attempts:
                 return None
             delay = policy.delay_for_connect_error(self._rand)
             if delay is None or delay >= deadline.remaining():
-                # Retried already: tell the SDK not to multiply the calls again.
-                error.retryable = policy.attempt == 1
                 return None
             return spec, delay
         assert raw is not None

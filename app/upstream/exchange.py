@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterator
 
 import gevent
 
+from app.core.causes import error_cause, status_cause
 from app.core.config import Settings
-from app.core.errors import GatewayError, UpstreamProtocolError, error_cause, status_cause
+from app.core.errors import GatewayError, UpstreamProtocolError
 from app.observe.metrics import Metrics
 from app.upstream import catalog, race
 from app.upstream.attempts import Attempts

@@ -229,9 +229,9 @@ class Transport:
                 # A certificate or handshake failure does not heal by retrying.
                 raise UpstreamTLSError(f"TLS with the upstream failed: {reason(exc)}.") from None
             except ConnectTimeoutError:
-                error = UpstreamTimeout("connect", s.connect_timeout_s, retryable=True)
-                error.before_send = True
-                raise error from None
+                raise UpstreamTimeout(
+                    "connect", s.connect_timeout_s, retryable=True, before_send=True
+                ) from None
             except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
                 raise UpstreamReset(f"Upstream closed the connection: {reason(exc)}.") from None
         if translation is None or sent is None:
