@@ -1,7 +1,7 @@
 """The upstream exchange behind one public entry: ``Upstream.exchange``.
 
 ``Upstream.exchange(req, deadline, reading)`` is the call a flight's producer makes
-(app/streams/relay.py), run once with ``Exchange.run``: it opens the attempts (retries,
+(app/streams/upstream_call.py), run once with ``Exchange.run``: it opens the attempts (retries,
 failover, the breakers' order and, for a stream to an upstream that hedges, a backup racing
 the primary), reads the answer up to its first event, or whole, and hands it over: its head
 at once, a stream's events a batch per read (``events``), the bytes of an unterminated last
