@@ -146,9 +146,9 @@ class Flight:
     def _move(self, move: str) -> None:
         """Make ``move``; IllegalMove, and nothing changes, when the table does not allow it."""
         self._life = state = after(life.LIFE, "a flight", self._life, move)
-        self._seen = life.SEEN.get(state, self._seen)
-        self.settled = state in life.SETTLED
-        self.cancelled = state in life.GIVEN_UP
+        seen, self.settled, self.cancelled = life.FACTS[state]
+        if seen is not None:
+            self._seen = seen
 
     def _settle(self) -> None:
         """The producer is done and on_done ran (or never will): the end is told."""

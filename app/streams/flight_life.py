@@ -80,5 +80,8 @@ SEEN = {
 }
 SETTLED = frozenset({COMPLETE, FAILED, CANCELLED})  # on_done ran: the end is told
 GIVEN_UP = frozenset({CANCELLING, CANCELLED})  # its listeners' waits end (ClientGone)
+# Each state's facts, looked up once a move: what its listeners see (None: as before), and
+# whether it is settled and given up.
+FACTS = {state: (SEEN.get(state), state in SETTLED, state in GIVEN_UP) for state in LIFE}
 WHOLE = frozenset({ANSWERED, COMPLETE})  # a whole answer is in
 UNFINISHED = frozenset({WAITING, STREAMING})  # its producer has not ended: cancel it
