@@ -6,6 +6,11 @@ both for HTTP error responses and for the final SSE error event of a broken stre
 Anthropic Messages door (``ANTHROPIC_ROUTES``) the same error leaves in Anthropic's shape,
 ``{"type": "error", "error": {"type", "message"}}`` (``anthropic_body``), its type named by
 the status as Anthropic names its errors.
+
+An error is fixed once made: what it answers with (status, type, code, message, param,
+headers, whether to retry, whether it left before sending) is given when it is made, and a
+change after raises. A stage that would answer otherwise with another's error raises a copy
+(``with_retryable``) from it, so whoever raised or holds the first sees it as it was.
 """
 
 from __future__ import annotations
