@@ -42,8 +42,8 @@ from app.streams.alone import answer_alone, answer_stream_alone
 from app.streams.drain import Lifecycle
 from app.streams.flight import LEASE, Flight
 from app.streams.log_memory import LogBudget
-from app.streams.relay import UpstreamCall
 from app.streams.reply import Replies, complete_reply, wait_whole
+from app.streams.upstream_call import UpstreamCall
 from app.tenancy.access import Access, Grant
 from app.tenancy.call_grant import KeySettlement, granted_body
 from app.tenancy.keyring import GatewayKey

@@ -7,14 +7,34 @@ Anthropic Messages door (a route whose ``door`` is ``anthropic``: app/request/ro
 same error leaves in Anthropic's shape,
 ``{"type": "error", "error": {"type", "message"}}`` (``anthropic_body``), its type named by
 the status as Anthropic names its errors.
+
+An error is fixed once made: what it answers with (status, type, code, message, param,
+headers, whether to retry, whether it left before sending) is given when it is made, and a
+change after raises. A stage that would answer otherwise with another's error raises a copy
+(``with_retryable``) from it, so whoever raised or holds the first sees it as it was.
 """
 
 from __future__ import annotations
 
+import enum
 import json
-from typing import Any
+from typing import Any, Self
 
 from app.core.doors import ANTHROPIC, OPENAI
+
+
+class _Class(enum.Enum):
+    """A field given no value when the error is made: its class's stands."""
+
+    DEFAULT = 0
+
+
+# What an error answers with: fixed once the error is made. A stage that would answer
+# differently with another's error makes a copy (``with_retryable``): whoever raised it, or
+# holds it still (a hedge's other runner, a span), sees it as it was.
+_FIXED = frozenset(
+    {"message", "status", "type", "code", "param", "retryable", "headers", "before_send"}
+)
 
 
 class GatewayError(Exception):
@@ -31,22 +51,51 @@ class GatewayError(Exception):
         self,
         message: str,
         *,
-        code: str | None = None,
+        code: str | _Class | None = _Class.DEFAULT,
         param: str | None = None,
         status: int | None = None,
         retryable: bool | None = None,
         headers: dict[str, str] | None = None,
+        type: str | None = None,
+        before_send: bool | None = None,
     ) -> None:
+        """Each field not given keeps its class's value (``code``: None says "no code")."""
         super().__init__(message)
         self.message = message
-        if code is not None:
+        if code is not _Class.DEFAULT:
             self.code = code
         if status is not None:
             self.status = status
         if retryable is not None:
             self.retryable = retryable
+        if type is not None:
+            self.type = type
+        if before_send is not None:
+            self.before_send = before_send
         self.param = param
         self.headers = dict(headers or {})
+        self._made = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FIXED and "_made" in self.__dict__:
+            raise AttributeError(
+                f"{name} of a {self.__class__.__name__} is fixed once it is made: "
+                "make the error with it, or a copy (with_retryable)"
+            )
+        super().__setattr__(name, value)
+
+    def with_retryable(self, retryable: bool) -> Self:
+        """This error saying ``retryable`` (``x-should-retry``): itself when it says so
+        already, else a copy with the same message, status, code and headers. Raise the copy
+        ``from`` this one, so the chain keeps where it came from."""
+        if retryable == self.retryable:
+            return self
+        copy = self.__class__.__new__(self.__class__)
+        copy.args = self.args
+        # The copy's fields are this one's, set beneath the guard: it is made already.
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__.update(retryable=retryable, headers=dict(self.headers))
+        return copy
 
     def to_body(self) -> dict[str, Any]:
         return {
@@ -258,26 +307,32 @@ class Overloaded(GatewayError):
 
 class RateLimited(GatewayError):
     """A gateway key is over one of its limits (app/tenancy/limits.py). ``kind`` is OpenAI's error
-    type for it: ``requests`` or ``tokens``; a budget (per day or month) is a quota."""
+    type for it: ``requests`` or ``tokens``; a budget (per day or month) is a quota.
+    ``retry_after_s`` None: no wait makes the call fit, so the caller is told not to retry."""
 
     status = 429
     code = "rate_limit_exceeded"
     retryable = True
 
-    def __init__(self, message: str, *, kind: str, retry_after_s: int, quota: bool = False):
-        retry_after_s = max(1, retry_after_s)
-        super().__init__(
-            message,
-            headers={
+    def __init__(
+        self, message: str, *, kind: str, retry_after_s: int | None, quota: bool = False
+    ) -> None:
+        headers: dict[str, str] = {}
+        if retry_after_s is not None:
+            retry_after_s = max(1, retry_after_s)
+            headers = {
                 "retry-after": str(retry_after_s),
                 "retry-after-ms": str(retry_after_s * 1000),
-            },
+            }
+        # A quota is hours away: the SDK must not sit in a retry loop (it caps retry-after at
+        # 60 s and would retry on its own backoff instead).
+        super().__init__(
+            message,
+            headers=headers,
+            type=kind,
+            code="insufficient_quota" if quota else _Class.DEFAULT,
+            retryable=False if quota or retry_after_s is None else None,
         )
-        self.type = kind
-        if quota:
-            # Hours away: the SDK must not sit in a retry loop (it caps retry-after at 60 s
-            # and would retry on its own backoff instead).
-            self.code, self.retryable = "insufficient_quota", False
 
 
 class LimitsUnavailable(ServiceUnavailable):
@@ -335,48 +390,7 @@ def wrap_upstream_body(status: int, body: bytes, door: str = OPENAI) -> bytes:
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         return body
     text = body.decode("utf-8", errors="replace").strip()[:500] or f"HTTP {status}"
-    error = GatewayError(f"Upstream answered {status}: {text}", status=status, code=None)
-    error.type = "upstream_error"
+    error = GatewayError(
+        f"Upstream answered {status}: {text}", status=status, code=None, type="upstream_error"
+    )
     return error.to_json_for(door)
-
-
-# The bounded values of the metrics' `cause` label.
-ERROR_CAUSES = (
-    "connect",
-    "timeout_connect",
-    "timeout_first_byte",
-    "timeout_idle",
-    "timeout_deadline",
-    "rate_limited",
-    "auth",
-    "server",
-    "reset",
-    "protocol",
-    "client_closed",
-)
-
-
-def error_cause(exc: GatewayError) -> str:
-    """The metrics cause of a failed upstream call (bounded label values)."""
-    if isinstance(exc, UpstreamTimeout):
-        return f"timeout_{exc.phase}"
-    if isinstance(exc, (UpstreamUnreachable, UpstreamTLSError)):
-        return "connect"
-    if isinstance(exc, UpstreamReset):
-        return "reset"
-    if isinstance(exc, (UpstreamProtocolError, UpstreamEventTooLarge)):
-        return "protocol"
-    if isinstance(exc, ClientTooSlow):
-        return "client_closed"
-    return "server"
-
-
-def status_cause(status: int) -> str | None:
-    """The metrics cause of an upstream error answer, None for a success."""
-    if status == 429:
-        return "rate_limited"
-    if status in (401, 403):
-        return "auth"
-    if status >= 500:
-        return "server"
-    return None

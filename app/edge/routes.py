@@ -251,6 +251,4 @@ def _translate(exc: HTTPException) -> errors.GatewayError:
         )
     if exc.code == 400:
         return errors.BadRequest(exc.description or "Bad request.")
-    error = errors.GatewayError(exc.description or exc.name, status=exc.code or 500)
-    error.code = None
-    return error
+    return errors.GatewayError(exc.description or exc.name, status=exc.code or 500, code=None)

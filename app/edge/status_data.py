@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from app.core.errors import ERROR_CAUSES
+from app.core.causes import ERROR_CAUSES
 from app.observe.labels import CACHE_OUTCOMES
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]

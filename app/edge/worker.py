@@ -77,9 +77,7 @@ def error_answer(status: int, reason: str, mesg: str) -> bytes:
         message = "Internal gateway error."  # details are in the log, not for the caller
     else:
         message = f"{reason}: {mesg}"[:500] if mesg else reason
-    error = GatewayError(message, status=status)
-    error.type, error.code = kind, code
-    body = error.to_json()
+    body = GatewayError(message, status=status, type=kind, code=code).to_json()
     head = (
         f"HTTP/1.1 {status} {reason}\r\n"
         "Connection: close\r\n"

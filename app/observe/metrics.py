@@ -24,7 +24,7 @@ from prometheus_client import (
 )
 
 from app.core.admission import KINDS, Load
-from app.core.errors import ERROR_CAUSES
+from app.core.causes import ERROR_CAUSES
 from app.observe.labels import CACHE_OUTCOMES
 from app.patches.prometheus_labels import remember_children
 from app.patches.prometheus_values import use_lean_values

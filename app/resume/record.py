@@ -142,8 +142,11 @@ def end_of(data: bytes) -> Finished | GatewayError | None:
 def _stored_error(status: int, error: dict[str, Any]) -> GatewayError:
     """The error the stream ended with, as it was: its status, message, type and code."""
     message = error.get("message")
-    exc = GatewayError(str(message) if message is not None else "", status=status)
-    exc.type = str(error.get("type") or "server_error")
-    exc.code = error.get("code") if isinstance(error.get("code"), str) else None
-    exc.param = error.get("param") if isinstance(error.get("param"), str) else None
-    return exc
+    code, param = error.get("code"), error.get("param")
+    return GatewayError(
+        str(message) if message is not None else "",
+        status=status,
+        type=str(error.get("type") or "server_error"),
+        code=code if isinstance(code, str) else None,
+        param=param if isinstance(param, str) else None,
+    )

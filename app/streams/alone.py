@@ -29,10 +29,11 @@ from greenlet import getcurrent
 from app.core.errors import GatewayError
 from app.request.call import CLIENT_CLOSED, Call, Reply
 from app.streams.answer import ClientGone, Finished, Head
+from app.streams.disconnect import watch
 from app.streams.drain import Lifecycle
 from app.streams.flight import producer_failed
-from app.streams.relay import DisconnectWatcher, UpstreamCall, publish
 from app.streams.reply import Replies, complete_reply
+from app.streams.upstream_call import UpstreamCall, publish
 from app.upstream.reading import Patience
 from llmgate_wire import sse
 
@@ -81,12 +82,7 @@ def answer_alone(
     began = time.monotonic()
     trace = call.trace
     guard = lifecycle.track(Guard())
-
-    def gone() -> None:  # in the hub's loop: marks, and interrupts the parked greenlet
-        trace.caller_left()
-        guard.caller_left()
-
-    watcher = DisconnectWatcher(call.client_socket, gone)
+    watcher = watch(call, guard.caller_left)  # interrupts the parked greenlet
     parts = upstream.parts(began, trace.request_id)
     try:
         first = next(parts)
@@ -106,16 +102,17 @@ def answer_alone(
     if head.body is None:
         # A stream after all: the rest is read in a flight of its own, from where it is.
         rest = itertools.chain((first,), parts)
-        flight = lifecycle.flight(lambda f: publish(f, rest), keep_log=False,
-                                  request_id=trace.request_id, started=began)  # fmt: skip
+        flight = lifecycle.flight(
+            lambda f: publish(f, rest), keep_log=False, request_id=trace.request_id, started=began
+        )
         return replies.answer(call, flight.join(), False)
     replies.answered(trace, head, began, at)
     return complete_reply(head, call.route)
 
 
 class Solo:
-    """A stream of the caller's own, read in the caller's greenlet: what ``relay`` reads
-    (app/streams/relay.py's ``Listening``), without a flight.
+    """A stream of the caller's own, read in the caller's greenlet: what a reply reads
+    (app/streams/reply.py's ``Reading``), without a flight.
 
     Until its head and first event are in, the exchange runs in a greenlet of its own
     (``_begin``), which the caller waits on one heartbeat interval at a time: connecting,
@@ -127,7 +124,7 @@ class Solo:
     upstream is not read while the caller's write waits (back-pressure, as a flight's
     buffer limit gives).
 
-    Its caller leaving ends the upstream call at once (``caller_left``: the greenlet reading
+    Its caller leaving ends the upstream call at once (``lost``: the greenlet reading
     is killed, or the caller's own interrupted where it waits for data); the drain ends it
     with an error event, or a 503 before its head (``shut_down``).
     """
@@ -237,7 +234,7 @@ class Solo:
         return self._end
 
     # -- the caller and the drain ----------------------------------------------------------
-    def caller_left(self) -> None:
+    def lost(self) -> None:
         """From the hub's loop: the caller's connection ended."""
         self.gone = True
         if self._reading is not None:
@@ -268,24 +265,6 @@ def answer_stream_alone(
 ) -> Reply:
     """The reply to a stream of the caller's own: its head and first event waited for one
     heartbeat interval, as a flight's are (app/streams/reply.py), then relayed from here."""
-    trace = call.trace
-    solo = lifecycle.track(Solo(upstream, trace.request_id))
-
-    def gone() -> None:  # in the hub's loop
-        trace.caller_left()
-        solo.caller_left()
-
-    watcher = DisconnectWatcher(call.client_socket, gone)
+    solo = lifecycle.track(Solo(upstream, call.trace.request_id))
     heartbeat = replies.heartbeat_s if replies.heartbeat_s > 0 else None
-    try:
-        head = solo.wait_head(heartbeat)
-    except ClientGone:
-        watcher.stop()
-        solo.leave()
-        return Reply(CLIENT_CLOSED, [], b"")
-    except BaseException:
-        watcher.stop()
-        solo.leave()
-        raise
-    replies.answered(trace, head, solo.began, solo.head_at)
-    return replies.reply_for(call, head, solo, watcher)
+    return replies.reply_after(call, solo, lambda: solo.wait_head(heartbeat))

@@ -1,9 +1,13 @@
-"""The parts of an answer as a flight carries it: its head, its clean end, and the one way
-a listener stops early (its caller left). No I/O here."""
+"""The parts of an answer as a flight carries it: its head, its clean end, where it comes
+from, and the one way a listener stops early (its caller left). No I/O here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# Where an answer comes from (a flight's ``source``): its own upstream call, a stored entry,
+# or another process's call it waits for under the cache lease.
+UPSTREAM, CACHE, LEASE = "upstream", "cache", "lease"
 
 
 class ClientGone(Exception):

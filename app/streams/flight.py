@@ -1,29 +1,26 @@
 """An answer produced once in its own greenlet and read, live, by one or more callers.
 
-A ``Flight`` runs a producer (normally one upstream exchange, app/streams/relay.py) in a greenlet.
-The producer publishes the head (status, headers; the whole body for a non-stream answer),
-then each SSE event, then the end. Events go into a log any number of listeners read: the
-caller who started it, and identical requests that coalesced onto it, a late joiner reading
-the events so far and then the live ones.
+A ``Flight`` runs a producer (normally one upstream exchange, app/streams/upstream_call.py) in
+a greenlet. The producer publishes the head (status, headers; the whole body for a
+non-stream answer), then each SSE event, then the end. Events go into a log any number of
+listeners read: the caller who started it, and identical requests that coalesced onto it, a
+late joiner reading the events so far and then the live ones.
 
 Memory stays bounded: the whole log is kept only while it can serve a cache entry or a
 follower (``keep_log``, up to ``log_limit`` and while the worker's log memory budget has room,
 app/streams/log_memory.py); otherwise events every reader has passed are dropped, and a reader more
 than ``buffer_limit`` bytes behind holds the producer back (back-pressure onto the upstream
-read). The end, or a whole body, reaches listeners only once the flight settled (``on_done``
-ran: the answer is stored first). The producer is cancelled only when no listener is left,
-and its ``finally`` closes the upstream response.
+read). The producer is cancelled only when no listener is left, and its ``finally`` closes
+the upstream response.
 
-A flight's life, in one place (``Flight.state``), moved only by its own methods:
-
-    waiting ──publish_head(a stream's head)──▶ streaming
-       │                                          │
-       └──────────── the producer ends ───────────┴──▶ complete | failed | cancelled
-
-- the producer moves it: ``publish_head``, ``publish_all``, then ``finish`` or ``fail`` (or
-  an exception); the end is seen by listeners once the flight settled (``on_done`` ran);
-- the last listener to leave an unfinished flight cancels it (``cancel``);
-- the drain ends it for everyone (``shut_down``, app/streams/drain.py).
+Its life is a table of allowed moves (app/streams/flight_life.py draws it), kept in one field
+and moved only by its own methods, each of which looks its move up first: a head after the
+end or a second end raises IllegalMove instead of passing. The producer moves it
+(``publish_head``, ``publish_all``, then ``finish`` or ``fail``, or an exception); the last
+listener to leave an unfinished flight cancels it (``cancel``); the drain ends it for
+everyone (``shut_down``, app/streams/drain.py); it settles once the producer is done and
+``on_done`` ran (the answer is stored first), and only then do listeners see the end or a
+whole body. The moves are per flight, not per event: a batch of events costs one comparison.
 Whoever starts a flight says its shape (``stream``), where its answer comes from
 (``source``: the upstream, a stored entry, or another process's call it waits for under the
 cache lease) and whether it holds that lease; a producer that learns better says so
@@ -40,10 +37,13 @@ import gevent
 import gevent.event
 
 from app.core.errors import ClientTooSlow, GatewayError, UpstreamProtocolError
+from app.core.moves import after
 from app.core.timers import Alarm
 from app.observe.tracing import Span
-from app.streams.answer import ClientGone, Finished, Head
+from app.streams import flight_life as life
+from app.streams.answer import CACHE, LEASE, UPSTREAM, ClientGone, Finished, Head
 from app.streams.event_log import TOO_LARGE, EventLog
+from app.streams.flight_life import STREAMING, WAITING
 from app.streams.listener import Listener
 from app.streams.log_memory import LogBudget
 from llmgate_wire import sse
@@ -52,17 +52,7 @@ log = logging.getLogger("llmgate.relay")
 
 
 Producer = Callable[["Flight"], None]
-
-# The states of a flight's life (Flight.state).
-WAITING, STREAMING, COMPLETE, FAILED, CANCELLED = (
-    "waiting",
-    "streaming",
-    "complete",
-    "failed",
-    "cancelled",
-)
-# Where its answer comes from (Flight.source).
-UPSTREAM, CACHE, LEASE = "upstream", "cache", "lease"
+__all__ = ["CACHE", "LEASE", "UPSTREAM", "ClientGone", "Finished", "Flight", "Head", "Producer"]
 
 
 def producer_failed(request_id: str) -> GatewayError:
@@ -75,14 +65,12 @@ def producer_failed(request_id: str) -> GatewayError:
 class Flight:
     """One answer in the making: a head, a log of events, an end; read by many listeners.
 
-    The event log is kept whole only while it can still serve something beyond the listeners
-    reading it now: a cache entry or a coalesced follower yet to come (``keep_log``). Past
-    ``log_limit`` bytes, or when ``log_budget`` has no room for its next events, it is given
-    up: the flight stops logging, takes no new followers and is not stored; the listeners
-    already reading still get every event. Without a whole log, events every reading listener
-    has passed are dropped, so a stream nobody else needs holds only the events its caller
-    has yet to read.
-    """
+    The event log is kept whole only while it can still serve a cache entry or a coalesced
+    follower yet to come (``keep_log``). Past ``log_limit`` bytes, or when ``log_budget`` has
+    no room for its next events, it is given up: no more logging, no new followers, no entry;
+    the listeners already reading still get every event. Without a whole log, events every
+    reading listener has passed are dropped: a stream nobody else needs holds only the events
+    its caller has yet to read."""
 
     def __init__(
         self,
@@ -113,14 +101,15 @@ class Flight:
         self.end: Finished | GatewayError | None = None
         self.listeners = 0
         self._readers: set[Listener] = set()
-        self.cancelled = False
+        # Its life (app/streams/flight_life.py), moved only by ``_move``, which keeps in plain
+        # fields what the listeners see and what their every wait reads: ``settled`` (on_done
+        # ran: the end is told) and ``cancelled``.
+        self._life = self._seen = WAITING
+        self.settled = self.cancelled = False
         # When the call began (monotonic): now, or earlier for a call that began outside a
         # flight and goes on in one (app/streams/alone.py).
         self.started = time.monotonic() if started is None else started
         self.finished_at: float | None = None
-        # The producer ended and on_done ran: only now do listeners see the end (or a whole
-        # body), so the answer is stored before any caller has all of it.
-        self.settled = False
         self.head_at: float | None = None
         self.request_id = request_id  # of the caller that started it, for the log
         # Said by whoever starts the flight: the answer's shape, where it comes from, and
@@ -143,8 +132,8 @@ class Flight:
             self.fail(producer_failed(self.request_id))
         finally:
             self.finished_at = time.monotonic()
-            if self.end is None and not self.complete:
-                self.cancelled = True
+            if self._life in life.UNFINISHED:
+                self._move(life.CANCEL)  # it stopped with no end
             try:
                 if self._on_done is not None:
                     # Before the listeners learn of the end: a caller who repeats its request
@@ -152,9 +141,20 @@ class Flight:
                     # flight gone, not a finished call to join as a follower.
                     self._on_done(self)
             finally:
-                self.settled = True
-                self._release_log()
-                self._notify()
+                self._settle()
+
+    def _move(self, move: str) -> None:
+        """Make ``move``; IllegalMove, and nothing changes, when the table does not allow it."""
+        self._life = state = after(life.LIFE, "a flight", self._life, move)
+        seen, self.settled, self.cancelled = life.FACTS[state]
+        if seen is not None:
+            self._seen = seen
+
+    def _settle(self) -> None:
+        """The producer is done and on_done ran (or never will): the end is told."""
+        self._move(life.SETTLE)
+        self._release_log()
+        self._notify()
 
     def answered_from(self, source: str) -> None:
         """The producer found where the answer comes from: a stored entry (CACHE) or its own
@@ -169,6 +169,7 @@ class Flight:
         """The answer's head (a stream's, or a whole body). ``at``: when the upstream's answer
         began (its ``head_at``, on the monotonic clock); None when it is not the answer's
         first byte (a stream that ended with no event, a stored entry replayed)."""
+        self._move(life.HEAD if head.body is None else life.BODY)
         self.head = head
         if at is not None:
             self.head_at = at
@@ -182,6 +183,8 @@ class Flight:
         """Events that arrived together (one upstream read): listeners are woken once."""
         if not events:
             return
+        if self._life != STREAMING:
+            self._move(life.EVENTS)  # a producer not yet told of a stop; else IllegalMove
         size = sum(len(event.raw) for event in events)
         self.bytes_published += size
         reason = self.log.add(events, size)
@@ -243,10 +246,13 @@ class Flight:
         return min((r.position for r in self._readers), default=self.log.count)
 
     def finish(self, leftover: bytes = b"", *, usage_estimated: bool = False) -> None:
-        # Announced once the flight is done (_run).
+        """A stream's end; told once the flight settled (_run)."""
+        self._move(life.FINISH)
         self.end = Finished(leftover, usage_estimated)
 
     def fail(self, exc: GatewayError) -> None:
+        """The producer failed with ``exc``; told once the flight settled (_run)."""
+        self._move(life.FAIL)
         self.end = exc
         self._notify()
 
@@ -272,12 +278,13 @@ class Flight:
     # -- state ---------------------------------------------------------------------------
     @property
     def state(self) -> str:
-        """Where the flight is in its life (the module's docstring draws it)."""
-        if self.cancelled:
-            return CANCELLED
-        if self.settled:
-            return COMPLETE if self.complete else FAILED if self.failure is not None else CANCELLED
-        return STREAMING if self.head is not None and self.head.body is None else WAITING
+        """As its listeners see it: waiting, streaming, complete, failed or cancelled."""
+        return self._seen
+
+    @property
+    def life(self) -> str:
+        """Where it is in its table (app/streams/flight_life.py)."""
+        return self._life
 
     @property
     def source(self) -> str:
@@ -295,9 +302,7 @@ class Flight:
     @property
     def complete(self) -> bool:
         """A whole answer is in: a non-stream body, or a stream that reached its end."""
-        if self.head is not None and self.head.body is not None:
-            return True
-        return isinstance(self.end, Finished)
+        return self._life in life.WHOLE
 
     @property
     def failure(self) -> GatewayError | None:
@@ -339,7 +344,7 @@ class Flight:
         self.listeners -= 1
         self._readers.discard(listener)
         self._drained.set()  # the slowest reader may have been this one
-        if self.listeners <= 0 and not self.complete and self.end is None:
+        if self.listeners <= 0 and self._life in life.UNFINISHED:
             self.cancel()
         self._release_log()
         self._notify()
@@ -378,12 +383,11 @@ class Flight:
         producer's ``finally`` closes the upstream response."""
         if self.settled:
             return
+        self._move(life.STOP)
         if self.end is None:
             self.end = exc
         if self._greenlet.dead:
-            self.settled = True  # killed before it ever ran: nothing else will settle it
-            self._release_log()
-            self._notify()
+            self._settle()  # killed before it ever ran: nothing else will settle it
         else:
             self._greenlet.kill(block=False)
 
@@ -391,6 +395,6 @@ class Flight:
         """Stop producing now. The kill waits for the greenlet to unwind: it may be inside a
         read on the upstream response, and only it can close that reader (closing it from
         here raises "reentrant call"); its ``finally`` closes the connection."""
-        self.cancelled = True
+        self._move(life.CANCEL)
         self._greenlet.kill(block=True, timeout=2.0)
         self._notify()

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from app.core.errors import GatewayError
 from app.core.timers import Alarm
-from app.streams.answer import ClientGone, Finished, Head
+from app.streams.answer import UPSTREAM, ClientGone, Finished, Head
 from app.streams.event_log import EventLog
 from llmgate_wire import sse
 
@@ -72,6 +72,18 @@ class Listener:
                 self._timer.close()
             self._timer = Alarm(seconds)
         return self._timer
+
+    @property
+    def began(self) -> float:
+        """When its call began: the flight's start (monotonic)."""
+        return self.flight.started
+
+    @property
+    def head_at(self) -> float | None:
+        """When the flight's upstream began answering; None when its answer came from
+        elsewhere (a stored entry, another process's call)."""
+        flight = self.flight
+        return flight.head_at if flight.source == UPSTREAM else None
 
     @property
     def stopped(self) -> bool:

@@ -1,136 +1,23 @@
-"""A flight's producer from the upstream exchange, and a listener's bytes to the caller.
-
-``UpstreamCall`` runs the upstream exchange (``Upstream.exchange`` in
-app/upstream/exchange.py, where the attempts, the reads and the closing and accounting of
-each all are) and hands over its parts: the head, each batch of events, the end. As a
-flight's producer it turns them into flight calls (``publish``: the head together with the
-first event or with the whole body, each later batch, the end; app/streams/flight.py keeps
-them for the listeners); a caller's own call reads them in its own greenlet
-(app/streams/alone.py). An error is the exchange's to raise and the flight's (or the
-caller's) to announce.
+"""A listener's bytes to the caller: ``relay``, a stream's body from its head to its end.
 
 ``relay`` is a listener's body: each event's own bytes at once and, when nothing came for
 ``heartbeat`` seconds, a ``: ping`` comment instead, so heartbeats fall only between
-events; a stream never ends silently. ``DisconnectWatcher`` notices a caller leaving (EOF on
-the worker's client socket) within a millisecond, even while nothing is being written.
+events; a stream never ends silently (app/streams/reply.py makes the reply around it; a
+resume's stored stream, app/resume/reader.py, is read by it too).
 """
 
 from __future__ import annotations
 
-import _socket
 import json
-import os
-import socket
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
-
-import gevent
 
 from app.core.doors import ANTHROPIC, OPENAI
 from app.core.errors import GatewayError, UpstreamReset, anthropic_body, wrap_upstream_body
 from app.observe import tracing
 from app.request.events import StreamEnd, is_error_event, typed
-from app.request.routes import PASSTHROUGH, Route
-from app.streams.flight import ClientGone, Finished, Flight, Head
-from app.upstream.exchange import Exchange, Reading, Upstream, UpstreamRequest
-from app.upstream.reading import Patience
-from app.upstream.retry import Deadline
+from app.streams.answer import ClientGone, Finished, Head
 from llmgate_wire import sse
-
-# What an upstream call hands over, in order: its head with when it began (the answer's
-# first byte, on the monotonic clock); for a stream, its events a batch per read, then its
-# end (what followed its last whole event, often nothing, and whether its usage is the
-# upstream's own).
-Part = tuple[Head, float | None] | list[sse.Event] | Finished
-
-
-class UpstreamCall:
-    """A call's upstream exchange, made at most once: as a flight's producer (``__call__``),
-    or read part by part in the caller's own greenlet (``parts``, app/streams/alone.py).
-
-    ``request`` builds the request when the call first goes upstream, and is let go then: a
-    call that never goes upstream (a cache hit) builds none. Run again, it fails: the
-    exchange holds the request only until its answer started."""
-
-    def __init__(
-        self,
-        upstream: Upstream,
-        request: Callable[[], UpstreamRequest],
-        deadline: Deadline,
-        *,
-        max_body: int,
-        max_event_bytes: int | None = None,
-        route: Route = PASSTHROUGH,
-    ) -> None:
-        self._upstream = upstream
-        self._build: Callable[[], UpstreamRequest] | None = request
-        self._deadline = deadline
-        self._reading = Reading(max_body, max_event_bytes, route)
-        self._exchange: Exchange | None = None
-
-    def parts(
-        self, began: float, request_id: str, patience: Patience | None = None
-    ) -> Generator[Part, None, None]:
-        """The answer's parts (``Part``); the upstream response is closed when this is
-        closed or ends. With ``patience`` (app/upstream/reading.py), a stream's reads wait
-        at most its timeout for data, and an empty batch says none came (the caller's turn
-        to send a heartbeat); the exchange closes before the last part (a whole answer's
-        head, a stream's end), so whoever takes it need not resume this again."""
-        if self._build is not None:
-            self._exchange = self._upstream.exchange(self._build(), self._deadline, self._reading)
-            # What the builder holds (the caller's prompt) goes with the request, which the
-            # exchange lets go of once the answer started: not kept for a long stream.
-            self._build = None
-        assert self._exchange is not None
-        with self._exchange.run(began=began, request_id=request_id) as answer:
-            whole = answer.body is not None
-            head = Head(
-                answer.status,
-                answer.headers,
-                answer.attempts,
-                answer.body,
-                answer.upstream,
-                usage_estimated=whole and answer.usage_estimated,
-            )
-            at = answer.started_at
-            if not whole:
-                yield head, at
-                yield from answer.events(patience)
-                end = Finished(answer.leftover(), answer.usage_estimated)
-        if head.body is not None:
-            yield head, at
-        else:
-            yield end
-
-    def waitable(self) -> bool:
-        """Whether the stream's reads can wait with ``patience`` (after its head)."""
-        return self._exchange is not None and self._exchange.waitable()
-
-    def __call__(self, flight: Flight) -> None:
-        publish(flight, self.parts(flight.started, flight.request_id))
-
-
-def publish(flight: Flight, parts: Iterator[Part]) -> None:
-    """Publish an upstream call's parts into ``flight``: the head together with the first
-    event (or with the whole body), each later batch of events, the end."""
-    first = next(parts)
-    assert isinstance(first, tuple)
-    head, at = first
-    if head.body is not None:
-        flight.publish_head(head, at=at)
-        return
-    for events in parts:
-        if isinstance(events, Finished):  # the end
-            if flight.head is None:  # it ended before any event
-                flight.publish_head(head)
-            flight.finish(events.leftover, usage_estimated=events.usage_estimated)
-            return
-        assert isinstance(events, list)
-        if flight.head is None:
-            # Head and first event together: a listener learns the status only when the
-            # stream is known to have started.
-            flight.publish_head(head, at=at)
-        flight.publish_all(events)
 
 
 class Listening(Protocol):
@@ -294,47 +181,3 @@ def _message_of(body: bytes, status: int) -> str:
     if isinstance(message, str):
         return message
     return body.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
-
-
-class DisconnectWatcher:
-    """Calls ``on_gone`` when the caller's socket reads EOF; stops when told or on data.
-
-    An io watcher on the socket rather than a greenlet waiting on it: no greenlet to spawn,
-    keep (its stack, for the whole call) and kill per call. ``on_gone`` runs in the hub's
-    loop, so it must not block: it marks the caller gone and wakes whoever waits for it.
-    """
-
-    def __init__(self, sock: socket.socket | None, on_gone: Callable[[], None]) -> None:
-        self._io = None
-        if sock is not None:
-            self._io = gevent.get_hub().loop.io(sock.fileno(), 1)  # 1: readable
-            self._io.start(self._readable, sock.fileno(), on_gone)
-
-    def _readable(self, fd: int, on_gone: Callable[[], None]) -> None:
-        self.stop()
-        if _at_eof(fd):
-            on_gone()
-        # else the caller is sending more (pipelining): we cannot tell, so stop watching
-
-    def stop(self) -> None:
-        if self._io is not None:
-            self._io.stop()
-            self._io.close()
-            self._io = None
-
-
-def _at_eof(fd: int) -> bool:
-    """Whether the connection on ``fd`` has ended (EOF or reset), without taking a byte.
-    Through the C socket: gevent's would wait for data, and this runs in the hub."""
-    try:
-        probe = _socket.socket(fileno=os.dup(fd))
-    except OSError:
-        return True  # the descriptor is closed already
-    try:
-        return probe.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False  # woken with nothing to read
-    except OSError:
-        return True  # reset
-    finally:
-        probe.close()

@@ -4,8 +4,10 @@ Headers wait for the upstream's status where they can: a stream waits up to one 
 interval for the upstream's head and first event before committing a 200, so a failure in
 that window is a real HTTP error; after it, a failure is one SSE error event. A stream still
 silent after that interval is committed with a ``: ping`` at once and kept alive by pings
-(app/streams/relay.py). The caller's socket is watched the whole time: a caller who leaves
-stops being waited for, and the last one to leave cancels the flight.
+(app/streams/relay.py). The caller's socket is watched the whole time (app/streams/
+disconnect.py): a caller who leaves stops being waited for, and the last one to leave
+cancels the flight. A stream of the caller's own (app/streams/alone.py) waits for its head
+through the same ``reply_after``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from app.request.call import CLIENT_CLOSED, SSE_HEADERS, Call, Reply, Trace
 from app.request.headers import downstream_headers
 from app.request.metering import without_usage_chunk
 from app.request.routes import PASSTHROUGH, Route
-from app.streams.flight import UPSTREAM, ClientGone, Head, Listener
-from app.streams.relay import DisconnectWatcher, Listening, relay
+from app.streams.answer import ClientGone, Head
+from app.streams.disconnect import DisconnectWatcher, watch
+from app.streams.listener import Listener
+from app.streams.relay import Listening, relay
 from app.upstream.retry import Deadline
 
 UPSTREAM_HEADER = "X-LLMGate-Upstream"
@@ -48,7 +52,18 @@ Resumable = Callable[[Call, Any], Offer]
 
 class Reading(Listening, Protocol):
     """What a reply reads: a flight's listener, or a call of its own read in the caller's
-    greenlet (app/streams/alone.py); ``leave`` when the caller is done or gone."""
+    greenlet (app/streams/alone.py). ``began``: when the call began; ``head_at``: when its
+    upstream began answering (None: the answer came from elsewhere), both on the monotonic
+    clock; ``lost``: its caller left (from the hub's loop: it marks and wakes, never
+    blocks); ``leave`` when the caller is done or gone."""
+
+    @property
+    def began(self) -> float: ...
+
+    @property
+    def head_at(self) -> float | None: ...
+
+    def lost(self) -> None: ...
 
     def leave(self) -> None: ...
 
@@ -70,28 +85,35 @@ class Replies:
         if stream and self.resumable is not None:
             # Before anything waits: the log starts at the flight's first event.
             offer = self.resumable(call, listener.flight)
-        reply = self._answer(call, listener, stream, offer)
+        first_byte = lambda: self._await_first_byte(listener, stream)  # noqa: E731
+        reply = self.reply_after(call, listener, first_byte, offer)
         if offer.headers and not isinstance(reply.body, bytes):
             reply.headers += offer.headers
             reply.stream_id = offer.stream_id
         return reply
 
-    def _answer(self, call: Call, listener: Listener, stream: bool, offer: Offer) -> Reply:
-        watcher = _watch(call, listener)
+    def reply_after(
+        self,
+        call: Call,
+        reading: Reading,
+        first_byte: Callable[[], Head | None],
+        offer: Offer = NO_OFFER,
+    ) -> Reply:
+        """The caller's reply once ``first_byte()`` has the head (None: a stream to commit
+        before it, for heartbeats), the caller watched from now until the reply's end (a
+        stream's end, ``_stream``; a whole answer's reply). A caller gone meanwhile gets
+        nothing (499); a wait that raises leaves ``reading`` and stops the watcher first."""
+        watcher = watch(call, reading.lost)
         try:
-            head = self._await_first_byte(listener, stream)
-        except ClientGone:
+            head = first_byte()
+        except BaseException as exc:
             watcher.stop()
-            listener.leave()
-            return Reply(CLIENT_CLOSED, [], b"")
-        except BaseException:
-            watcher.stop()
-            listener.leave()
+            reading.leave()
+            if isinstance(exc, ClientGone):
+                return Reply(CLIENT_CLOSED, [], b"")
             raise
-        flight = listener.flight
-        began = flight.head_at if flight.source == UPSTREAM else None
-        self.answered(call.trace, head, flight.started, began)
-        return self.reply_for(call, head, listener, watcher, offer)
+        self.answered(call.trace, head, reading.began, reading.head_at)
+        return self._reply_for(call, head, reading, watcher, offer)
 
     def answered(
         self, trace: Trace, head: Head | None, started: float, head_at: float | None
@@ -107,7 +129,7 @@ class Replies:
         if head_at is not None:
             trace.upstream_began(head_at - started)
 
-    def reply_for(
+    def _reply_for(
         self,
         call: Call,
         head: Head | None,
@@ -168,9 +190,10 @@ class Replies:
         *,
         ping_first: bool = False,
     ) -> Iterator[list[bytes]]:
-        """The stream's body: the route and trace of its call, not the call (_watch). At its
-        end (normal, an error, or the WSGI server closing it because the caller left) the
-        watcher stops and the listener is left."""
+        """The stream's body: the route and trace of its call, not the call (what lives as
+        long as the stream does not hold the caller's request body). At its end (normal, an
+        error, or the WSGI server closing it because the caller left) the watcher stops and
+        the listener is left."""
 
         def ended() -> None:
             watcher.stop()
@@ -194,7 +217,7 @@ class Replies:
 
 def wait_whole(call: Call, listener: Listener) -> bool:
     """Wait for the flight's whole answer, watching the caller: False when the caller left."""
-    watcher = _watch(call, listener)
+    watcher = watch(call, listener.lost)
     try:
         listener.wait_complete()
     except ClientGone:
@@ -203,18 +226,6 @@ def wait_whole(call: Call, listener: Listener) -> bool:
         watcher.stop()
         listener.leave()
     return True
-
-
-def _watch(call: Call, listener: Listener) -> DisconnectWatcher:
-    # What lives as long as the stream takes the call's trace, not the call: the call
-    # holds the caller's whole request body.
-    trace = call.trace
-
-    def gone() -> None:  # in the hub's loop: marks and wakes, never blocks
-        trace.caller_left()
-        listener.lost()
-
-    return DisconnectWatcher(call.client_socket, gone)
 
 
 def complete_reply(head: Head, route: Route = PASSTHROUGH) -> Reply:

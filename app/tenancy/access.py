@@ -342,9 +342,8 @@ def _too_large(name: str, window: Window, limit: int, want: int) -> RateLimited:
         f"{_PER[window.what].lower()} of {_amount(window, limit)}. Send a shorter prompt or "
         f"a smaller max_tokens.",
         kind="tokens",
-        retry_after_s=1,
+        retry_after_s=None,  # no wait makes it fit
     )
-    error.retryable, error.headers = False, {}  # no wait makes it fit
     return error
 
 

@@ -35,9 +35,9 @@ from app.observe import tracing
 from app.observe.tracing import Span
 from app.request.routes import CHAT, Route
 from app.upstream import catalog, pools, spans
+from app.upstream.attempt import Attempt
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.ledger import Ledger, status_error
-from app.upstream.outliers import CANCELLED, FAILED, result_at_status
 from app.upstream.retry import RETRYABLE_STATUSES, Deadline, RetryPolicy
 from app.upstream.retry_budget import RetryBudget, caller_retry_count, gateway_retries
 from app.upstream.transport import Raw, Transport, UpstreamRequest, UpstreamResponse
@@ -127,7 +127,7 @@ class Attempts:
                 error: GatewayError | None = None
                 span = _attempt_span(req, spec, policy.attempt)
                 try:
-                    raw, probe = self._attempt_counted(spec, _under(req, span), deadline)
+                    raw, attempt = self._attempt_counted(spec, _under(req, span), deadline)
                 except GatewayError as exc:
                     error = exc
                 finally:
@@ -135,17 +135,19 @@ class Attempts:
                         _attempt_answered(span, raw, error)
                 step = self._next_step(spec, order, tried, policy, req, deadline, error, raw)
                 if step is not None and not ticket.retry():
-                    # The budget is spent: no retry, no failover. Only a gateway that
-                    # retried tells the caller not to (as when its retries ran out).
+                    # The budget is spent: no retry, no failover.
                     self.ledger.budget_exhausted()
-                    if error is not None and policy.attempt > 1:
-                        error.retryable = False
                     step = None
                 if step is None:
+                    if error is not None and policy.attempt > 1:
+                        # Retried already (its retries ran out, or the budget did): the
+                        # caller must not multiply the calls again. A copy: the error is
+                        # the transport's, as it raised it.
+                        raise error.with_retryable(False) from error
                     if error is not None:
                         raise error
                     assert raw is not None
-                    return self.ledger.answered(raw, policy.attempt, spec, span, probe)
+                    return self.ledger.answered(raw, policy.attempt, attempt, span)
                 if raw is not None:
                     pools.discard(raw)
                     if span is not None:
@@ -170,14 +172,14 @@ class Attempts:
             raw: Raw | None = None
             error: GatewayError | None = None
             try:
-                raw, probe = self._attempt_counted(spec, _under(req, span), deadline)
+                raw, attempt = self._attempt_counted(spec, _under(req, span), deadline)
             except GatewayError as exc:
                 error = exc
                 raise
             finally:
                 if span is not None:
                     _attempt_answered(span, raw, error)
-            return self.ledger.answered(raw, 1, spec, span, probe)
+            return self.ledger.answered(raw, 1, attempt, span)
 
     def _next_step(
         self,
@@ -203,8 +205,6 @@ class Attempts:
                 return None
             delay = policy.delay_for_connect_error(self._rand)
             if delay is None or delay >= deadline.remaining():
-                # Retried already: tell the SDK not to multiply the calls again.
-                error.retryable = policy.attempt == 1
                 return None
             return spec, delay
         assert raw is not None
@@ -217,29 +217,27 @@ class Attempts:
 
     def _attempt_counted(
         self, spec: UpstreamSpec, req: UpstreamRequest, deadline: Deadline
-    ) -> tuple[Raw, bool]:
-        """One attempt, with the breaker told of its start and, unless it is a 2xx answer
-        (judged at its end), of its result; and whether it is the probe."""
-        probe = self.ledger.start(spec.name)
+    ) -> tuple[Raw, Attempt]:
+        """One attempt (app/upstream/attempt.py), with the breaker told of its start and,
+        unless it is a 2xx answer (judged at its end), of its result."""
+        attempt = self.ledger.start(spec.name)
         try:
             raw = self.transport.send(spec, req, deadline)
         except BadRequest:
             # Refused before anything was sent (a request this upstream's dialect cannot
             # carry, or one no dialect can): no verdict on the upstream.
-            self.ledger.record(spec.name, CANCELLED, probe)
+            self.ledger.cancelled(attempt)
             raise
         except GatewayError:
-            self.ledger.record(spec.name, FAILED, probe)
+            self.ledger.failed(attempt)
             raise
         except BaseException:
             # Killed (the caller left, a hedge lost): no verdict on the upstream, but a
             # half-open probe must not stay "in flight" forever.
-            self.ledger.record(spec.name, CANCELLED, probe)
+            self.ledger.cancelled(attempt)
             raise
-        result = result_at_status(raw.status)
-        if result is not None:
-            self.ledger.record(spec.name, result, probe)
-        return raw, probe
+        self.ledger.at_headers(attempt, raw.status)
+        return raw, attempt
 
 
 def _attempt_span(

@@ -1,7 +1,7 @@
 """The upstream request a call makes, built only when the call goes upstream. No I/O here.
 
 The gateway plans every call (app/gateway.py) but gives the flight's producer a way to build
-this request, not the request (app/streams/relay.py, ``UpstreamCall``): a call answered
+this request, not the request (app/streams/upstream_call.py, ``UpstreamCall``): a call answered
 from the cache sends nothing upstream, so it filters no headers and builds no request. What
 must still be refused before any answer, a header value no request could carry, is checked
 when the call is planned (app/request/headers.py, ``check_header_values``).

@@ -1,7 +1,7 @@
 """The upstream exchange behind one public entry: ``Upstream.exchange``.
 
 ``Upstream.exchange(req, deadline, reading)`` is the call a flight's producer makes
-(app/streams/relay.py), run once with ``Exchange.run``: it opens the attempts (retries,
+(app/streams/upstream_call.py), run once with ``Exchange.run``: it opens the attempts (retries,
 failover, the breakers' order and, for a stream to an upstream that hedges, a backup racing
 the primary), reads the answer up to its first event, or whole, and hands it over: its head
 at once, a stream's events a batch per read (``events``), the bytes of an unterminated last
@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterator
 
 import gevent
 
+from app.core.causes import error_cause, status_cause
 from app.core.config import Settings
-from app.core.errors import GatewayError, UpstreamProtocolError, error_cause, status_cause
+from app.core.errors import GatewayError, UpstreamProtocolError
 from app.observe.metrics import Metrics
 from app.request.routes import CHAT, Route
 from app.upstream import catalog, race

@@ -1,15 +1,17 @@
 """Every attempt accounted for once: the one way out of an upstream attempt.
 
 An attempt's result goes to its upstream's breaker (app/upstream/outliers.py) and to
-``llmgate_upstream_attempts_total`` exactly once. An error answer's at its headers
-(``record``, from app/upstream/attempts.py). A 2xx answer's when its exchange ends, because a
-generation is in its body: ``broken`` when the upstream broke it off or sent what cannot be
-relayed (a reset, a timeout, an event too large, a stream cut short: failed); else ``close``
-judges it, ok when read to its end, cancelled when the gateway's side gave it up first (its
-caller left, a hedge it lost, the worker shutting down). ``close`` is also where the answer's
-connection is dropped unless it was read to its end, counted free in the pool's in-use
-figure, and its span ended: however an exchange ends, it ends through here, and a second
-``close`` does nothing.
+``llmgate_upstream_attempts_total`` exactly once: the attempt's life (app/upstream/attempt.py,
+a table of allowed moves) says at which move and what, and the ledger tells it. No answer,
+or an error answer: at once (``failed``, ``cancelled``, ``at_headers``, from
+app/upstream/attempts.py). A 2xx answer's when its exchange ends, because a generation is in
+its body: ``broken`` when the upstream broke it off or sent what cannot be relayed (a reset, a
+timeout, an event too large, a stream cut short: failed); else ``close`` judges it, ok when
+read to its end, cancelled when the gateway's side gave it up first (its caller left, a hedge
+it lost, the worker shutting down). ``close`` is also where the answer's connection is
+dropped unless it was read to its end, counted free in the pool's in-use figure, and its
+span ended: however an exchange ends, it ends through here, and a second ``close`` does
+nothing.
 
 The same ledger counts what the attempt loop does (retries, failovers, a spent retry budget)
 and turns each breaker's change of state into ``llmgate_upstream_state``.
@@ -23,9 +25,9 @@ from app.core.errors import GatewayError
 from app.observe import tracing
 from app.observe.metrics import Metrics
 from app.observe.tracing import Span
+from app.upstream.attempt import Attempt
 from app.upstream.breaker import BreakerPolicy
-from app.upstream.catalog import UpstreamSpec
-from app.upstream.outliers import CANCELLED, FAILED, OK, Outliers, result_at_status
+from app.upstream.outliers import Outliers
 from app.upstream.transport import Raw, Transport, UpstreamResponse
 
 _STATE_CODES = {"closed": 0, "half_open": 1, "open": 2}
@@ -51,56 +53,59 @@ class Ledger:
                 metrics.upstream_state.labels(name).set(0)
 
     # -- an attempt's life -------------------------------------------------------------------
-    def start(self, name: str) -> bool:
-        """An attempt at ``name`` goes out; whether it is the half-open probe."""
-        return self.outliers.start(name)
+    def start(self, name: str) -> Attempt:
+        """An attempt at ``name`` goes out (its breaker knows whether it is the probe)."""
+        return Attempt(name, self.outliers.start(name))
 
-    def record(self, name: str, result: str, probe: bool) -> None:
-        """The result of an attempt known at once: it failed, was cancelled, or answered
-        with an error status."""
-        self.outliers.record(name, result, probe=probe)
-        if self.metrics is not None:
-            self.metrics.upstream_attempts.labels(name, result).inc()
+    def failed(self, attempt: Attempt) -> None:
+        """No answer: it could not connect, timed out or was reset before its headers."""
+        self._tell(attempt, attempt.fail())
+
+    def cancelled(self, attempt: Attempt) -> None:
+        """No answer and no verdict: killed, or refused before anything was sent."""
+        self._tell(attempt, attempt.cancel())
+
+    def at_headers(self, attempt: Attempt, status: int) -> None:
+        """Its answer's headers are in: any status but a 2xx is judged now."""
+        self._tell(attempt, attempt.answered(status))
 
     def answered(
-        self, raw: Raw, attempts: int, spec: UpstreamSpec, span: Span | None, probe: bool
+        self, raw: Raw, attempts: int, attempt: Attempt, span: Span | None
     ) -> UpstreamResponse:
         """The answer an exchange goes on with: its connection counted in use, a 2xx one
         pending its verdict until ``broken`` or ``close``."""
         self.transport.count_in_use(+1)
-        pending = result_at_status(raw.status) is None
-        return UpstreamResponse(
-            raw, attempts, upstream=spec.name, span=span, pending=pending, probe=probe
-        )
+        return UpstreamResponse(raw, attempts, attempt, span=span)
 
     def broken(self, resp: UpstreamResponse, error: GatewayError) -> None:
         """What the upstream sent after its headers cannot be relayed (a malformed stream,
-        one cut short, a failed read): its attempt failed, and its span says with what.
-        Once: a pending attempt only."""
-        if resp.pending:
-            resp.failure = tracing.error_type(error)
-        self._judge(resp, FAILED)
+        one cut short, a failed read): a 2xx's attempt failed, and its span says with what."""
+        attempt = resp.attempt
+        self._tell(attempt, attempt.broke(tracing.error_type(error)))
 
     def close(self, resp: UpstreamResponse) -> None:
         """Done with the answer, however it went: a connection not read to its end is
         dropped (never drained for nobody); a 2xx answer not judged yet is judged now, ok
         when read to its end, else cancelled (no verdict on the upstream); the connection is
-        counted free and the attempt's span ended. Each only once."""
+        counted free and the attempt's span ended. Each only once: a second close does
+        nothing."""
         if not resp.closed:
             resp.close()
-        if resp.released:
+        attempt = resp.attempt
+        if attempt.released:
             return
-        resp.released = True
-        self._judge(resp, OK if resp.ended else CANCELLED)
+        self._tell(attempt, attempt.release())
         self.transport.count_in_use(-1)
         if resp.span is not None:
-            resp.span.end(error=resp.failure or status_error(resp.status))
+            resp.span.end(error=attempt.failure or status_error(resp.status))
 
-    def _judge(self, resp: UpstreamResponse, result: str) -> None:
-        """The result of a 2xx answer's attempt, recorded once."""
-        if resp.pending:
-            resp.pending = False
-            self.record(resp.upstream, result, resp.probe)
+    def _tell(self, attempt: Attempt, result: str | None) -> None:
+        """The one result of ``attempt`` (None: nothing to tell at this move)."""
+        if result is None:
+            return
+        self.outliers.record(attempt.upstream, result, probe=attempt.probe)
+        if self.metrics is not None:
+            self.metrics.upstream_attempts.labels(attempt.upstream, result).inc()
 
     # -- what the attempt loop does ----------------------------------------------------------
     def retried(self) -> None:

@@ -219,7 +219,8 @@ class Reader:
                 chunk = resp.read1(READ_SIZE)
             except UpstreamReset as exc:
                 raise self._broke_off(resp, exc) from None
-            resp.ended = not chunk
+            if not chunk:
+                resp.attempt.body_ended()
             return chunk
         s = self.settings
         remaining = deadline.remaining()
@@ -248,7 +249,8 @@ class Reader:
             timer.disarm()
             if timer is not resp.idle_timer:
                 timer.close()
-        resp.ended = not chunk
+        if not chunk:
+            resp.attempt.body_ended()  # once per answer, not per read
         return chunk
 
     def whole(self, resp: UpstreamResponse, deadline: Deadline, limit: int) -> bytes:

@@ -54,6 +54,7 @@ from app.request import jsonedit
 from app.request.headers import with_upstream_key
 from app.request.routes import PASSTHROUGH, Route
 from app.upstream import pools
+from app.upstream.attempt import Attempt
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.retry import Deadline
 from app.upstream.translation import Outgoing, Translation, translation_for
@@ -83,14 +84,10 @@ class UpstreamResponse:
 
     raw: Raw
     attempts: int
-    upstream: str = ""  # the name of the upstream that answered
-    released: bool = False  # counted back as free in the pool's in-use figure
-    # A 2xx answer's result is known only at its end (app/upstream/outliers.py): until the
-    # ledger records it, the attempt is pending; ``ended``: the body was read to its end.
-    pending: bool = False
-    probe: bool = False  # the attempt is its upstream's half-open probe (app/upstream/breaker.py)
-    failure: str | None = None  # the error type when it broke after its headers (its span's)
-    ended: bool = False
+    # Its attempt's life (app/upstream/attempt.py): whether the body was read to its end,
+    # broke, was judged and released, and what its breaker heard; app/upstream/ledger.py
+    # accounts for it.
+    attempt: Attempt
     span: Span | None = None  # the attempt's span, ended when the exchange is done
     idle_timer: Alarm | None = None  # armed again for each read (app/upstream/reading.py)
     patience_timer: Alarm | None = None  # the same for each wait for data (wait_readable)
@@ -141,6 +138,11 @@ class UpstreamResponse:
             http.client.HTTPException,
         ) as exc:
             raise UpstreamReset(f"Upstream broke off the response: {reason(exc)}.") from None
+
+    @property
+    def upstream(self) -> str:
+        """The configured name of the upstream that answered."""
+        return self.attempt.upstream
 
     @property
     def status(self) -> int:
@@ -230,9 +232,9 @@ class Transport:
                 # A certificate or handshake failure does not heal by retrying.
                 raise UpstreamTLSError(f"TLS with the upstream failed: {reason(exc)}.") from None
             except ConnectTimeoutError:
-                error = UpstreamTimeout("connect", s.connect_timeout_s, retryable=True)
-                error.before_send = True
-                raise error from None
+                raise UpstreamTimeout(
+                    "connect", s.connect_timeout_s, retryable=True, before_send=True
+                ) from None
             except (ProtocolError, ReadTimeoutError, OSError, HTTPError) as exc:
                 raise UpstreamReset(f"Upstream closed the connection: {reason(exc)}.") from None
         if translation is None or sent is None:

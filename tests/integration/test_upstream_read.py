@@ -21,7 +21,7 @@ import urllib3
 from app.core.config import Settings
 from app.core.errors import UpstreamProtocolError
 from app.streams.flight import Flight
-from app.streams.relay import UpstreamCall
+from app.streams.upstream_call import UpstreamCall
 from app.upstream.exchange import Reading, Upstream, UpstreamRequest
 from app.upstream.pools import READ_BUFFER
 from app.upstream.retry import Deadline

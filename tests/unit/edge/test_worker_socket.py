@@ -1,5 +1,5 @@
-"""The worker's client socket: a write that fits goes in one send, a larger one still whole;
-the watcher that notices the caller leaving."""
+"""The worker's client socket: a write that fits goes in one send, a larger one still whole.
+(The watcher that notices the caller leaving is tests/unit/streams/test_disconnect.py's.)"""
 
 from __future__ import annotations
 
@@ -54,35 +54,3 @@ def test_a_write_larger_than_the_buffer_arrives_whole_and_in_order(pair) -> None
     ours.shutdown(socket.SHUT_WR)
     assert reader.get(timeout=10) == data
     assert len(_Counted.sends) >= 1 and _Counted.sends[0] < len(data)
-
-
-def test_the_disconnect_watcher_calls_on_gone_at_eof_from_the_hub_without_a_greenlet() -> None:
-    from app.streams.relay import DisconnectWatcher
-
-    ours, peer = gevent.socket.socketpair()
-    gone: list[bool] = []
-    active = gevent.get_hub().loop.activecnt
-    watcher = DisconnectWatcher(ours, lambda: gone.append(True))
-    assert gevent.get_hub().loop.activecnt == active + 1  # one io watcher, nothing spawned
-    gevent.sleep(0.01)
-    assert gone == []
-    peer.close()
-    gevent.sleep(0.05)
-    assert gone == [True]
-    watcher.stop()
-    ours.close()
-
-
-def test_the_disconnect_watcher_stops_on_data_without_taking_it() -> None:
-    from app.streams.relay import DisconnectWatcher
-
-    ours, peer = gevent.socket.socketpair()
-    gone: list[bool] = []
-    DisconnectWatcher(ours, lambda: gone.append(True))
-    peer.sendall(b"GET / HTTP/1.1\r\n")  # a pipelined request: not a departure
-    gevent.sleep(0.05)
-    peer.close()
-    gevent.sleep(0.05)
-    assert gone == []  # it stopped watching at the data
-    assert ours.recv(100) == b"GET / HTTP/1.1\r\n"  # the byte peeked is still there
-    ours.close()

@@ -16,7 +16,8 @@ from app.resume.record import Meta
 from app.resume.writer import LogWriter
 from app.store.memory import MemoryBackend
 from app.streams.answer import Finished, Head
-from app.streams.flight import COMPLETE, Flight
+from app.streams.flight import Flight
+from app.streams.flight_life import COMPLETE
 from app.streams.log_memory import LogBudget, LogShare
 from llmgate_wire import sse
 from tests.support.flights import script

@@ -17,8 +17,8 @@ from app.request.call import Call
 from app.streams.alone import Guard, Interrupted, Solo, answer_alone
 from app.streams.answer import Head
 from app.streams.drain import Lifecycle
-from app.streams.relay import UpstreamCall
 from app.streams.reply import Replies
+from app.streams.upstream_call import UpstreamCall
 from app.upstream.exchange import Upstream
 from app.upstream.retry import Deadline
 from llmgate_wire import sse

@@ -18,19 +18,8 @@ from app.core.errors import ClientTooSlow, GatewayError, UpstreamProtocolError, 
 from app.request import events as streams
 from app.request import routes
 from app.request.call import Trace
-from app.streams.flight import (
-    CACHE,
-    CANCELLED,
-    COMPLETE,
-    FAILED,
-    LEASE,
-    STREAMING,
-    WAITING,
-    ClientGone,
-    Finished,
-    Flight,
-    Head,
-)
+from app.streams.flight import CACHE, LEASE, ClientGone, Finished, Flight, Head
+from app.streams.flight_life import CANCELLED, COMPLETE, FAILED, STREAMING, WAITING
 from app.streams.relay import relay
 from app.streams.reply import Replies
 from llmgate_wire import sse

@@ -218,6 +218,20 @@ def test_an_error_stopped_by_the_budget_stays_retryable_unless_the_gateway_retri
     assert caught.value.response_headers()["x-should-retry"] == "false"
 
 
+def test_the_error_the_transport_raised_is_left_as_it_was_the_caller_gets_a_copy() -> None:
+    """After the gateway's own retries the caller is told not to retry, on a copy raised
+    from the transport's error: the error another stage raised (and may hold) is not
+    changed on its way."""
+    down = UpstreamUnreachable("down")
+    upstream = _upstream(answers=[down], retries=1)
+    with pytest.raises(UpstreamUnreachable) as caught:
+        upstream.attempts.open(_req(), Deadline.start(60))
+    assert upstream.calls == ["a", "a"]
+    assert caught.value is not down and caught.value.__cause__ is down
+    assert caught.value.retryable is False and caught.value.message == "down"
+    assert down.retryable and "x-should-retry" not in down.response_headers()
+
+
 def test_x_stainless_retry_count_cuts_the_gateway_retries() -> None:
     for count, attempts in (("2", 1), ("1", 2), ("0", 3), ("bad", 3)):
         upstream = _upstream(answers=[503])

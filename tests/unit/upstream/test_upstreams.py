@@ -190,8 +190,7 @@ def test_a_fallback_key_never_replaces_the_callers(own: str) -> None:
 
 
 def test_what_may_fail_over() -> None:
-    connect = UpstreamTimeout("connect", 1)
-    connect.before_send = True
+    connect = UpstreamTimeout("connect", 1, before_send=True)  # as the transport makes it
     assert _can_fail_over(UpstreamUnreachable("x"), stream=False)
     assert _can_fail_over(connect, stream=False)
     assert _can_fail_over(UpstreamTimeout("first_byte", 1), stream=True)
