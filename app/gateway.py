@@ -32,6 +32,7 @@ from app.core.config import Settings
 from app.core.errors import ModelNotAllowed
 from app.observe.metrics import Metrics
 from app.observe.tracing import Tracer, Value
+from app.observe.unobserved import UNOBSERVED
 from app.request import schema
 from app.request.body_readings import BodyReading, BodyReadings, read_body
 from app.request.call import CLIENT_CLOSED, Call, Reply
@@ -83,7 +84,7 @@ class Gateway:
         settings: Settings,
         upstream: Upstream,
         answers: AnswerCache | None = None,
-        metrics: Metrics | None = None,
+        metrics: Metrics = UNOBSERVED,
         access: Access | None = None,
         tracer: Tracer | None = None,
         prices: PriceTable | None = None,
@@ -98,8 +99,7 @@ class Gateway:
         self.prices = prices  # the config file's price table: each call's cost (edge/finish.py)
         self.lifecycle = Lifecycle(settings.stream_buffer_bytes, settings.send_timeout_s)
         # What this worker's kept event logs may hold together (app/streams/log_memory.py).
-        observe = None if metrics is None else metrics.observe_log_memory
-        self.log_budget = LogBudget(settings.log_memory_bytes, observe)
+        self.log_budget = LogBudget(settings.log_memory_bytes, metrics.observe_log_memory)
         # Resumable streams: off without a store (LLMGATE_RESUME_WINDOW_S 0); a stream that
         # asks is logged as its reply begins (app/resume/service.py, Resumes.attach).
         self.resumes = Resumes(settings, resume_store, self.log_budget, metrics)

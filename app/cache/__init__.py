@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the package itself imports nothing heavy: its pure modules 
     from app.observe.metrics import Metrics
 
 
-def build_answer_cache(settings: Settings, metrics: Metrics | None = None) -> AnswerCache | None:
+def build_answer_cache(settings: Settings, metrics: Metrics) -> AnswerCache | None:
     if settings.cache_mode == "off":
         return None
     from app.cache.store import AnswerCache

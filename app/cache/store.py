@@ -19,6 +19,7 @@ from app.cache.keys import lease_key
 from app.cache.policy import Directive, acceptable_age, entry_ttl
 from app.core.config import Settings
 from app.observe.metrics import Metrics
+from app.observe.unobserved import UNOBSERVED
 from app.request.events import completed_ok, is_error_event
 from app.streams.flight import Finished, Flight
 
@@ -77,7 +78,7 @@ class AnswerCache:
         settings: Settings,
         *,
         shared: bool,
-        metrics: Metrics | None = None,
+        metrics: Metrics = UNOBSERVED,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -96,12 +97,11 @@ class AnswerCache:
         try:
             return fn(*args)
         finally:
-            if self.metrics is not None:
-                self.metrics.cache_op.labels(op).observe(time.perf_counter() - started)
-                errors = self.tiers.errors()
-                if errors > self._errors_seen:
-                    self.metrics.cache_errors.inc(errors - self._errors_seen)
-                self._errors_seen = errors
+            self.metrics.cache_op.labels(op).observe(time.perf_counter() - started)
+            errors = self.tiers.errors()
+            if errors > self._errors_seen:
+                self.metrics.cache_errors.inc(errors - self._errors_seen)
+            self._errors_seen = errors
 
     def lookup(self, key: str, directive: Directive) -> tuple[Entry, str] | None:
         found = self._timed("get", self.tiers.get, key)
@@ -141,18 +141,17 @@ class AnswerCache:
         )
         entry = entry_from_flight(flight, now=self._clock(), ttl=ttl)
         if entry is None:
-            if flight.complete and not flight.log_whole and self.metrics is not None:
+            if flight.complete and not flight.log_whole:
                 # Its log was given up on the way: too large for an entry, or no room left
                 # in the worker's log memory budget.
                 self.metrics.cache_not_stored.labels(flight.log_given_up or "too_large").inc()
             return False
         data = entry.to_bytes()
         if len(data) > self.settings.cache_max_entry_bytes:
-            if self.metrics is not None:
-                self.metrics.cache_not_stored.labels("too_large").inc()
+            self.metrics.cache_not_stored.labels("too_large").inc()
             return False
         stored = bool(self._timed("set", self.tiers.set, key, data, ttl))
-        if stored and self.metrics is not None:
+        if stored:
             self.metrics.cache_stored_bytes.inc(len(data))
         return stored
 

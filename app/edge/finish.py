@@ -45,7 +45,7 @@ def finish(
     call: Call,
     reply: Reply,
     settings: Settings,
-    metrics: Metrics | None,
+    metrics: Metrics,
     prices: PriceTable | None = None,
 ) -> tuple[Reply, bytes | Iterator[bytes]]:
     """The reply with its last headers, and the body to send: a stream's batches joined,
@@ -98,13 +98,12 @@ def _watched(
     call: Call,
     reply: Reply,
     batches: Iterator[list[bytes]],
-    metrics: Metrics | None,
+    metrics: Metrics,
     record: Callable[[Call, Reply, StreamFacts], None],
 ) -> Iterator[bytes]:
     facts = StreamFacts()
     typed, messages = call.route.events == TYPED, call.route.events == NAMED
-    if metrics is not None:
-        metrics.active_streams.inc()
+    metrics.active_streams.inc()
     # A resumable stream's events start with their id line (docs/streams.md): read past it.
     resumable = reply.stream_id is not None
     # A chat or completions stream's usual batch is observed in one call (``batch``).
@@ -112,7 +111,7 @@ def _watched(
     try:
         for batch in batches:
             pings = facts.batch(batch) if plain else facts.each(batch, typed, messages, resumable)
-            if pings and metrics is not None:
+            if pings:
                 metrics.heartbeats.inc(pings)
             if batch:
                 # Never an empty write: an empty chunk would end the HTTP response.
@@ -126,8 +125,7 @@ def _watched(
         close = getattr(batches, "close", None)
         if close is not None:
             close()
-        if metrics is not None:
-            metrics.active_streams.dec()
+        metrics.active_streams.dec()
         record(call, reply, facts)
 
 
@@ -137,7 +135,7 @@ def _record(
     facts: StreamFacts,
     *,
     settings: Settings,
-    metrics: Metrics | None,
+    metrics: Metrics,
     prices: PriceTable | None,
 ) -> None:
     """The call's end: its key settled, its metrics counted, its log line, its span ended."""
@@ -158,8 +156,7 @@ def _record(
     trace.settle(bill, billed)
     price = prices.price_of(trace.model) if prices is not None else None
     cost = price.cost(bill) if price is not None and billed and bill else None
-    if metrics is not None:
-        _count(metrics, call, reply, facts, outcome, duration, ttft, usage)
+    _count(metrics, call, reply, facts, outcome, duration, ttft, usage)
     if settings.log_requests:
         line = _line(call, reply, facts, outcome, duration, ttft, usage)
         # The receipt: the provider's usage as it sent it, its price and the table's version,

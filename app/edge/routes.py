@@ -127,7 +127,7 @@ def metrics() -> Response:
 @api.route("/status.json", methods=["GET"])
 def status_json() -> Response:
     gateway = _gateway()
-    if gateway.metrics is None:
+    if not gateway.metrics.watched:
         raise errors.NotFound("Metrics are not enabled.")
     now = time.time()
     document = status_document(gateway.metrics.snapshot(), now=now, started=STARTED)

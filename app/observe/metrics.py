@@ -55,7 +55,10 @@ CACHE_OP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 
 
 class Metrics:
-    """Every metric of the gateway, built once per worker by the app factory."""
+    """Every metric of the gateway, built once per worker by the app factory (the
+    observer of a stage built without it: app/observe/unobserved.py)."""
+
+    watched = True  # /metrics and /status.json have something to show
 
     def __init__(self, multiproc_dir: str | None = None) -> None:
         self.multiproc_dir = (

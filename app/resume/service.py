@@ -20,6 +20,7 @@ from urllib.parse import parse_qs
 from app.core.config import Settings
 from app.core.errors import NotFound, ServiceUnavailable
 from app.observe.metrics import Metrics
+from app.observe.unobserved import UNOBSERVED
 from app.request.call import SSE_HEADERS, Call, Reply, Settlement
 from app.request.headers import tenant_of
 from app.request.metering import without_usage_chunk
@@ -94,7 +95,7 @@ class Resumes:
         settings: Settings,
         store: Store | None,
         log_budget: LogBudget,
-        metrics: Metrics | None = None,
+        metrics: Metrics = UNOBSERVED,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.window_s = settings.resume_window_s
@@ -166,13 +167,11 @@ class Resumes:
         try:
             found = None if wanted is None else self.find(owner, *wanted)
         except ResumeUnavailable:
-            if self.metrics is not None:
-                self.metrics.resumes.labels("unavailable").inc()
+            self.metrics.resumes.labels("unavailable").inc()
             raise
         deleting = call.method == "DELETE"
-        if self.metrics is not None:
-            outcome = "not_found" if found is None else "deleted" if deleting else "resumed"
-            self.metrics.resumes.labels(outcome).inc()
+        outcome = "not_found" if found is None else "deleted" if deleting else "resumed"
+        self.metrics.resumes.labels(outcome).inc()
         if wanted is None or found is None:
             raise not_found()
         meta, reader = found
@@ -257,8 +256,7 @@ class Resumes:
         def ended(writer: LogWriter) -> None:
             admitted.share.release()
             admitted.reservation.expire_at(self._clock() + self.window_s)
-            if self.metrics is not None:
-                self.metrics.resume_logs.labels(writer.how).inc()
+            self.metrics.resume_logs.labels(writer.how).inc()
 
         assert self.store is not None
         writer = LogWriter(
@@ -309,12 +307,11 @@ class Resumes:
         return reply
 
     def _count_replayed(self, reader: StoredStream) -> None:
-        if self.metrics is not None and reader.replayed:
+        if reader.replayed:
             self.metrics.resume_events_replayed.inc(reader.replayed)
 
     def _counted(self, result: str) -> str:
-        if self.metrics is not None:
-            self.metrics.resumable_streams.labels(result).inc()
+        self.metrics.resumable_streams.labels(result).inc()
         return result
 
 

@@ -29,9 +29,7 @@ if TYPE_CHECKING:  # the package itself imports nothing heavy: its pure modules 
     from app.store.memory import MemoryBackend
 
 
-def build_resume_store(
-    settings: Settings, metrics: Metrics | None = None
-) -> LogStore | MemoryBackend | None:
+def build_resume_store(settings: Settings, metrics: Metrics) -> LogStore | MemoryBackend | None:
     """Where resumable streams' logs are kept (docs/streams.md): Memcached, so any worker of
     any instance can serve a resume; without it each worker's memory (a resume must then
     reach the same worker). None when resuming is off."""
@@ -49,7 +47,7 @@ def memcached_client(
     name: str,
     *,
     max_value_bytes: int | None = None,
-    metrics: Metrics | None = None,
+    metrics: Metrics,
 ) -> MemcachedBackend | None:
     """A client of the Memcached nodes of LLMGATE_MEMCACHED, fixed ``host:port`` entries and
     ``dns+name:port`` names alike (a name's addresses looked up again and again, so the
@@ -69,7 +67,7 @@ def memcached_client(
         max_value_bytes=DEFAULT_MAX_VALUE_BYTES if max_value_bytes is None else max_value_bytes,
         name=name,
         discovered=bool(names),
-        on_event=None if metrics is None else _node_events(metrics, name),
+        on_event=_node_events(metrics, name),
     )
     if names:
         from app.store.discovery import NodeWatcher

@@ -31,6 +31,7 @@ from app.core.causes import error_cause, status_cause
 from app.core.config import Settings
 from app.core.errors import GatewayError, UpstreamProtocolError
 from app.observe.metrics import Metrics
+from app.observe.unobserved import UNOBSERVED
 from app.request.routes import CHAT, Route
 from app.upstream import catalog, race
 from app.upstream.attempts import Attempts
@@ -57,7 +58,7 @@ class Upstream:
         settings: Settings,
         specs: list[UpstreamSpec] | None = None,
         *,
-        metrics: Metrics | None = None,
+        metrics: Metrics = UNOBSERVED,
         sleep: Callable[[float], None] = gevent.sleep,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
@@ -157,15 +158,13 @@ class Exchange:
             self._answered(began)
             yield self
         except GatewayError as exc:
-            if metrics is not None:
-                metrics.upstream_errors.labels(error_cause(exc)).inc()
+            metrics.upstream_errors.labels(error_cause(exc)).inc()
             raise
         except Exception:
             # Not an error we know (a bug, or input we did not expect): the caller must still
             # hear of it, as a 502 before the first byte or the final error event after it.
             log.exception("upstream exchange failed (request %s)", request_id or "-")
-            if metrics is not None:
-                metrics.upstream_errors.labels("protocol").inc()
+            metrics.upstream_errors.labels("protocol").inc()
             # The class of a bug means nothing to a caller: the log above has the traceback.
             raise UpstreamProtocolError(
                 "The upstream's answer could not be relayed; the gateway's log says why."
@@ -250,7 +249,7 @@ class Exchange:
             backup,
             min(delay, deadline.remaining()),
         )
-        if up.metrics is not None and verdict != race.NOT_SENT:
+        if verdict != race.NOT_SENT:
             up.metrics.hedges.labels(plan[0].name, verdict).inc()
         return started
 
@@ -263,14 +262,13 @@ class Exchange:
         span's ``first_event``."""
         start, metrics = self._started(), self._upstream.metrics
         cause = status_cause(start.resp.status)
-        if metrics is not None and cause is not None:
+        if cause is not None:
             metrics.upstream_errors.labels(cause).inc()
         if start.body is None and not start.events:
             return  # a stream that has not started: it ended or broke before any event
         self.started_at = time.monotonic()
         seconds = self.started_at - began
-        if metrics is not None:
-            metrics.upstream_ttft.labels(self._reading.route.name).observe(seconds)
+        metrics.upstream_ttft.labels(self._reading.route.name).observe(seconds)
         if start.body is None:
             self._upstream._first_event_after(start.resp.upstream, seconds)
             if start.resp.span is not None:

@@ -25,6 +25,7 @@ from app.core.errors import GatewayError
 from app.observe import tracing
 from app.observe.metrics import Metrics
 from app.observe.tracing import Span
+from app.observe.unobserved import UNOBSERVED
 from app.upstream.attempt import Attempt
 from app.upstream.breaker import BreakerPolicy
 from app.upstream.outliers import Outliers
@@ -42,15 +43,14 @@ class Ledger:
         policy: BreakerPolicy,
         clock: Callable[[], float],
         transport: Transport,
-        metrics: Metrics | None = None,
+        metrics: Metrics = UNOBSERVED,
     ) -> None:
         names = list(names)
         self.metrics = metrics
         self.transport = transport
         self.outliers = Outliers(names, policy, clock, on_state=self._state_changed)
-        if metrics is not None:
-            for name in names:
-                metrics.upstream_state.labels(name).set(0)
+        for name in names:
+            metrics.upstream_state.labels(name).set(0)
 
     # -- an attempt's life -------------------------------------------------------------------
     def start(self, name: str) -> Attempt:
@@ -104,25 +104,20 @@ class Ledger:
         if result is None:
             return
         self.outliers.record(attempt.upstream, result, probe=attempt.probe)
-        if self.metrics is not None:
-            self.metrics.upstream_attempts.labels(attempt.upstream, result).inc()
+        self.metrics.upstream_attempts.labels(attempt.upstream, result).inc()
 
     # -- what the attempt loop does ----------------------------------------------------------
     def retried(self) -> None:
-        if self.metrics is not None:
-            self.metrics.retries.inc()
+        self.metrics.retries.inc()
 
     def failed_over(self) -> None:
-        if self.metrics is not None:
-            self.metrics.failovers.inc()
+        self.metrics.failovers.inc()
 
     def budget_exhausted(self) -> None:
-        if self.metrics is not None:
-            self.metrics.retry_budget_exhausted.inc()
+        self.metrics.retry_budget_exhausted.inc()
 
     def _state_changed(self, name: str, state: str) -> None:
-        if self.metrics is not None:
-            self.metrics.upstream_state.labels(name).set(_STATE_CODES[state])
+        self.metrics.upstream_state.labels(name).set(_STATE_CODES[state])
 
 
 def status_error(status: int) -> str | None:

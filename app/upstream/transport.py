@@ -49,6 +49,7 @@ from app.core.reasons import reason
 from app.core.timers import Alarm
 from app.observe.metrics import Metrics
 from app.observe.tracing import Span
+from app.observe.unobserved import UNOBSERVED
 from app.patches import chunked_reads
 from app.request import jsonedit
 from app.request.headers import with_upstream_key
@@ -175,7 +176,7 @@ class Transport:
     found once, and the figures of its connections in use and idle."""
 
     def __init__(
-        self, settings: Settings, *, upstreams: int = 1, metrics: Metrics | None = None
+        self, settings: Settings, *, upstreams: int = 1, metrics: Metrics = UNOBSERVED
     ) -> None:
         self.settings = settings
         self.metrics = metrics
@@ -193,11 +194,11 @@ class Transport:
             timeout=urllib3.Timeout(connect=settings.connect_timeout_s, read=None),
             **_tls_options(settings),
         )
-        opened = metrics.connections_opened.inc if metrics is not None else None
+        opened = metrics.connections_opened.inc
         self.pool.pool_classes_by_scheme = pools.pool_classes(
             opened,
             spare_ratio=settings.pool_spare_ratio,
-            on_spare=metrics.connections_spare.inc if metrics is not None else None,
+            on_spare=metrics.connections_spare.inc,
         )
 
     def send(self, spec: UpstreamSpec, req: UpstreamRequest, deadline: Deadline) -> Raw:
@@ -286,8 +287,8 @@ class Transport:
     def count_in_use(self, delta: int) -> None:
         """An answer's connection handed to an exchange (+1) or given back (-1)."""
         self.in_use += delta
-        if self.metrics is None:
-            return
+        if not self.metrics.watched:
+            return  # the idle connections are not counted for nobody
         self.metrics.pool.labels("in_use").set(self.in_use)
         now = time.monotonic()
         if delta > 0 or now - self._idle_sampled < 1.0:

@@ -21,6 +21,7 @@ from app.cache.entry import Entry
 from app.cache.replay import reply_from_entry
 from app.core.config import Settings
 from app.edge.finish import finish
+from app.observe.unobserved import UNOBSERVED
 from app.request import routes
 from app.request.call import Call, Reply
 from app.request.usage import Usage, answer_facts
@@ -112,7 +113,7 @@ def test_the_log_line_takes_a_replys_known_facts_over_reading_its_body(caplog) -
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
         for reply in (told, untold):
             call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
-            finish(call, reply, Settings(), None)
+            finish(call, reply, Settings(), UNOBSERVED)
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "llmgate.access"]
     assert [(x["tokens_in"], x["tokens_out"], x["service_tier"]) for x in lines] == [
         (7, 1, "scale"),

@@ -14,6 +14,7 @@ import pytest
 from app.core.config import Settings
 from app.edge.finish import _server_timing, cache_outcome, finish
 from app.observe.metrics import Metrics
+from app.observe.unobserved import UNOBSERVED
 from app.request import routes
 from app.request.call import SSE_HEADERS, Call, Reply, Trace
 from app.request.usage import Usage, answer_facts
@@ -71,7 +72,7 @@ def test_a_streams_batches_go_out_joined_and_every_event_is_observed(caplog) -> 
     last += b"\n\n"
     batches = [[sse.comment()], [first, second, last, b"data: [DONE]\n\n"], []]
     call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
-    reply, body = finish(call, Reply(200, list(SSE_HEADERS), iter(batches)), Settings(), None)
+    reply, body = finish(call, Reply(200, list(SSE_HEADERS), iter(batches)), Settings(), UNOBSERVED)
     assert reply.status == 200 and not isinstance(body, bytes)
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
         writes = list(body)
@@ -154,7 +155,7 @@ def test_a_streams_tier_is_its_first_data_events_else_its_last(
 
     batches = [[event(k, tier)] for k, tier in enumerate(tiers)] + [[b"data: [DONE]\n\n"]]
     call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
-    _, body = finish(call, Reply(200, list(SSE_HEADERS), iter(batches)), Settings(), None)
+    _, body = finish(call, Reply(200, list(SSE_HEADERS), iter(batches)), Settings(), UNOBSERVED)
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
         list(body)
     (line,) = [json.loads(r.getMessage()) for r in caplog.records if r.name == "llmgate.access"]
@@ -221,7 +222,7 @@ def test_the_upstreams_request_id_is_kept_and_ours_added_only_where_it_has_none(
     def finished(headers: list[tuple[str, str]]) -> tuple[Trace, list[tuple[str, str]]]:
         call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
         call.trace.request_id = "ours"
-        reply, _ = finish(call, Reply(200, list(headers), b"{}"), Settings(), None)
+        reply, _ = finish(call, Reply(200, list(headers), b"{}"), Settings(), UNOBSERVED)
         return call.trace, [(k, v) for k, v in reply.headers if "request-id" in k.lower()]
 
     trace, ids = finished([("x-request-id", "req_up"), ("X-Request-ID", "second")])

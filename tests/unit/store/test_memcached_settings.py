@@ -27,7 +27,7 @@ def test_the_retry_setting_reaches_the_cache_and_the_limit_counters(tmp_path) ->
         if retry_s is not None:
             env["LLMGATE_MEMCACHED_RETRY_S"] = retry_s
         settings = _settings(**env)
-        cache = build_answer_cache(settings)
+        cache = build_answer_cache(settings, Metrics(multiproc_dir=""))
         access = build_access(settings, Metrics(multiproc_dir=""))
         assert cache is not None and access is not None
         assert isinstance(cache.tiers, TieredCache)
