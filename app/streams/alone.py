@@ -112,7 +112,7 @@ def answer_alone(
 
 class Solo:
     """A stream of the caller's own, read in the caller's greenlet: what a reply reads
-    (app/streams/reply.py's ``Reading``), without a flight.
+    (app/streams/reply.py's ``Source``), without a flight.
 
     Until its head and first event are in, the exchange runs in a greenlet of its own
     (``_begin``), which the caller waits on one heartbeat interval at a time: connecting,

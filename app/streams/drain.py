@@ -25,14 +25,14 @@ from app.streams.flight import Flight, Producer
 MARGIN_S = 2.0
 
 
-class Call(Protocol):
+class Stoppable(Protocol):
     """What the drain ends: a flight, or a call made in its caller's greenlet
     (app/streams/alone.py's ``Guard``)."""
 
     def shut_down(self, exc: GatewayShutdown) -> None: ...
 
 
-Tracked = TypeVar("Tracked", bound=Call)
+Tracked = TypeVar("Tracked", bound=Stoppable)
 
 
 class Lifecycle:
@@ -41,7 +41,7 @@ class Lifecycle:
 
     def __init__(self, buffer_limit: int | None = None, send_timeout: float | None = None):
         self.draining = False
-        self._calls: weakref.WeakSet[Call] = weakref.WeakSet()
+        self._calls: weakref.WeakSet[Stoppable] = weakref.WeakSet()
         # The per-stream bounds for slow callers (LLMGATE_STREAM_BUFFER_BYTES,
         # LLMGATE_SEND_TIMEOUT_S), the same for every flight of the worker.
         self.buffer_limit = buffer_limit

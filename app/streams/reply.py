@@ -50,7 +50,7 @@ NO_OFFER = Offer(None, [])
 Resumable = Callable[[Call, Any], Offer]
 
 
-class Reading(Listening, Protocol):
+class Source(Listening, Protocol):
     """What a reply reads: a flight's listener, or a call of its own read in the caller's
     greenlet (app/streams/alone.py). ``began``: when the call began; ``head_at``: when its
     upstream began answering (None: the answer came from elsewhere), both on the monotonic
@@ -95,7 +95,7 @@ class Replies:
     def reply_after(
         self,
         call: Call,
-        reading: Reading,
+        reading: Source,
         first_byte: Callable[[], Head | None],
         offer: Offer = NO_OFFER,
     ) -> Reply:
@@ -133,7 +133,7 @@ class Replies:
         self,
         call: Call,
         head: Head | None,
-        listener: Reading,
+        listener: Source,
         watcher: DisconnectWatcher,
         offer: Offer = NO_OFFER,
     ) -> Reply:
@@ -184,7 +184,7 @@ class Replies:
         self,
         route: Route,
         trace: Trace,
-        listener: Reading,
+        listener: Source,
         watcher: DisconnectWatcher,
         offer: Offer = NO_OFFER,
         *,

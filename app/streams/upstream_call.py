@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator, Iterator
 from app.request.routes import PASSTHROUGH, Route
 from app.streams.answer import Finished, Head
 from app.streams.flight import Flight
-from app.upstream.exchange import Exchange, Reading, Upstream, UpstreamRequest
+from app.upstream.exchange import Exchange, ReadRules, Upstream, UpstreamRequest
 from app.upstream.reading import Patience
 from app.upstream.retry import Deadline
 from llmgate_wire import sse
@@ -51,7 +51,7 @@ class UpstreamCall:
         self._upstream = upstream
         self._build: Callable[[], UpstreamRequest] | None = request
         self._deadline = deadline
-        self._reading = Reading(max_body, max_event_bytes, route)
+        self._reading = ReadRules(max_body, max_event_bytes, route)
         self._exchange: Exchange | None = None
 
     def parts(

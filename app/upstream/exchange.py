@@ -39,7 +39,7 @@ from app.upstream.breaker import BreakerPolicy
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.hedge import TtftWindow
 from app.upstream.ledger import Ledger
-from app.upstream.reading import Patience, Reader, Reading, Start
+from app.upstream.reading import Patience, Reader, ReadRules, Start
 from app.upstream.retry import Deadline
 from app.upstream.retry_budget import RetryBudget
 from app.upstream.transport import Transport, UpstreamRequest, UpstreamResponse
@@ -86,7 +86,7 @@ class Upstream:
         self.reader = Reader(settings, self.ledger)
         self._ttft = {spec.name: TtftWindow() for spec in self.specs if spec.hedge is not None}
 
-    def exchange(self, req: UpstreamRequest, deadline: Deadline, reading: Reading) -> Exchange:
+    def exchange(self, req: UpstreamRequest, deadline: Deadline, reading: ReadRules) -> Exchange:
         """The call ``req`` under ``deadline``, its answer read as ``reading`` says: made
         when run (``Exchange.run``), once."""
         return Exchange(self, req, deadline, reading)
@@ -131,7 +131,7 @@ class Exchange:
     events are there while ``run``'s block runs."""
 
     def __init__(
-        self, upstream: Upstream, req: UpstreamRequest, deadline: Deadline, reading: Reading
+        self, upstream: Upstream, req: UpstreamRequest, deadline: Deadline, reading: ReadRules
     ) -> None:
         self._upstream = upstream
         # The request (the caller's prompt in its body) is held only until the answer has
@@ -276,4 +276,4 @@ class Exchange:
                 start.resp.span.event("first_event", at=self.started_at)
 
 
-__all__ = ["Exchange", "GatewayError", "Reading", "Upstream", "UpstreamRequest"]
+__all__ = ["Exchange", "GatewayError", "ReadRules", "Upstream", "UpstreamRequest"]

@@ -20,7 +20,7 @@ import gevent
 from gevent.queue import Empty, Queue
 
 
-class Start(Protocol):
+class Contender(Protocol):
     """An exchange that reached its first event (or its whole answer) and owns a connection."""
 
     @property
@@ -29,7 +29,7 @@ class Start(Protocol):
     def close(self) -> None: ...  # give up the exchange and its connection
 
 
-S = TypeVar("S", bound=Start)
+S = TypeVar("S", bound=Contender)
 
 PRIMARY, BACKUP, FAILED, NOT_SENT = "primary", "backup", "failed", "not_sent"
 

@@ -51,7 +51,7 @@ _REDIRECTS = frozenset({300, 301, 302, 303, 305, 307, 308})
 
 
 @dataclass(frozen=True)
-class Reading:
+class ReadRules:
     """What an answer may be: its body's size limit, an event's (None: the decoder's
     default), and the route whose streams must reach its end (app/request/events.py) and
     whose calls take no redirect (any but a forwarded one)."""
@@ -79,7 +79,7 @@ class Start:
     """An answer up to its first event, or whole when it is not a stream."""
 
     resp: UpstreamResponse
-    ledger: Ledger  # closes it (race.Start's ``close``)
+    ledger: Ledger  # closes it (race.Contender's ``close``)
     body: bytes | None = None  # the whole body when the answer is not an event stream
     decoder: sse.Decoder | None = None  # a stream's, holding what follows its first events
     events: list[sse.Event] = field(default_factory=list)
@@ -105,7 +105,7 @@ class Reader:
         self,
         resp: UpstreamResponse,
         deadline: Deadline,
-        reading: Reading,
+        reading: ReadRules,
     ) -> Start:
         """Read ``resp`` up to its first event (or its whole body); closed on failure."""
         try:

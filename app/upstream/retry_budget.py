@@ -44,14 +44,14 @@ class RetryBudget:
         wanted = self.retries + 1
         return wanted <= self.minimum or wanted * 100 <= self.percent * self.requests
 
-    def request(self) -> Ticket:
+    def request(self) -> RetryClaim:
         """Count a request in flight until its ticket is closed (use it as a context
         manager: it is closed however the block ends, a killed greenlet included)."""
         self.requests += 1
-        return Ticket(self)
+        return RetryClaim(self)
 
 
-class Ticket:
+class RetryClaim:
     """One request's hold on the budget: itself, and at most one retry at a time."""
 
     def __init__(self, budget: RetryBudget) -> None:
@@ -85,7 +85,7 @@ class Ticket:
             self.holds_retry = False
             self.budget.retries -= 1
 
-    def __enter__(self) -> Ticket:
+    def __enter__(self) -> RetryClaim:
         return self
 
     def __exit__(

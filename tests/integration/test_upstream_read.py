@@ -22,7 +22,7 @@ from app.core.config import Settings
 from app.core.errors import UpstreamProtocolError
 from app.streams.flight import Flight
 from app.streams.upstream_call import UpstreamCall
-from app.upstream.exchange import Reading, Upstream, UpstreamRequest
+from app.upstream.exchange import ReadRules, Upstream, UpstreamRequest
 from app.upstream.pools import READ_BUFFER
 from app.upstream.retry import Deadline
 from tests.support.scripted_server import Exchange, LoopbackServer, Request, completion
@@ -69,7 +69,7 @@ def test_a_kept_connection_the_upstream_closed_is_not_used_again() -> None:
         req = UpstreamRequest("POST", "/chat/completions", "", {}, b"{}", False)
         try:
             for number in (1, 2):
-                exchange = upstream.exchange(req, Deadline.start(10), Reading(1 << 20))
+                exchange = upstream.exchange(req, Deadline.start(10), ReadRules(1 << 20))
                 with exchange.run(began=time.monotonic()) as answer:
                     assert answer.status == 200
                     assert answer.body is not None and json.loads(answer.body)["object"]

@@ -17,7 +17,7 @@ from app.streams.reply import Replies
 BODY = Head(200, [("Content-Type", "application/json")], 2, b"{}", upstream="a")
 
 
-class Reading:
+class Source:
     """What a reply reads, counting its leaves; its caller's leaving recorded."""
 
     position = 0
@@ -50,7 +50,7 @@ def _replies() -> Replies:
 
 
 def test_a_caller_gone_before_the_head_gets_nothing_and_what_it_read_is_left() -> None:
-    reading = Reading()
+    reading = Source()
 
     def gone() -> Head | None:
         raise ClientGone()
@@ -60,7 +60,7 @@ def test_a_caller_gone_before_the_head_gets_nothing_and_what_it_read_is_left() -
 
 
 def test_a_wait_that_raises_leaves_what_it_read_and_the_error_goes_on_up() -> None:
-    reading = Reading()
+    reading = Source()
 
     def broken() -> Head | None:
         raise UpstreamReset("cut")
@@ -71,7 +71,7 @@ def test_a_wait_that_raises_leaves_what_it_read_and_the_error_goes_on_up() -> No
 
 
 def test_a_head_is_what_the_trace_learns_and_a_whole_answer_leaves_at_once() -> None:
-    reading, call = Reading(), _call()
+    reading, call = Source(), _call()
     reply = _replies().reply_after(call, reading, lambda: BODY)
     assert (reply.status, reply.body, reading.left) == (200, b"{}", 1)
     assert (call.trace.attempts, call.trace.upstream) == (2, "a")
@@ -81,7 +81,7 @@ def test_a_head_is_what_the_trace_learns_and_a_whole_answer_leaves_at_once() -> 
 def test_the_caller_is_watched_while_the_head_is_waited_for() -> None:
     ours, peer = gevent.socket.socketpair()
     call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}", ours)
-    reading = Reading()
+    reading = Source()
 
     def slow() -> Head | None:
         peer.close()

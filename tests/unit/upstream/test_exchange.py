@@ -17,7 +17,7 @@ from app.core.errors import ClientTooSlow, UpstreamEventTooLarge, UpstreamProtoc
 from app.observe.metrics import Metrics
 from app.request import routes
 from app.upstream.catalog import UpstreamSpec
-from app.upstream.exchange import Reading, Upstream, UpstreamRequest
+from app.upstream.exchange import ReadRules, Upstream, UpstreamRequest
 from app.upstream.retry import Deadline
 from app.upstream.transport import Transport
 
@@ -62,7 +62,7 @@ def _exchange(raw: Streamed, **reading: Any) -> tuple[Any, Upstream, Metrics]:
         "POST", "/chat/completions", "", {}, b"{}", stream=True, route=routes.CHAT
     )
     exchange = upstream.exchange(
-        req, Deadline.start(60), Reading(1 << 20, route=routes.CHAT, **reading)
+        req, Deadline.start(60), ReadRules(1 << 20, route=routes.CHAT, **reading)
     )
     return exchange, upstream, metrics
 
