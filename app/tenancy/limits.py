@@ -39,23 +39,35 @@ from typing import Protocol
 PREFIX = "llmgate:rl:v1:"
 
 
+# A count's value when its counter was missing and the count was not to make it (``create``
+# False): nothing was counted. A counter's own value is never below 0.
+MISSING = -1
+# The windows of a day's or a month's budget: counters the spend ledger can make again.
+BUDGETS = frozenset({"tokens_day", "tokens_month", "usd_day", "usd_month"})
+
+
 @dataclass(frozen=True)
 class Count:
     """One change to one counter: ``delta`` added, or taken off when negative (a counter stops
-    at 0, and one that is gone stays gone). A counter this count creates lives ``ttl``
-    seconds; ``renew``: an existing one's TTL starts again too (the stream slots')."""
+    at 0, and one that is gone stays gone). A counter this count creates starts at ``start``
+    and lives ``ttl`` seconds; ``renew``: an existing one's TTL starts again too (the stream
+    slots'). ``create`` False: a missing counter is left missing and the count's value is
+    ``MISSING`` (a day's or month's budget, made again from the spend ledger first)."""
 
     key: str
     delta: int
     ttl: int = 0
     renew: bool = False
+    create: bool = True
+    start: int = 0
 
 
 class Counters(Protocol):
     """Shared integer counters; None for a value: the store could not be reached."""
 
     def apply(self, counts: Sequence[Count]) -> list[int | None]:
-        """Each count's new value, in order (0 for one taken off a counter that is gone), sent
+        """Each count's new value, in order (0 for one taken off a counter that is gone,
+        ``MISSING`` for one added to a counter that is gone and was not to be made), sent
         together: one round trip to each node they live on."""
         ...
 
@@ -73,6 +85,11 @@ class Window:
 
     def key(self, name: str) -> str:
         return f"{PREFIX}{name}:{self.what}:{self.start}"
+
+    @property
+    def budget(self) -> bool:
+        """A day's or a month's budget (tokens or money)."""
+        return self.what in BUDGETS
 
     def ttl(self, now: float) -> int:
         """How long the counter must live: to the window's end, plus a margin for clocks."""
@@ -131,18 +148,16 @@ class MemoryCounters:
         self._values: dict[str, tuple[int, float]] = {}
 
     def apply(self, counts: Sequence[Count]) -> list[int | None]:
-        return [
-            self._incr(c.key, c.delta, c.ttl, c.renew)
-            if c.delta >= 0
-            else self._decr(c.key, -c.delta)
-            for c in counts
-        ]
+        return [self._incr(c) if c.delta >= 0 else self._decr(c.key, -c.delta) for c in counts]
 
-    def _incr(self, key: str, delta: int, ttl: int, renew: bool) -> int:
+    def _incr(self, count: Count) -> int:
+        key, delta, ttl, renew = count.key, count.delta, count.ttl, count.renew
         now = self._clock()
-        value, expires = self._values.get(key, (0, now + ttl))
+        value, expires = self._values.get(key, (0, 0.0))
         if expires <= now:
-            value, expires = 0, now + ttl
+            if not count.create:
+                return MISSING
+            value, expires = count.start, now + ttl
         if renew:
             expires = now + ttl
         value += delta
