@@ -35,10 +35,18 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def row(request_id: str, at: float, key: str = "team", **fields: object) -> SpendRow:
     values: dict[str, object] = {
-        "model": "m", "upstream": "u", "tokens_in": 10, "tokens_cached": 2,
-        "tokens_written": None, "tokens_out": 5, "tokens": 15, "cost_pico": 1_000_000,
-        "basis": "usage", "upstream_request_id": f"req-{request_id}", "prices_version": "v1",
-    }  # fmt: skip
+        "model": "m",
+        "upstream": "u",
+        "tokens_in": 10,
+        "tokens_cached": 2,
+        "tokens_written": None,
+        "tokens_out": 5,
+        "tokens": 15,
+        "cost_pico": 1_000_000,
+        "basis": "usage",
+        "upstream_request_id": f"req-{request_id}",
+        "prices_version": "v1",
+    }
     values.update(fields)
     return SpendRow(request_id=request_id, at=at, key_name=key, **values)  # type: ignore[arg-type]
 
@@ -115,9 +123,20 @@ def test_a_row_counts_once_by_its_request_id(url: str) -> None:
 def test_a_rows_fields_are_kept_as_given_nulls_too(url: str) -> None:
     db = migrated(url)
     big = 2**62  # a 64-bit count
-    given = row("x", 1_790_000_000.25, model=None, upstream=None, tokens_in=None,
-                tokens_cached=None, tokens_out=None, tokens=big, cost_pico=big,
-                basis="reservation", upstream_request_id=None, prices_version=None)  # fmt: skip
+    given = row(
+        "x",
+        1_790_000_000.25,
+        model=None,
+        upstream=None,
+        tokens_in=None,
+        tokens_cached=None,
+        tokens_out=None,
+        tokens=big,
+        cost_pico=big,
+        basis="reservation",
+        upstream_request_id=None,
+        prices_version=None,
+    )
     db.insert([given])
     (found,) = ledger_query(url, f"SELECT {', '.join(COLUMNS)} FROM llmgate_spend")
     assert SpendRow(*found) == given
@@ -126,13 +145,15 @@ def test_a_rows_fields_are_kept_as_given_nulls_too(url: str) -> None:
 
 def test_a_total_is_one_keys_calls_admitted_in_its_window(url: str) -> None:
     db = migrated(url)
-    db.insert([
-        row("before", 99.9, tokens=1000),  # before the window
-        row("first", 100.0, tokens=1, cost_pico=10),  # its first instant counts
-        row("in", 150.0, tokens=2, cost_pico=20),
-        row("other", 150.0, key="other", tokens=4000),  # another key
-        row("end", 200.0, tokens=8000),  # its end does not
-    ])  # fmt: skip
+    db.insert(
+        [
+            row("before", 99.9, tokens=1000),  # before the window
+            row("first", 100.0, tokens=1, cost_pico=10),  # its first instant counts
+            row("in", 150.0, tokens=2, cost_pico=20),
+            row("other", 150.0, key="other", tokens=4000),  # another key
+            row("end", 200.0, tokens=8000),  # its end does not
+        ]
+    )
     assert db.total("team", "tokens", 100, 200) == 3
     assert db.total("team", "cost", 100, 200) == 30
     assert db.total("nobody", "tokens", 0, 1000) == 0
@@ -141,13 +162,15 @@ def test_a_total_is_one_keys_calls_admitted_in_its_window(url: str) -> None:
 
 def test_a_period_is_summed_per_key_model_and_upstream(url: str) -> None:
     db = migrated(url)
-    db.insert([
-        row("1", 10.0, model="a", tokens_written=7),
-        row("2", 11.0, model="a", tokens_written=None),
-        row("3", 12.0, model="b", upstream="v"),
-        row("4", 13.0, key="other"),
-        row("5", 50.0),  # after the period
-    ])  # fmt: skip
+    db.insert(
+        [
+            row("1", 10.0, model="a", tokens_written=7),
+            row("2", 11.0, model="a", tokens_written=None),
+            row("3", 12.0, model="b", upstream="v"),
+            row("4", 13.0, key="other"),
+            row("5", 50.0),  # after the period
+        ]
+    )
     report = db.report(0, 50)
     assert [(r["key"], r["model"], r["upstream"], r["calls"]) for r in report] == [
         ("other", "m", "u", 1),

@@ -31,8 +31,9 @@ T0 = 1_790_000_000.0
 
 
 def row(i: int, at: float = T0, key: str = "team", tokens: int = 10) -> SpendRow:
-    return SpendRow(f"r{i}", at, key, "m", "u", 4, 0, None, 6, tokens, tokens * 1000, "usage",
-                    None, "v1")  # fmt: skip
+    return SpendRow(
+        f"r{i}", at, key, "m", "u", 4, 0, None, 6, tokens, tokens * 1000, "usage", None, "v1"
+    )
 
 
 def written(path: Path) -> int:
