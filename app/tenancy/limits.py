@@ -120,6 +120,25 @@ def month(what: str, now: float) -> Window:
     return Window(what, start, calendar.timegm((year, mon, 1, 0, 0, 0)))
 
 
+def period(text: str) -> tuple[int, int]:
+    """A UTC day (``2026-01-31``) or month (``2026-01``) as [start, end) in Unix seconds;
+    ValueError for anything else."""
+    parts = text.strip().split("-")
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+        raise ValueError(f"{text!r} is not a day (YYYY-MM-DD) or a month (YYYY-MM)")
+    numbers = [int(p) for p in parts]
+    if not 1 <= numbers[1] <= 12:
+        raise ValueError(f"{text!r} is not a day (YYYY-MM-DD) or a month (YYYY-MM)")
+    if len(numbers) == 2:
+        window = month("", calendar.timegm((numbers[0], numbers[1], 1, 0, 0, 0)))
+    else:
+        year, mon, mday = numbers
+        if not 1 <= mday <= calendar.monthrange(year, mon)[1]:
+            raise ValueError(f"{text!r} is not a day (YYYY-MM-DD)")
+        window = day("", calendar.timegm((year, mon, mday, 0, 0, 0)))
+    return window.start, window.end
+
+
 def streams(longest_s: float) -> Window:
     """Concurrent streams: one counter that never rolls over. ``longest_s`` is the longest a
     stream can last; the counter is kept a minute beyond it after each start (``renew``), so
