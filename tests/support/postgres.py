@@ -18,6 +18,7 @@ from typing import Any
 
 from runner import postgres
 from runner.procs import Proc, free_port
+from runner.stack import Stack
 from tests.conftest import require_postgres
 
 
@@ -68,3 +69,15 @@ def ledger_rows(url: str) -> int:
         if "llmgate_spend" in str(exc):
             return 0
         raise
+
+
+def stop_stack_postgres(stack: Stack) -> None:
+    """Stop a stack's PostgreSQL (its fast shutdown: its sessions are ended); its cluster
+    and port stay for ``start_stack_postgres``."""
+    stack.proc("postgres").stop()
+    stack.procs = [p for p in stack.procs if p.name != "postgres"]
+
+
+def start_stack_postgres(stack: Stack) -> None:
+    """The stack's PostgreSQL again, on its port, with its data."""
+    stack.start_postgres()
