@@ -43,8 +43,16 @@ def cluster(make_stack, tmp_path_factory, upstream_sim):
     config = priced_config(upstream_sim, version="cluster-1", price_in=3.0, price_out=15.0)
     keys = keys_toml(KEYS.items(), secret)
     folder = tmp_path_factory.mktemp("cluster")
-    options = {"instances": 2, "workers": 2, "postgres": True, "upstream_url": NOWHERE}
-    return file_stack(make_stack, folder, config, keys=keys, **options)
+    return file_stack(
+        make_stack,
+        folder,
+        config,
+        keys=keys,
+        instances=2,
+        workers=2,
+        postgres=True,
+        upstream_url=NOWHERE,
+    )
 
 
 def one_call(url: str, i: int) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,10 @@ def spent(url: str, key: str, what: str) -> tuple[int, int]:
     return int(rows), int(total)
 
 
+def has_rows(url: str, key: str, rows: int) -> bool:
+    return spent(url, key, "usd")[0] == rows
+
+
 def month_counter(gw: StackHandle, key: str, what: str) -> int | None:
     window = limits.month("tokens_month" if what == "tokens" else "usd_month", time.time())
     port = int(gw.stack.memcached_addr.rsplit(":", 1)[1])
@@ -177,7 +182,7 @@ def test_the_admin_usage_of_a_month_is_the_ledgers(stacks) -> None:
     for name, calls in (("twin-off-usd", 3), ("lost-off-usd", 2)):
         for _ in range(calls):
             assert call(gw, name) == 200
-        assert wait_for(lambda n=name, c=calls: spent(url, n, "usd")[0] == c, timeout=10)
+        assert wait_for(partial(has_rows, url, name, calls), timeout=10)
     month = time.strftime("%Y-%m", time.gmtime())
     resp = http.request("GET", f"{gw.url}/admin/usage?period={month}")
     assert resp.status == 200 and resp.headers["Cache-Control"] == "no-store"
