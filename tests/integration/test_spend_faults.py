@@ -9,6 +9,7 @@ docs/operations.md states.
   in the first seconds, so a longer outage only drops more rows of the same count.
 - A worker killed with SIGKILL loses at most the rows of its last flush window: the calls
   it answered within LLMGATE_LEDGER_FLUSH_S (plus a write in flight) before the kill.
+- A worker stopped with SIGTERM writes every row it still held (gunicorn's worker_exit).
 
 Every figure is read at its source: the database itself (tests/support/postgres.py
 ``ledger_query``), the answers the client saw, the workers' own metrics.
@@ -29,7 +30,12 @@ import urllib3
 from tests.conftest import require_postgres
 from tests.support.bodies import chat_about
 from tests.support.keys_file import keys_toml, priced_config
-from tests.support.postgres import ledger_query, start_stack_postgres, stop_stack_postgres
+from tests.support.postgres import (
+    ledger_query,
+    ledger_rows,
+    start_stack_postgres,
+    stop_stack_postgres,
+)
 from tests.support.stack import NOWHERE, StackHandle, file_stack
 from tests.support.waiting import wait_for
 
@@ -160,3 +166,24 @@ def test_a_worker_killed_loses_at_most_its_last_flush_window(
     assert wait_for(lambda: victim not in worker_pids(gw), timeout=10)
     rows = rows_of(url)
     assert len(answered) - len(late) <= rows <= len(answered), (len(answered), len(late), rows)
+
+
+def test_a_worker_stopped_with_sigterm_writes_what_it_queued(
+    make_stack, tmp_path_factory, upstream_sim
+) -> None:
+    """A flush window longer than the test and batches that never fill: nothing is written
+    until the worker exits, and SIGTERM's exit (gunicorn's worker_exit) writes every row."""
+    env = {"LLMGATE_LEDGER_FLUSH_S": "60", "LLMGATE_LEDGER_BATCH": "50000"}
+    gw = stack(make_stack, tmp_path_factory.mktemp("sigterm"), upstream_sim, env, workers=1)
+    url = gw.stack.ledger_url
+    victim = worker_pid(gw)
+    with Load(gw.url + "/v1/chat/completions", threads=2) as load:
+        time.sleep(2.0)
+    answered = [c for c in load.done if c[2] == 200]
+    assert len(answered) == len(load.done) >= 20
+    time.sleep(0.5)
+    assert ledger_rows(url) == 0  # all still queued in the worker
+    os.kill(victim, signal.SIGTERM)
+    # (The worker exits once nginx's idle keep-alive connections to it are closed: ~15 s.)
+    assert wait_for(lambda: victim not in worker_pids(gw), timeout=40)
+    assert rows_of(url) == len(answered)
