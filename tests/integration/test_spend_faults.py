@@ -1,10 +1,11 @@
 """What the spend ledger's faults cost a stack (issue 46), against the bounds that
 docs/operations.md states.
 
-- PostgreSQL stopped under load: no call fails or waits for it (a generous bound, not a
-  timing race: a call that waited on the database would wait for its whole outage), and when
-  it is back every row is in it, except those past the workers' bounded queues, which are
-  counted dropped: rows in the database + dropped == calls answered. The outage is 8 s, not
+- PostgreSQL stopped (connections refused) or frozen (SIGSTOP: queries never answered) under
+  load: no call fails or waits for it (a generous bound, not a timing race: a call that
+  waited on the database would wait for its whole outage), and when it is back every row is
+  in it, except those past the workers' bounded queues, which are counted dropped: rows in
+  the database + dropped == calls answered. The outage is 8 s, not
   the issue's 30: the writer's retries reach their 2 s cap in under 4 s and the queue fills
   in the first seconds, so a longer outage only drops more rows of the same count.
 - A worker killed with SIGKILL loses at most the rows of its last flush window: the calls
@@ -36,6 +37,7 @@ from tests.support.postgres import (
     start_stack_postgres,
     stop_stack_postgres,
 )
+from tests.support.runner_cli import descendants
 from tests.support.stack import NOWHERE, StackHandle, file_stack
 from tests.support.waiting import wait_for
 
@@ -101,20 +103,39 @@ def rows_of(url: str) -> int:
     return int(ledger_query(url, "SELECT COUNT(*) FROM llmgate_spend")[0][0])
 
 
-def test_postgres_stopped_under_load_costs_no_call_and_no_uncounted_row(
-    make_stack, tmp_path_factory, upstream_sim
+def outage(gw: StackHandle, how: str) -> None:
+    """PostgreSQL ``stopped`` (its fast shutdown: connections refused) or ``frozen``
+    (SIGSTOP to its every process: connections taken, queries never answered, as a database
+    that is overloaded or cut off by a network that drops packets) for OUTAGE_S, then back."""
+    if how == "stopped":
+        stop_stack_postgres(gw.stack)
+        time.sleep(OUTAGE_S)
+        start_stack_postgres(gw.stack)
+    else:  # each backend is a session of its own (PostgreSQL's setsid): one by one
+        postmaster = gw.stack.proc("postgres").popen.pid
+        frozen = {postmaster} | descendants(postmaster)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(OUTAGE_S)
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("how", ["stopped", "frozen"])
+def test_postgres_down_under_load_costs_no_call_and_no_uncounted_row(
+    make_stack, tmp_path_factory, upstream_sim, how
 ) -> None:
     require_postgres()
     env = {"LLMGATE_LEDGER_QUEUE": str(QUEUE), "LLMGATE_LEDGER_BATCH": str(BATCH)}
     env["LLMGATE_LEDGER_FLUSH_S"] = "0.2"
-    gw = stack(make_stack, tmp_path_factory.mktemp("outage"), upstream_sim, env, postgres=True)
+    gw = stack(make_stack, tmp_path_factory.mktemp(how), upstream_sim, env, postgres=True)
     url = gw.stack.ledger_url
     with Load(gw.url + "/v1/chat/completions", threads=3) as load:
         time.sleep(2.0)
         stopped = time.monotonic()
-        stop_stack_postgres(gw.stack)
-        time.sleep(OUTAGE_S)
-        start_stack_postgres(gw.stack)
+        outage(gw, how)
         back = time.monotonic()
         time.sleep(2.0)
     calls = load.done
