@@ -16,7 +16,8 @@ unreachable, every row it queued). ``close`` (gunicorn's worker_exit hook: SIGTE
 writes what is queued first, waiting at most its timeout; rows it could not write then are
 counted ``lost``.
 
-Reading (a day's or month's total, a report): in a thread of the hub's pool
+Reading (a day's or month's total, a report; the schema made as the worker starts, so the
+first read does not make it): in a thread of the hub's pool
 (``gevent.get_hub().threadpool``), so the greenlet waits and the loop runs on; a read that
 takes longer than ``read_timeout_s`` answers None, and the ledger is taken as unreadable for
 ``UNREADABLE_S`` after a failure, so the calls behind it do not each wait that long. Reads of
@@ -102,6 +103,7 @@ class SpendLedger:
             self._write, capacity=capacity, batch=batch, interval_s=flush_s, on_close=self._shut
         )
         self._publisher = gevent.spawn(self._publish_every, PUBLISH_S)
+        gevent.get_hub().threadpool.spawn(self._warm)
 
     # -- the greenlets' side ------------------------------------------------------------
     def append(self, row: SpendRow) -> None:
@@ -263,6 +265,18 @@ class SpendLedger:
                         raise
                     self._schema_ready = True
         return db
+
+    def _warm(self) -> None:
+        """As the worker starts: the schema made and a reading connection opened, so that a
+        first rebuild only reads. A fresh SQLite file's WAL and tables cost fsyncs, which took
+        over a second (the read timeout) on a busy disk. A database that cannot be reached
+        now is tried again by the first read or write."""
+        try:
+            db = self._ready(SpendDatabase(self.url, connect_timeout_s=self.read_timeout_s))
+        except Exception as exc:
+            log.info("spend ledger: not ready at start: %s", _why(exc))
+            return
+        self._readers.append(db)
 
     def _query(self, query: tuple[Any, ...]) -> Any:
         """In a thread of the hub's pool: the query on an idle reading connection, or a new
