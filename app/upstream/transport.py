@@ -52,6 +52,7 @@ from app.observe.tracing import Span
 from app.observe.unobserved import UNOBSERVED
 from app.patches import chunked_reads
 from app.request import jsonedit
+from app.request.affinity import Affinity
 from app.request.headers import with_upstream_key
 from app.request.routes import PASSTHROUGH, Route
 from app.upstream import pools
@@ -77,6 +78,9 @@ class UpstreamRequest:
     # Tracing on: the caller's request span, each attempt's child of it; an attempt is sent
     # with its own span in place (its traceparent goes upstream). None: tracing is off.
     span: Span | None = None
+    # The conversation it belongs to (app/request/affinity.py): which upstream's prompt cache
+    # holds its prefix; None: a call with no prompt to keep warm.
+    affinity: Affinity | None = None
 
 
 @dataclass
