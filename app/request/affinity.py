@@ -14,8 +14,9 @@ the first of:
    what every turn of a conversation repeats, so it names the conversation from its first
    turn to its last: a fingerprint of the whole prefix (up to the newest user turn, or the
    last cache breakpoint) would change with each turn and send each to another upstream.
-   The caller's ``cache_control`` marks are left out of it: a client that moves its
-   breakpoint to the newest turn each time keeps one key.
+   The caller's ``cache_control`` marks are left out of it, and a content of one text
+   part counts as its text (the providers read the two alike): a client that moves its
+   breakpoint to the newest turn each time, making that turn a part, keeps one key.
 
 The key is a digest (BLAKE2b, 16 bytes), never the caller's text: it is what an OpenAI
 upstream is sent as ``prompt_cache_key`` when the switch is on (app/upstream/prompt_cache.py).
@@ -42,6 +43,7 @@ SESSION, CACHE_KEY, USER, PREFIX = "session", "prompt_cache_key", "user", "prefi
 AFFINE, SPILL, WEIGHTED = "affine", "spill", "weighted"
 
 _SEP = b"\x1e"  # between the parts hashed: no two heads hash as one
+_TEXT_PART = {"type", "text", "cache_control"}  # a text part that is its text and no more
 
 
 @dataclass(frozen=True)
@@ -124,8 +126,10 @@ def _head(prompt: str, body: Mapping[str, Any], digest: Any) -> bool:
 
 
 def _feed(digest: Any, value: Any) -> bool:
-    """Hash ``value`` (a string as it is; a list item by item; an object as compact JSON,
-    its ``cache_control`` left out); False for nothing to hash."""
+    """Hash ``value`` (a string as it is; a content of one text part as its text; a list
+    item by item; an object as compact JSON, its ``cache_control`` left out); False for
+    nothing to hash."""
+    value = _as_text(value)
     if value is None or value == "" or value == []:
         return False
     digest.update(_SEP)
@@ -139,3 +143,17 @@ def _feed(digest: Any, value: Any) -> bool:
             value = {k: v for k, v in value.items() if k != "cache_control"}
         digest.update(json.dumps(value, separators=(",", ":"), default=str).encode())
     return True
+
+
+def _as_text(value: Any) -> Any:
+    """A content of one text part is its text: a provider reads ``"hi"`` and ``[{"type":
+    "text", "text": "hi"}]`` as the same prompt, and a client that marks its newest turn
+    (Anthropic's guide) sends that turn as a part on the turn it is newest and as a string
+    on the next ones: the conversation keeps one key."""
+    if not isinstance(value, list) or len(value) != 1 or not isinstance(value[0], Mapping):
+        return value
+    part = value[0]
+    text = part.get("text")
+    if part.get("type") != "text" or not isinstance(text, str) or set(part) - _TEXT_PART:
+        return value
+    return text

@@ -75,6 +75,48 @@ def test_the_callers_breakpoints_do_not_move_the_key() -> None:
     assert affinity_of(MESSAGES, changed, []) != affinity_of(MESSAGES, first, [])
 
 
+def test_a_turn_marked_as_a_part_once_and_sent_as_a_string_after_keeps_the_key() -> None:
+    """A chat client marks its system prompt and its newest message, each a text part with
+    ``cache_control`` (the bench's agent, bench/load/agent_loop.py): its first user turn is
+    a part on turn one and a string from turn two on. A provider reads both as one prompt;
+    the key must not move with it. A part with more than its text is not its text."""
+    mark = {"type": "ephemeral"}
+
+    def part(text: str) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": text, "cache_control": mark}]
+
+    first = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": part("Be brief.")},
+            {"role": "user", "content": part("fix the bug")},
+        ],
+    }
+    later = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": part("Be brief.")},
+            {"role": "user", "content": "fix the bug"},
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": part("thanks")},
+        ],
+    }
+    assert affinity_of(CHAT, first, []) == affinity_of(CHAT, later, [])
+    as_strings = copy.deepcopy(later)
+    as_strings["messages"][0]["content"] = "Be brief."
+    assert affinity_of(CHAT, as_strings, []) == affinity_of(CHAT, first, [])
+    # Anthropic's system prompt: a string, or one text block.
+    messages = {"model": "m", "system": "Be brief.", "messages": [later["messages"][1]]}
+    blocks = {**messages, "system": part("Be brief.")}
+    assert affinity_of(MESSAGES, messages, []) == affinity_of(MESSAGES, blocks, [])
+    cited = copy.deepcopy(first)
+    cited["messages"][1]["content"][0]["citations"] = [{"type": "char_location"}]
+    assert affinity_of(CHAT, cited, []) != affinity_of(CHAT, first, [])
+    two = copy.deepcopy(first)
+    two["messages"][1]["content"] = [*part("fix the bug"), *part("and the test")]
+    assert affinity_of(CHAT, two, []) != affinity_of(CHAT, first, [])
+
+
 def test_a_responses_call_is_keyed_by_its_instructions_and_first_input() -> None:
     one = {"model": "m", "instructions": "Be brief.", "input": "What is 2+2?"}
     assert affinity_of(RESPONSES, one, []) is not None
