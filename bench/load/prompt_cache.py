@@ -67,7 +67,7 @@ def workload(smoke: bool) -> Workload:
             answer_tokens=5,
         )
     return Workload(
-        sessions=24,
+        sessions=48,
         turns=10,
         system_words=1000,
         context_words=2500,
