@@ -3,7 +3,8 @@
 Each session is one agent: a system prompt every session shares, a task of its own with a
 long context (a file it was given), then turns, each a streamed chat call through the
 gateway whose answer and a tool result of its own are added to the conversation before the
-next: a prefix of several thousand words that grows every turn. Its cache breakpoints are
+next (its tool taking ``tool_s`` to run): a prefix of several thousand words that grows every
+turn. Its cache breakpoints are
 the gateway's (the upstream's ``prompt_cache = "auto"``), or with ``own_marks`` its own, on
 its system prompt and its newest message. The sessions run at once,
 each one turn after another, as agents wait for their answers. Per call: the time to its
@@ -34,6 +35,8 @@ class Workload:
     # translation) on its system prompt and its newest message, as Anthropic's guide shows;
     # False: none, the upstream's ``prompt_cache = "auto"`` places the gateway's.
     own_marks: bool = False
+    # Seconds the agent's tool runs between an answer and the next turn.
+    tool_s: float = 0.0
 
 
 @dataclass
@@ -85,6 +88,7 @@ def _session(
         else:
             with calls.lock:
                 calls.first_token.append(first)
+        time.sleep(w.tool_s)
         messages = [
             *messages,
             {"role": "assistant", "content": answer or "(no answer)"},

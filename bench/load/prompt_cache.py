@@ -1,8 +1,8 @@
 """Provider prompt caches kept warm (issue 43): an agent-loop workload over three equal
 upstreams, routed at random by weight, cache-affine, and to one upstream only.
 
-`python -m bench --only prompt_cache` (about a minute; ``--smoke``: the gateway's breakpoints
-only, two sessions of two turns, about ten seconds).
+`python -m bench --only prompt_cache` (about a minute and a half; ``--smoke``: the gateway's
+breakpoints only, two sessions of two turns, about ten seconds).
 One simulator (`python -m simulator --prompt-cache --prefill-us ...`) plays three accounts of
 one provider (the upstreams' keys), each with its own prompt cache; a prompt word it must
 compute costs ``PREFILL_US`` before the first token, a word read from the account's cache 2 %
@@ -73,6 +73,7 @@ def workload(smoke: bool) -> Workload:
         context_words=2500,
         result_words=250,
         answer_tokens=20,
+        tool_s=0.5,
     )
 
 
@@ -244,7 +245,8 @@ def run(cfg: Config) -> Section:
             f"Each session: a system prompt of {w.system_words} words every session shares, a "
             f"task of {w.context_words} words of its own, then {w.turns} streamed turns, each "
             f"adding the answer ({w.answer_tokens} tokens) and a tool result of "
-            f"{w.result_words} words. The simulator computes a prompt word in {PREFILL_US} us "
+            f"{w.result_words} words, its tool running {w.tool_s} s before the next turn. "
+            f"The simulator computes a prompt word in {PREFILL_US} us "
             "(a word is about three tokens) and reads one from an account's prompt cache in "
             "2 % of that; it reads the longest prefix an account still holds that ends at a "
             "block boundary before the request's last breakpoint (Anthropic's look-back).",
