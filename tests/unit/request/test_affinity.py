@@ -85,14 +85,14 @@ def test_a_turn_marked_as_a_part_once_and_sent_as_a_string_after_keeps_the_key()
     def part(text: str) -> list[dict[str, Any]]:
         return [{"type": "text", "text": text, "cache_control": mark}]
 
-    first = {
+    first: dict[str, Any] = {
         "model": "m",
         "messages": [
             {"role": "system", "content": part("Be brief.")},
             {"role": "user", "content": part("fix the bug")},
         ],
     }
-    later = {
+    later: dict[str, Any] = {
         "model": "m",
         "messages": [
             {"role": "system", "content": part("Be brief.")},
@@ -106,7 +106,11 @@ def test_a_turn_marked_as_a_part_once_and_sent_as_a_string_after_keeps_the_key()
     as_strings["messages"][0]["content"] = "Be brief."
     assert affinity_of(CHAT, as_strings, []) == affinity_of(CHAT, first, [])
     # Anthropic's system prompt: a string, or one text block.
-    messages = {"model": "m", "system": "Be brief.", "messages": [later["messages"][1]]}
+    messages: dict[str, Any] = {
+        "model": "m",
+        "system": "Be brief.",
+        "messages": [later["messages"][1]],
+    }
     blocks = {**messages, "system": part("Be brief.")}
     assert affinity_of(MESSAGES, messages, []) == affinity_of(MESSAGES, blocks, [])
     cited = copy.deepcopy(first)
