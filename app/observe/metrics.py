@@ -26,6 +26,7 @@ from prometheus_client import (
 from app.core.admission import KINDS, Load
 from app.core.causes import ERROR_CAUSES
 from app.observe.labels import CACHE_OUTCOMES
+from app.observe.metrics_prompt_cache import prompt_cache_tokens
 from app.patches.prometheus_labels import remember_children
 from app.patches.prometheus_values import use_lean_values
 
@@ -122,6 +123,7 @@ class Metrics:
             ["route"],
             registry=reg,
         )
+        self.prompt_cache_tokens = prompt_cache_tokens(reg)
         self.upstream_errors = Counter(
             "llmgate_upstream_errors_total",
             "Failed upstream calls and callers that left, by cause.",
