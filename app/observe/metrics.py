@@ -1,11 +1,10 @@
 """Prometheus metrics: prometheus_client is imported here (and patched by app/patches/).
 
-Under gunicorn every worker writes its samples to `PROMETHEUS_MULTIPROC_DIR` (set, and wiped
-at start, by gunicorn.conf.py; a dead worker is marked there so its live gauges drop out) and
-`/metrics` aggregates all workers' files. Without that directory (a single process, tests)
-the metrics live in a private registry. Names are `llmgate_<thing>_<unit>`; labels are
-bounded: no prompt text, no keys, model names are not labels at all. docs/metrics.md lists
-every metric with its labels; a test fails when they differ.
+Under gunicorn every worker writes its samples to `PROMETHEUS_MULTIPROC_DIR` (set, and wiped at
+start, by gunicorn.conf.py; a dead worker is marked there so its live gauges drop out) and
+`/metrics` aggregates all workers' files. Without it (one process, tests) they live in a private
+registry. Names are `llmgate_<thing>_<unit>`; labels are bounded: no prompt text, no keys, model
+names are never labels. docs/metrics.md lists each with its labels (a test compares).
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from app.core.admission import KINDS, Load
 from app.core.causes import ERROR_CAUSES
 from app.observe.labels import CACHE_OUTCOMES
 from app.observe.metrics_ledger import ledger
+from app.observe.metrics_prompt_cache import prompt_cache_tokens
 from app.patches.prometheus_labels import remember_children
 from app.patches.prometheus_values import use_lean_values
 
@@ -123,6 +123,7 @@ class Metrics:
             ["route"],
             registry=reg,
         )
+        self.prompt_cache_tokens = prompt_cache_tokens(reg)
         self.upstream_errors = Counter(
             "llmgate_upstream_errors_total",
             "Failed upstream calls and callers that left, by cause.",
