@@ -3,9 +3,7 @@ were charged, and the receipt a finance team matches with the provider's invoice
 
 The token counts are the usage's as the provider sent them (app/request/usage.py), each kept
 only when it is a whole number >= 0 (anything else is null, never a failed batch). Cache
-writes (``tokens_written``) are Anthropic's ``cache_creation_input_tokens``, or the
-``cache_write_tokens`` an OpenAI-shaped usage carries in its prompt's (input's) details; null
-where the usage has none.
+writes (``tokens_written``) are ``Usage.written``'s: null where the usage has none.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ def spend_row(
     there is none; ``charged``: (tokens, picodollars, basis) its budgets were charged and why
     (SpendRow's ``basis``); ``trace``: the call's facts (none: a request id of its own)."""
     tokens, cost, basis = charged
-    counts = (usage.prompt, usage.cached, written(usage), usage.output) if usage else (None,) * 4
+    counts = (usage.prompt, usage.cached, usage.written, usage.output) if usage else (None,) * 4
     return SpendRow(
         request_id=trace.request_id if trace is not None else uuid.uuid4().hex,
         at=at,
@@ -48,15 +46,6 @@ def spend_row(
         upstream_request_id=trace.upstream_request_id if trace is not None else None,
         prices_version=prices_version,
     )
-
-
-def written(usage: Usage) -> Any:
-    """The prompt tokens written to the provider's prompt cache, as sent; None when absent."""
-    sent = usage.sent
-    if "cache_creation_input_tokens" in sent:
-        return sent["cache_creation_input_tokens"]
-    details = sent.get("prompt_tokens_details") or sent.get("input_tokens_details")
-    return details.get("cache_write_tokens") if isinstance(details, dict) else None
 
 
 def _count(value: Any) -> int | None:

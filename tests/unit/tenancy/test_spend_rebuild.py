@@ -24,7 +24,7 @@ from app.tenancy.access import Access
 from app.tenancy.key_source import KeySource
 from app.tenancy.keyring import GatewayKey, KeyRing, hash_key
 from app.tenancy.prices import Price, PriceTable
-from app.tenancy.receipts import spend_row, written
+from app.tenancy.receipts import spend_row
 from tests.support.clock import Clock
 
 SECRET = "llmg-test-secret"
@@ -274,5 +274,8 @@ def test_a_rows_counts_are_the_usages_as_sent(sent, counts) -> None:
 
 def test_cache_writes_are_none_where_the_usage_has_none() -> None:
     cached_only = {"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1}}
-    assert written(Usage(cached_only)) is None
-    assert written(Usage({"input_tokens": 5})) is None
+    for sent in (cached_only, {"input_tokens": 5}):
+        assert (
+            spend_row("team", T0, "m", Usage(sent), (1, 2, "usage"), None, None).tokens_written
+            is None
+        )
