@@ -26,6 +26,7 @@ from prometheus_client import (
 from app.core.admission import KINDS, Load
 from app.core.causes import ERROR_CAUSES
 from app.observe.labels import CACHE_OUTCOMES
+from app.observe.metrics_continuation import stream_continuations
 from app.patches.prometheus_labels import remember_children
 from app.patches.prometheus_values import use_lean_values
 
@@ -333,6 +334,7 @@ class Metrics:
             buckets=CACHE_OP_BUCKETS,
             registry=reg,
         )
+        self.stream_continuations = stream_continuations(reg)
         for cause in ERROR_CAUSES:
             self.upstream_errors.labels(cause)
         for outcome in CACHE_OUTCOMES:

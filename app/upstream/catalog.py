@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 from app.core.doors import ANTHROPIC
 from app.core.tables import NAME, check_types
+from app.dialects.continuation import MODES as CONTINUATION_MODES
+from app.dialects.continuation import OFF
 from app.request.routes import Route
 from app.tenancy import prices
 from app.upstream.hedge import HedgePolicy
@@ -73,6 +75,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "hedge_after": (int, float, str),
     "hedge_min_ms": (int, float),
     "hedge_max_ms": (int, float),
+    "continuation": str,
 }
 
 
@@ -107,6 +110,9 @@ class UpstreamSpec:
     # The output bound sent to an Anthropic upstream for a call that names none: its API
     # requires one, and a model's own ceiling is not known here.
     max_tokens: int = 4096
+    # How it continues a stream cut after it started (app/dialects/continuation.py; off:
+    # never, the default; docs/streams.md).
+    continuation: str = OFF
 
     def speaks(self, route: Route, path: str = "") -> bool:
         """Whether this upstream can answer a call of ``route`` at ``path`` (below /v1):
@@ -117,6 +123,11 @@ class UpstreamSpec:
         if model is None or "*" in self.models:
             return True
         return model in self.models or any(model == alias for alias, _ in self.aliases)
+
+    def continues(self, model: str | None) -> bool:
+        """Whether this upstream may continue an answer of ``model``: it has a way to, and it
+        serves that model (another model never continues an answer)."""
+        return self.continuation != OFF and self.serves(model)
 
     def model_for(self, model: str) -> str:
         """The model's name at this upstream (an alias, or the name as asked)."""
@@ -214,6 +225,10 @@ def _spec(
         raise fail("models", 'must be a non-empty list of model names (or ["*"])')
     hedge = _hedge(table, fail)
     pairs = _string_pairs(table, fail)
+    mode = table.get("continuation", OFF)
+    if mode not in CONTINUATION_MODES[kind]:
+        modes = ", ".join(CONTINUATION_MODES[kind])
+        raise fail("continuation", f"of a {kind} upstream must be one of {modes}, got {mode!r}")
     return UpstreamSpec(
         name=name,
         base_url=base_url,
@@ -229,6 +244,7 @@ def _spec(
         hedge=hedge,
         kind=kind,
         max_tokens=table.get("max_tokens", 4096),
+        continuation=mode,
     )
 
 

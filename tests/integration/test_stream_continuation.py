@@ -1,0 +1,251 @@
+"""A stream cut after it started is continued on the next upstream of the plan, in the same
+stream: counted by the two simulators themselves, read as raw bytes by the caller.
+
+Two simulators, ``first`` and ``second`` in the upstreams file, serve the model ``m``; both
+continue a partial answer with a ``prefix: true`` assistant turn (docs/streams.md). The
+first is cut (its connection reset, or its own error event) after a few tokens, once (its
+``fail_times``); the second writes the rest from where the cut left it (the simulator
+continues its own words deterministically: simulator/continuing.py). The caller's joined
+text must be the uncut answer's, with one ``[DONE]``, and the simulators' counts show each
+call once. A third upstream in the plan, ``off``, has no ``continuation``: it is never asked.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import urllib3
+
+from llmgate_wire import sse
+from tests.support.keys_file import keys_toml
+from tests.support.sim import sim_requests, sim_stats, start_simulator
+from tests.support.stack import NOWHERE, file_stack
+from tests.support.waiting import wait_for
+
+http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=30))
+TOKENS = 12
+MAX_TOKENS = 40  # the caller's bound: what a call reserves for its output
+# One call reserves its prompt's bound and MAX_TOKENS (247 tokens, measured): ``tight`` has
+# room for one such reservation, not two.
+TIGHT = 400
+IDLE_S = 1  # a stall (the simulator's stall-after) past it is a cut
+KEYS = {"meter": "tokens_per_day = 100000000", "tight": f"tokens_per_day = {TIGHT}"}
+
+
+def secret(name: str) -> str:
+    return f"llmg-{name}-continue-secret"
+
+
+@pytest.fixture(scope="module")
+def sims(tmp_path_factory) -> Iterator[dict[str, str]]:
+    logs = tmp_path_factory.mktemp("continue-sims")
+    procs = {
+        name: start_simulator(logs, "--ttft-ms", "0", "--tps", "500")
+        for name in ("first", "second", "plain")
+    }
+    yield {name: url for name, (_, url) in procs.items()}
+    for proc, _ in procs.values():
+        proc.stop()
+
+
+def upstreams(sims: dict[str, str], mode: str = "prefix") -> str:
+    return f"""
+[[upstreams]]
+name = "first"
+base_url = "{sims["first"]}/v1"
+models = ["m"]
+priority = 0
+continuation = "{mode}"
+headers = {{ "x-sim-fail-times" = "1" }}
+
+[[upstreams]]
+name = "plain"
+base_url = "{sims["plain"]}/v1"
+models = ["m"]
+priority = 1
+headers = {{ "x-sim-fail-times" = "0" }}
+
+[[upstreams]]
+name = "second"
+base_url = "{sims["second"]}/v1"
+models = ["m"]
+priority = 2
+continuation = "{mode}"
+headers = {{ "x-sim-fail-times" = "0" }}
+"""
+
+
+@pytest.fixture(scope="module")
+def gw(make_stack, tmp_path_factory, sims):
+    return file_stack(
+        make_stack,
+        tmp_path_factory.mktemp("continue-config"),
+        upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret),
+        env={"LLMGATE_IDLE_TIMEOUT_S": str(IDLE_S)},
+        workers=1,
+        upstream_url=NOWHERE,
+    )
+
+
+def reset(sims: dict[str, str]) -> None:
+    for url in sims.values():
+        http.request("POST", url + "/sim/reset")
+
+
+def stream(gw, key: str = "meter", prompt: str = "go on", **sim: str) -> list[sse.Event]:
+    """Every event of one chat stream (comments included), as the caller's bytes decode."""
+    body = {
+        "model": "m",
+        "max_tokens": MAX_TOKENS,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": prompt}],
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {secret(key)}",
+        "x-sim-tokens": str(TOKENS),
+        **{f"x-sim-{k}": v for k, v in sim.items()},
+    }
+    resp = http.request(
+        "POST",
+        gw.url + "/v1/chat/completions",
+        body=json.dumps(body),
+        headers=headers,
+        preload_content=False,
+    )
+    assert resp.status == 200, resp.data
+    decoder, out = sse.Decoder(), []
+    while chunk := resp.read1(65536):
+        out += decoder.feed(chunk)
+    resp.release_conn()
+    return out
+
+
+def chunks(events: list[sse.Event]) -> list[dict]:
+    return [json.loads(e.data) for e in events if e.data and e.data != sse.DONE]
+
+
+def text(events: list[sse.Event]) -> str:
+    return "".join(
+        c["delta"].get("content") or "" for chunk in chunks(events) for c in chunk["choices"]
+    )
+
+
+def cut_once(fault: str) -> dict[str, str]:
+    """A cut by ``fault`` after 4 tokens, which only ``first`` makes, once (its upstream
+    table's ``x-sim-fail-times``, which wins over the caller's headers)."""
+    return {
+        "fault": fault,
+        "reset-after": "4",
+        "error-after": "4",
+        "stall-after": "4",
+        "fail-key": uuid.uuid4().hex,
+    }
+
+
+def charged(gw, key: str) -> int:
+    """The tokens counted against ``key`` today (its Memcached counter, /admin/usage)."""
+    resp = http.request("GET", gw.url + "/admin/usage")
+    return {k["name"]: k for k in json.loads(resp.data)["keys"]}[key]["tokens_today"] or 0
+
+
+def continuations(gw, outcome: str, upstream: str = "first") -> float:
+    name = "llmgate_stream_continuations_total"
+    return gw.metric(name, default=0.0, upstream=upstream, outcome=outcome)
+
+
+def asked(sims: dict[str, str]) -> dict[str, int]:
+    """Each simulator's own count of the calls it answered."""
+    return {name: sim_stats(url)["requests"] for name, url in sims.items()}
+
+
+def continued_turn(sims: dict[str, str]) -> str:
+    """The answer so far as ``second`` was asked to continue it (its own request log)."""
+    turn = sim_requests(sims["second"])[0]["body"]["messages"][-1]
+    assert turn["prefix"] is True and turn["role"] == "assistant", turn
+    return turn["content"]
+
+
+@pytest.mark.parametrize("fault", ["reset", "error-after", "stall-after"])
+def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(gw, sims, fault) -> None:
+    reset(sims)
+    whole = stream(gw, prompt="uncut")
+    reset(sims)
+    was = continuations(gw, "continued")
+    cut = stream(gw, prompt="uncut", **cut_once(fault))
+    assert text(cut) == text(whole) and len(text(whole).split()) == TOKENS
+    assert [e.data for e in cut].count(sse.DONE) == 1 and cut[-1].data == sse.DONE
+    got = chunks(cut)
+    assert {(c["id"], c["created"]) for c in got} == {(got[0]["id"], got[0]["created"])}
+    finishes = [c["finish_reason"] for chunk in got for c in chunk["choices"]]
+    assert [f for f in finishes if f] == ["stop"]
+    notes = [e.comments for e in cut if e.is_comment and e.comments != ("ping",)]
+    assert notes == [("llmgate: continued; upstream=second; after=5",)], notes
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    so_far = continued_turn(sims)
+    assert text(cut).startswith(so_far) and len(so_far.split()) == 4  # the 4 tokens sent
+    # The usage is the two calls' sum: each one's prompt (the continuation's has the answer
+    # so far in it), and every output token once.
+    assert got[-1]["usage"] == {"prompt_tokens": 1 + (1 + 4), "completion_tokens": TOKENS,
+                                "total_tokens": 6 + TOKENS}  # fmt: skip
+    assert continuations(gw, "continued") == was + 1
+    # The log line names the try: the upstream that broke, where, and which took over.
+    assert wait_for(lambda: [r for r in gw.log_records() if r.get("continuations")], 10)
+    fact = [r for r in gw.log_records() if r.get("continuations")][-1]["continuations"]
+    assert [{k: v for k, v in f.items() if k != "cut"} for f in fact] == [
+        {"upstream": "first", "after_events": 5, "after_chars": len(so_far),
+         "outcome": "continued", "to": "second"}
+    ]  # fmt: skip
+
+
+def test_both_calls_are_billed_to_the_key(gw, sims) -> None:
+    """With the upstream's running usage (known at the cut), the key is charged the sum of
+    the two calls; without it (an estimate), each call's reservation stands, as for any
+    answer whose usage the upstream did not report."""
+    reset(sims)
+    before = charged(gw, "meter")
+    stream(gw, usage="every", **cut_once("reset"))
+    so_far = continued_turn(sims)
+    prompt = 2  # "go on"
+    assert charged(gw, "meter") - before == prompt + (prompt + len(so_far.split())) + TOKENS
+    before = charged(gw, "meter")
+    stream(gw, usage="none")
+    one = charged(gw, "meter") - before  # one call's reservation, standing
+    before = charged(gw, "meter")
+    reset(sims)
+    stream(gw, **cut_once("reset"))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    assert charged(gw, "meter") - before == 2 * one
+
+
+def test_no_continuation_when_the_key_has_no_room_for_another_call(gw, sims) -> None:
+    """``tight`` has room for one call's reservation, not two: the cut ends the stream as it
+    would without continuation, and the key keeps the one reservation."""
+    reset(sims)
+    was = continuations(gw, "no_reservation")
+    cut = stream(gw, key="tight", **cut_once("reset"))
+    assert sse.DONE not in [e.data for e in cut]
+    assert "error" in chunks(cut)[-1], chunks(cut)[-1]
+    assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
+    assert continuations(gw, "no_reservation") == was + 1
+    assert 0 < charged(gw, "tight") <= TIGHT < 2 * charged(gw, "tight")
+
+
+def test_no_continuation_without_room_in_the_retry_budget(make_stack, tmp_path_factory, sims):
+    """The retry budget (no retry at all, here) counts a continuation as a retry."""
+    no_room = file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-no-budget"), upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
+        env={"LLMGATE_RETRY_BUDGET_PERCENT": "0", "LLMGATE_RETRY_BUDGET_MIN": "0"},
+    )  # fmt: skip
+    reset(sims)
+    cut = stream(no_room, **cut_once("reset"))
+    assert sse.DONE not in [e.data for e in cut]
+    assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
+    assert continuations(no_room, "no_budget") == 1
+    assert continuations(no_room, "continued") == 0
