@@ -1,7 +1,8 @@
-"""A partial answer continued, as an OpenAI-compatible server that takes one does. No I/O here.
+"""A partial answer continued, as a provider that takes one does. No I/O here.
 
 A chat request whose last message is an assistant turn marked ``prefix: true`` (DeepSeek's and
-Mistral's way) or that says ``continue_final_message: true`` (vLLM's) asks the model to write
+Mistral's way) or that says ``continue_final_message: true`` (vLLM's), and an Anthropic
+Messages request whose last message is an assistant turn (its prefill), ask the model to write
 on from that turn's text. The simulator's answer to its prompt without that turn is a fixed
 word sequence (text.py), so it can continue deterministically: when the turn is the start of
 that sequence, the answer is the rest of it, and the caller who joins the two has the uncut
@@ -35,13 +36,25 @@ def partial_turn(body: dict[str, Any], messages: list[Any]) -> str | None:
     return None
 
 
-def continued(c: Completion, messages: list[Any], partial: str, natural: bool) -> Completion:
-    """``c`` (the answer as counted for the whole request) as the rest of ``partial``."""
-    prompt = text.chat_prompt(messages[:-1])
+def prefill(messages: list[Any]) -> str | None:
+    """The text of a Messages request's last, assistant, turn (its prefill), if it has one."""
+    last = messages[-1]
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return None
+    return text.messages_prompt(None, [last]) or None
+
+
+def rest_of(prompt: str, partial: str, wanted: int, natural: bool) -> list[str]:
+    """The words that continue ``partial`` of the answer to ``prompt``: to ``wanted`` words
+    in all when the answer has its natural length, else ``wanted`` more."""
     done = len(partial.split())
     if "".join(text.words(prompt, done)) == partial.rstrip():
-        total = len(c.tokens) if natural else done + len(c.tokens)
-        rest = text.words(prompt, max(total, done))[done:]
-    else:
-        rest = [" " + word.strip() for word in text.words(prompt + "\x00" + partial, len(c.tokens))]
+        total = wanted if natural else done + wanted
+        return text.words(prompt, max(total, done))[done:]
+    return [" " + word.strip() for word in text.words(prompt + "\x00" + partial, wanted)]
+
+
+def continued(c: Completion, messages: list[Any], partial: str, natural: bool) -> Completion:
+    """``c`` (the answer as counted for the whole request) as the rest of ``partial``."""
+    rest = rest_of(text.chat_prompt(messages[:-1]), partial, len(c.tokens), natural)
     return replace(c, tokens=tuple(rest))

@@ -12,11 +12,16 @@ the question again, not continue. The modes built (docs/streams.md):
   ``add_generation_prompt: false``: the template leaves that turn open instead of closing it.
 - ``prefix`` (DeepSeek's and Mistral's APIs): the assistant turn last, marked
   ``prefix: true``.
+- ``prefill`` (Anthropic): the assistant turn last, which the translation sends as the
+  Messages request's last turn, its prefill; the model writes on from its end. Anthropic
+  refuses trailing whitespace there, so it goes without (``Partial.prefill``), and the
+  continuation's leading whitespace is not relayed twice (app/upstream/splice.py). Not with
+  thinking asked for: a prefill cannot follow it (``CannotContinue``).
 - ``off``: never continued there.
 
-The edit is made on a Chat Completions request (the chat door's, sent to an OpenAI-kind
-upstream as it is). The output bound is what is left of the caller's: less the tokens the
-answer so far took.
+The edit is made on a Chat Completions request (the chat door's), before the translation,
+if any, turns it into the upstream's dialect. The output bound is what is left of the
+caller's: less the tokens the answer so far took.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from typing import Any
 OFF = "off"
 CONTINUE_FINAL = "continue_final_message"
 PREFIX = "prefix"
+PREFILL = "prefill"
 
 # The modes an upstream of each kind may have (the others' are not built yet: off).
-MODES = {"openai": (OFF, CONTINUE_FINAL, PREFIX), "anthropic": (OFF,), "gemini": (OFF,)}
+MODES = {"openai": (OFF, CONTINUE_FINAL, PREFIX), "anthropic": (OFF, PREFILL), "gemini": (OFF,)}
 
 # The output bound's names, in the order a chat request's are read (the newer first).
 _CHAT_BOUNDS = ("max_completion_tokens", "max_tokens")
@@ -49,20 +55,29 @@ class Partial:
     text: str
     used: int
 
+    @property
+    def prefill(self) -> str:
+        """The text as a prefill carries it: without trailing whitespace."""
+        return self.text.rstrip()
+
 
 def continued_chat(body: Mapping[str, Any], partial: Partial, mode: str) -> dict[str, Any]:
     """A Chat Completions request continuing ``partial`` in ``mode``; CannotContinue when
     it cannot be (no output bound left, a mode it has no edit for)."""
-    if mode not in (CONTINUE_FINAL, PREFIX):
+    if mode not in (CONTINUE_FINAL, PREFIX, PREFILL):
         raise CannotContinue(f"continuation {mode!r} continues nothing")
+    if mode == PREFILL and (body.get("reasoning_effort") or body.get("thinking")):
+        raise CannotContinue("a prefill cannot follow thinking")
     doc = copy.deepcopy(dict(body))
     messages = doc.get("messages")
     if not isinstance(messages, list):
         raise CannotContinue("the request has no messages")
-    if partial.text:  # else nothing was said yet: the request as it was
+    if partial.prefill:  # else nothing was said yet: the request as it was
         turn: dict[str, Any] = {"role": "assistant", "content": partial.text}
         if mode == PREFIX:
             turn["prefix"] = True
+        elif mode == PREFILL:
+            turn["content"] = partial.prefill
         else:
             doc["continue_final_message"] = True
             doc["add_generation_prompt"] = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
+
 def stream_continuations(registry: CollectorRegistry) -> Counter:
     return Counter(
         "llmgate_stream_continuations_total",

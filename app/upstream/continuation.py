@@ -42,7 +42,7 @@ from app.core.errors import (
     UpstreamReset,
     UpstreamTimeout,
 )
-from app.dialects.continuation import CannotContinue, Partial, continued_chat
+from app.dialects.continuation import PREFILL, CannotContinue, Partial, continued_chat
 from app.observe import tracing
 from app.observe.tracing import Value
 from app.request.events import is_error_event
@@ -96,7 +96,7 @@ def _bad(event: sse.Event) -> GatewayError | None:
 
 def _note(upstream: str, after: int) -> sse.Event:
     """The comment that says where a continuation began, for tools that read comments (SDKs
-    skip them): the upstream that took over, after how many of the stream's events."""
+    skip them): the upstream that took over, after how many of the stream's data events."""
     text = f"llmgate: continued; upstream={upstream}; after={after}"
     return sse.Event(sse.comment(text), comments=(text,))
 
@@ -132,7 +132,7 @@ class Continuation:
         self._calls = 1
         self._left = upstream.settings.retries
         self._kept: list[Batch] = []
-        self._count = self._relayed = 0
+        self._count = 0
         self._transcript = Transcript()
         self._tail: sse.Event | None = None  # the last event not a comment, once folded
         self._abandoned = False  # the stream's upstream was let go of for a continuation
@@ -195,7 +195,6 @@ class Continuation:
         if batch:
             self._kept.append(batch)
             self._count += len(batch)
-            self._relayed += len(batch)
             if self._count >= FOLD:
                 self._fold()
         return batch
@@ -257,8 +256,9 @@ class Continuation:
                 self.current, self._calls = started, self._calls + 1
                 self.estimated = self.estimated or before.estimated
                 self._told(broke, CONTINUED, cut, spec.name)
-                yield [_note(spec.name, self._relayed)]
-                return self._source(patience), Splice(t, before)
+                yield [_note(spec.name, t.shown)]
+                space = spec.continuation == PREFILL and partial.prefill != partial.text
+                return self._source(patience), Splice(t, before, relayed_space=space)
         return None
 
     def _candidates(self, broke: str) -> list[UpstreamSpec]:
@@ -352,7 +352,7 @@ class Continuation:
             {
                 "upstream": broke,
                 "cut": tracing.error_type(cut),
-                "after_events": self._relayed,
+                "after_events": self._transcript.shown,
                 "after_chars": len(self._transcript.answer),
                 "outcome": outcome,
                 "to": to,

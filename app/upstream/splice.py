@@ -7,6 +7,8 @@ the next chunk of the caller's one stream:
 - each keeps the cut stream's ``id``, ``created`` and ``model``;
 - the role chunk that opens the continuation is dropped (the caller had one), and so is any
   chunk left with nothing to say;
+- after a prefill, which could not carry the answer's trailing whitespace, the
+  continuation's leading whitespace is dropped (the caller has it already);
 - the usage is the sum of every upstream call's (docs/streams.md): each usage the
   continuation reports, plus the cut calls' (``Before``).
 
@@ -77,9 +79,12 @@ class Before:
 class Splice:
     """One continuation's chunks into the caller's stream (see the module docstring)."""
 
-    def __init__(self, transcript: Transcript, before: Before):
+    def __init__(self, transcript: Transcript, before: Before, relayed_space: bool = False):
         self.t = transcript
         self.before = before
+        # The answer so far ended in whitespace a prefill left out: the continuation's own
+        # leading whitespace is not relayed (until its first other character).
+        self._skip_space = relayed_space
 
     def events(self, batch: list[sse.Event]) -> list[sse.Event]:
         out: list[sse.Event] = []
@@ -115,7 +120,11 @@ class Splice:
         if not isinstance(delta, dict):
             return data
         delta.pop("role", None)
-        if delta.get("content") == "":
+        content = delta.get("content")
+        if self._skip_space and isinstance(content, str) and content:
+            delta["content"] = content = content.lstrip()
+            self._skip_space = not content
+        if content == "":
             del delta["content"]
         if delta or choice.get("finish_reason") is not None or data.get("usage") is not None:
             return data

@@ -29,6 +29,7 @@ class Transcript:
 
     def __init__(self) -> None:
         self.text: list[str] = []
+        self.shown = 0  # events that carried data (comments are not counted)
         self.outputs = 0  # events that carried output (text, thinking, tool arguments)
         self.thinking = self.tool_call = self.finished = self.choices = False
         self.usage: dict[str, Any] | None = None  # the latest the upstream reported
@@ -58,7 +59,10 @@ class Transcript:
 
     def read(self, events: Iterable[sse.Event]) -> None:
         for event in events:
-            if event.data is None or event.data == sse.DONE:
+            if event.data is None:
+                continue
+            self.shown += 1
+            if event.data == sse.DONE:
                 continue
             try:
                 data = json.loads(event.data)

@@ -31,6 +31,8 @@ MAX_TOKENS = 40  # the caller's bound: what a call reserves for its output
 # One call reserves its prompt's bound and MAX_TOKENS (247 tokens, measured): ``tight`` has
 # room for one such reservation, not two.
 TIGHT = 400
+# How each kind of upstream continues (docs/streams.md).
+MODES = {"openai": "prefix", "anthropic": "prefill"}
 IDLE_S = 1  # a stall (the simulator's stall-after) past it is a cut
 KEYS = {"meter": "tokens_per_day = 100000000", "tight": f"tokens_per_day = {TIGHT}"}
 
@@ -51,10 +53,13 @@ def sims(tmp_path_factory) -> Iterator[dict[str, str]]:
         proc.stop()
 
 
-def upstreams(sims: dict[str, str], mode: str = "prefix") -> str:
+def upstreams(sims: dict[str, str], kind: str = "openai") -> str:
+    """``first``, ``plain`` and ``second``, of ``kind``; all but ``plain`` continue."""
+    mode = MODES[kind]
     return f"""
 [[upstreams]]
 name = "first"
+kind = "{kind}"
 base_url = "{sims["first"]}/v1"
 models = ["m"]
 priority = 0
@@ -63,6 +68,7 @@ headers = {{ "x-sim-fail-times" = "1" }}
 
 [[upstreams]]
 name = "plain"
+kind = "{kind}"
 base_url = "{sims["plain"]}/v1"
 models = ["m"]
 priority = 1
@@ -70,6 +76,7 @@ headers = {{ "x-sim-fail-times" = "0" }}
 
 [[upstreams]]
 name = "second"
+kind = "{kind}"
 base_url = "{sims["second"]}/v1"
 models = ["m"]
 priority = 2
@@ -84,6 +91,21 @@ def gw(make_stack, tmp_path_factory, sims):
         make_stack,
         tmp_path_factory.mktemp("continue-config"),
         upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret),
+        env={"LLMGATE_IDLE_TIMEOUT_S": str(IDLE_S)},
+        workers=1,
+        upstream_url=NOWHERE,
+    )
+
+
+@pytest.fixture(scope="module")
+def claude_gw(make_stack, tmp_path_factory, sims):
+    """The same plan of Anthropic-kind upstreams: the chat door's calls are translated, and
+    continued with a prefill."""
+    return file_stack(
+        make_stack,
+        tmp_path_factory.mktemp("continue-claude-config"),
+        upstreams(sims, "anthropic"),
         keys=keys_toml(KEYS.items(), secret),
         env={"LLMGATE_IDLE_TIMEOUT_S": str(IDLE_S)},
         workers=1,
@@ -164,15 +186,21 @@ def asked(sims: dict[str, str]) -> dict[str, int]:
     return {name: sim_stats(url)["requests"] for name, url in sims.items()}
 
 
-def continued_turn(sims: dict[str, str]) -> str:
-    """The answer so far as ``second`` was asked to continue it (its own request log)."""
+def continued_turn(sims: dict[str, str], kind: str = "openai") -> str:
+    """The answer so far as ``second`` was asked to continue it (its own request log): a
+    ``prefix`` turn, or an Anthropic prefill (the last turn, an assistant's)."""
     turn = sim_requests(sims["second"])[0]["body"]["messages"][-1]
-    assert turn["prefix"] is True and turn["role"] == "assistant", turn
-    return turn["content"]
+    assert turn["role"] == "assistant" and (kind != "openai" or turn["prefix"] is True), turn
+    content = turn["content"]
+    return content if isinstance(content, str) else "".join(b["text"] for b in content)
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
 @pytest.mark.parametrize("fault", ["reset", "error-after", "stall-after"])
-def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(gw, sims, fault) -> None:
+def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(
+    request, sims, fault, kind
+) -> None:
+    gw = request.getfixturevalue("gw" if kind == "openai" else "claude_gw")
     reset(sims)
     whole = stream(gw, prompt="uncut")
     reset(sims)
@@ -184,21 +212,23 @@ def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(gw, sims, 
     assert {(c["id"], c["created"]) for c in got} == {(got[0]["id"], got[0]["created"])}
     finishes = [c["finish_reason"] for chunk in got for c in chunk["choices"]]
     assert [f for f in finishes if f] == ["stop"]
-    notes = [e.comments for e in cut if e.is_comment and e.comments != ("ping",)]
-    assert notes == [("llmgate: continued; upstream=second; after=5",)], notes
+    notes = [i for i, e in enumerate(cut) if e.is_comment and e.comments != ("ping",)]
+    assert len(notes) == 1, cut
+    shown = len([e for e in cut[: notes[0]] if e.data is not None])  # the events before it
+    assert cut[notes[0]].comments == (f"llmgate: continued; upstream=second; after={shown}",)
     assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
-    so_far = continued_turn(sims)
+    so_far = continued_turn(sims, kind)
     assert text(cut).startswith(so_far) and len(so_far.split()) == 4  # the 4 tokens sent
     # The usage is the two calls' sum: each one's prompt (the continuation's has the answer
     # so far in it), and every output token once.
-    assert got[-1]["usage"] == {"prompt_tokens": 1 + (1 + 4), "completion_tokens": TOKENS,
-                                "total_tokens": 6 + TOKENS}  # fmt: skip
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
+    assert [got[-1]["usage"][name] for name in counts] == [1 + (1 + 4), TOKENS, 6 + TOKENS]
     assert continuations(gw, "continued") == was + 1
     # The log line names the try: the upstream that broke, where, and which took over.
     assert wait_for(lambda: [r for r in gw.log_records() if r.get("continuations")], 10)
     fact = [r for r in gw.log_records() if r.get("continuations")][-1]["continuations"]
     assert [{k: v for k, v in f.items() if k != "cut"} for f in fact] == [
-        {"upstream": "first", "after_events": 5, "after_chars": len(so_far),
+        {"upstream": "first", "after_events": shown, "after_chars": len(so_far),
          "outcome": "continued", "to": "second"}
     ]  # fmt: skip
 

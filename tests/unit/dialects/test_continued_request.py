@@ -8,6 +8,7 @@ import pytest
 from app.dialects.continuation import (
     CONTINUE_FINAL,
     OFF,
+    PREFILL,
     PREFIX,
     CannotContinue,
     Partial,
@@ -31,6 +32,15 @@ def test_continue_final_message_leaves_the_turn_open() -> None:
     doc = continued_chat(ASKED, Partial("Hello", used=1), CONTINUE_FINAL)
     assert doc["messages"][-1] == {"role": "assistant", "content": "Hello"}
     assert doc["continue_final_message"] is True and doc["add_generation_prompt"] is False
+
+
+def test_a_prefill_goes_without_its_trailing_whitespace_and_never_after_thinking() -> None:
+    doc = continued_chat(ASKED, Partial("Hello \n", used=1), PREFILL)
+    assert doc["messages"][-1] == {"role": "assistant", "content": "Hello"}
+    assert continued_chat(ASKED, Partial(" \n", used=1), PREFILL)["messages"] == ASKED["messages"]
+    for thinking in ({"reasoning_effort": "low"}, {"thinking": {"type": "enabled"}}):
+        with pytest.raises(CannotContinue, match="thinking"):
+            continued_chat({**ASKED, **thinking}, Partial("Hello", used=1), PREFILL)
 
 
 def test_the_newer_bound_is_the_one_lessened() -> None:

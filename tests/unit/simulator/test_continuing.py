@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from simulator import endpoints
+from simulator import endpoints, provider_endpoints
 from simulator.behaviour import Behaviour
 
 USER = {"role": "user", "content": "tell me"}
@@ -47,3 +47,17 @@ def test_an_assistant_turn_not_marked_is_an_ordinary_prompt() -> None:
     other, _ = answer({"messages": messages}, tokens=10)
     assert not (so_far + other).startswith(whole)
     assert len(other.split()) == 10
+
+
+def test_an_anthropic_prefill_is_continued_where_it_stopped() -> None:
+    def said(messages: list, cap: int = 100) -> tuple[str, int]:
+        body = {"model": "m", "max_tokens": cap, "messages": messages}
+        reply = provider_endpoints.messages(body, Behaviour(tokens=10), lambda p: p + "1")
+        return reply.body["content"][0]["text"], reply.body["usage"]["input_tokens"]
+
+    whole, prompt = said([USER])
+    so_far = " ".join(whole.split(" ")[:4])
+    rest, continued_prompt = said([USER, {"role": "assistant", "content": so_far}])
+    assert so_far + rest == whole and continued_prompt == prompt + 4
+    capped, _ = said([USER, {"role": "assistant", "content": so_far}], cap=2)
+    assert len(capped.split()) == 2 and whole.startswith(so_far + capped)

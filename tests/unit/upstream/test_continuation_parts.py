@@ -109,3 +109,15 @@ def test_the_continuation_s_chunks_go_on_in_the_caller_s_stream() -> None:
     assert got[0]["choices"][0]["delta"] == {"content": " b"}
     assert got[1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
     assert out[-1].data == sse.DONE
+
+
+def test_after_a_prefill_the_whitespace_the_caller_has_is_not_sent_twice() -> None:
+    t = Transcript()
+    t.read([chunk({"content": "Hello "})])  # the prefill was "Hello"
+    splice = Splice(t, Before(calls=1, outputs=1), relayed_space=True)
+    texts = [" ", " world", " again"]
+    out = splice.events([chunk({"content": piece}) for piece in texts])
+    assert [json.loads(e.data)["choices"][0]["delta"] for e in out] == [
+        {"content": "world"},
+        {"content": " again"},
+    ]
