@@ -181,6 +181,14 @@ def continuations(gw, outcome: str, upstream: str = "first") -> float:
     return gw.metric(name, default=0.0, upstream=upstream, outcome=outcome)
 
 
+def attempts(gw, upstream: str, result: str | None = None):
+    """The gateway's count of ``upstream``'s attempts by ``result`` (all of them: a dict)."""
+    name = "llmgate_upstream_attempts_total"
+    if result is not None:
+        return gw.metric(name, default=0.0, upstream=upstream, result=result)
+    return {r: attempts(gw, upstream, r) for r in ("ok", "failed")}
+
+
 def asked(sims: dict[str, str]) -> dict[str, int]:
     """Each simulator's own count of the calls it answered."""
     return {name: sim_stats(url)["requests"] for name, url in sims.items()}
@@ -205,6 +213,7 @@ def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(
     whole = stream(gw, prompt="uncut")
     reset(sims)
     was = continuations(gw, "continued")
+    tried = {name: attempts(gw, name) for name in ("first", "second")}
     cut = stream(gw, prompt="uncut", **cut_once(fault))
     assert text(cut) == text(whole) and len(text(whole).split()) == TOKENS
     assert [e.data for e in cut].count(sse.DONE) == 1 and cut[-1].data == sse.DONE
@@ -231,6 +240,9 @@ def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(
         {"upstream": "first", "after_events": shown, "after_chars": len(so_far),
          "outcome": "continued", "to": "second"}
     ]  # fmt: skip
+    # Each call is counted as the breakers count it: the cut one failed, the other ok.
+    assert attempts(gw, "first", "failed") == tried["first"]["failed"] + 1
+    assert attempts(gw, "second", "ok") == tried["second"]["ok"] + 1
 
 
 def test_both_calls_are_billed_to_the_key(gw, sims) -> None:
