@@ -204,7 +204,7 @@ def continued_turn(sims: dict[str, str], kind: str = "openai") -> str:
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-@pytest.mark.parametrize("fault", ["reset", "error-after", "stall-after"])
+@pytest.mark.parametrize("fault", ["reset", "error-after", "stall-after", "end-after"])
 def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(
     request, sims, fault, kind
 ) -> None:
