@@ -194,7 +194,8 @@ class Exchange:
         finally:
             if self._continuation is not None:
                 self._continuation.current.close()  # a continuation's stream, if one is read
-                self._continuation = self._kept = None
+                self._continuation = None
+            self._kept = None
             if self._start is not None:
                 self._start.close()
                 self._start = None  # nor is the answer kept once it was handed over
@@ -231,6 +232,7 @@ class Exchange:
             self._continuation = Continuation(
                 self._upstream, self._kept, self._deadline, reading, self._hooks, self._started()
             )
+            self._kept = None  # the continuation holds it now: one per exchange
             return self._continuation.events(patience)
         return self._upstream.reader.events(self._started(), self._deadline, reading.end, patience)
 

@@ -34,6 +34,14 @@ TIGHT = 400
 # How each kind of upstream continues (docs/streams.md).
 MODES = {"openai": "prefix", "anthropic": "prefill"}
 IDLE_S = 1  # a stall (the simulator's stall-after) past it is a cut
+# Every test cuts ``first`` once: more than half of its calls fail, and its breaker opens
+# (app/upstream/breaker.py), which would send the next call to ``plain``. A breaker that
+# opens for a millisecond lets that call probe ``first`` again.
+ENV = {
+    "LLMGATE_IDLE_TIMEOUT_S": str(IDLE_S),
+    "LLMGATE_BREAKER_COOLDOWN_S": "0.001",
+    "LLMGATE_BREAKER_COOLDOWN_MAX_S": "0.001",
+}
 KEYS = {"meter": "tokens_per_day = 100000000", "tight": f"tokens_per_day = {TIGHT}"}
 
 
@@ -92,7 +100,7 @@ def gw(make_stack, tmp_path_factory, sims):
         tmp_path_factory.mktemp("continue-config"),
         upstreams(sims),
         keys=keys_toml(KEYS.items(), secret),
-        env={"LLMGATE_IDLE_TIMEOUT_S": str(IDLE_S)},
+        env=ENV,
         workers=1,
         upstream_url=NOWHERE,
     )
@@ -107,7 +115,7 @@ def claude_gw(make_stack, tmp_path_factory, sims):
         tmp_path_factory.mktemp("continue-claude-config"),
         upstreams(sims, "anthropic"),
         keys=keys_toml(KEYS.items(), secret),
-        env={"LLMGATE_IDLE_TIMEOUT_S": str(IDLE_S)},
+        env=ENV,
         workers=1,
         upstream_url=NOWHERE,
     )
@@ -283,7 +291,7 @@ def test_no_continuation_without_room_in_the_retry_budget(make_stack, tmp_path_f
     no_room = file_stack(
         make_stack, tmp_path_factory.mktemp("continue-no-budget"), upstreams(sims),
         keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
-        env={"LLMGATE_RETRY_BUDGET_PERCENT": "0", "LLMGATE_RETRY_BUDGET_MIN": "0"},
+        env={**ENV, "LLMGATE_RETRY_BUDGET_PERCENT": "0", "LLMGATE_RETRY_BUDGET_MIN": "0"},
     )  # fmt: skip
     reset(sims)
     cut = stream(no_room, **cut_once("reset"))
