@@ -299,3 +299,23 @@ def test_no_continuation_without_room_in_the_retry_budget(make_stack, tmp_path_f
     assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
     assert continuations(no_room, "no_budget") == 1
     assert continuations(no_room, "continued") == 0
+
+
+def test_a_continued_stream_is_cached_and_replayed_as_one_answer(
+    make_stack, tmp_path_factory, sims
+) -> None:
+    """With the cache on, the continued stream is stored whole: the same call again is
+    answered from it, the same text and usage with one [DONE], and no upstream is asked."""
+    cached = file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-cached"), upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
+        env={**ENV, "LLMGATE_CACHE_MODE": "all"},
+    )  # fmt: skip
+    reset(sims)
+    first = stream(cached, prompt="cache me", **cut_once("reset"))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    again = stream(cached, prompt="cache me", **cut_once("reset"))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}  # nobody asked again
+    assert text(again) == text(first) and len(text(first).split()) == TOKENS
+    assert [e.data for e in again].count(sse.DONE) == 1
+    assert chunks(again)[-1]["usage"] == chunks(first)[-1]["usage"]
