@@ -22,6 +22,7 @@ import urllib3
 from llmgate_wire import sse
 from tests.support.keys_file import keys_toml
 from tests.support.sim import sim_requests, sim_stats, start_simulator
+from tests.support.sse_reader import drop, read_data
 from tests.support.stack import NOWHERE, file_stack
 from tests.support.waiting import wait_for
 
@@ -162,7 +163,9 @@ def chunks(events: list[sse.Event]) -> list[dict]:
 
 def text(events: list[sse.Event]) -> str:
     return "".join(
-        c["delta"].get("content") or "" for chunk in chunks(events) for c in chunk["choices"]
+        c["delta"].get("content") or ""
+        for chunk in chunks(events)
+        for c in chunk.get("choices", [])
     )
 
 
@@ -319,3 +322,37 @@ def test_a_continued_stream_is_cached_and_replayed_as_one_answer(
     assert text(again) == text(first) and len(text(first).split()) == TOKENS
     assert [e.data for e in again].count(sse.DONE) == 1
     assert chunks(again)[-1]["usage"] == chunks(first)[-1]["usage"]
+
+
+def test_a_resumed_caller_reads_the_continued_stream(make_stack, tmp_path_factory, sims) -> None:
+    """A resumable stream whose caller left is read to its end for a resume: the cut and the
+    continuation happen meanwhile, and the caller who comes back gets the continued rest."""
+    resumable = file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-resumable"), upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
+        env={**ENV, "LLMGATE_RESUME_WINDOW_S": "30"},
+    )  # fmt: skip
+    reset(sims)
+    whole = stream(resumable, prompt="resume me")
+    reset(sims)
+    lines = len(resumable.log_records())
+    mine = {"Authorization": f"Bearer {secret('meter')}"}
+    body = {"model": "m", "max_tokens": MAX_TOKENS, "stream": True,
+            "messages": [{"role": "user", "content": "resume me"}]}  # fmt: skip
+    sim = {f"x-sim-{k}": v for k, v in cut_once("reset").items()}
+    resp = http.request("POST", resumable.url + "/v1/chat/completions", body=json.dumps(body),
+                        headers={"Content-Type": "application/json", "X-LLMGate-Resumable": "true",
+                                 "x-sim-tokens": str(TOKENS), "x-sim-tps": "50", **mine, **sim},
+                        preload_content=False)  # fmt: skip
+    sid = resp.headers["X-LLMGate-Stream-ID"]
+    seen = read_data(resp, 2, cut=True)
+    drop(resp)
+    # The stream's log line is written once it is over (read to its end for the resume).
+    assert wait_for(lambda: len(resumable.log_records()) > lines, 10)
+    back = http.request("GET", resumable.url + f"/v1/streams/{sid}", preload_content=False,
+                        headers={"Last-Event-ID": f"{sid}:2", **mine})  # fmt: skip
+    assert back.status == 200, back.data
+    rest = read_data(back, None)
+    assert text(seen) + text(rest) == text(whole)
+    assert [e.data for e in rest].count(sse.DONE) == 1
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
