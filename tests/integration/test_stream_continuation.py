@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import urllib3
 
 from llmgate_wire import sse
+from simulator.text import words
 from tests.support.keys_file import keys_toml
 from tests.support.sim import sim_requests, sim_stats, start_simulator
 from tests.support.sse_reader import drop, read_data
@@ -356,3 +358,26 @@ def test_a_resumed_caller_reads_the_continued_stream(make_stack, tmp_path_factor
     assert text(seen) + text(rest) == text(whole)
     assert [e.data for e in rest].count(sse.DONE) == 1
     assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+
+
+def test_coalesced_callers_read_the_continued_stream(make_stack, tmp_path_factory, sims) -> None:
+    """Two identical calls at once share one upstream call (coalescing, cache on): both read
+    the continued answer, the simulator's own words for the prompt, and each upstream was
+    asked once."""
+    shared = file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-coalesced"), upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
+        env={**ENV, "LLMGATE_CACHE_MODE": "all"},
+    )  # fmt: skip
+    reset(sims)
+    cut = {**cut_once("reset"), "ttft-ms": "300"}  # the same headers for both: one call
+
+    def call(_: int) -> list[sse.Event]:
+        return stream(shared, prompt="share me", **cut)
+
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(call, range(2)))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    uncut = "".join(words("share me", TOKENS))
+    assert [text(events) for events in both] == [uncut, uncut]
+    assert all([e.data for e in events].count(sse.DONE) == 1 for events in both)
