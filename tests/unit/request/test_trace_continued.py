@@ -7,10 +7,17 @@ import time
 from typing import Any
 
 from app.core.config import Settings
+from app.observe.tracing import Value
 from app.request.call import Trace
 
-FACT = {"upstream": "first", "cut": "upstream_reset", "after_events": 5, "after_chars": 25,
-        "outcome": "continued", "to": "second"}  # fmt: skip
+FACT: dict[str, Value] = {
+    "upstream": "first",
+    "cut": "upstream_reset",
+    "after_events": 5,
+    "after_chars": 25,
+    "outcome": "continued",
+    "to": "second",
+}
 
 
 def test_each_try_is_kept_for_the_log_line_without_its_empty_facts() -> None:

@@ -104,7 +104,7 @@ def test_the_continuation_s_chunks_go_on_in_the_caller_s_stream() -> None:
                                                    "total_tokens": 4}}),
         event(sse.DONE),
     ])  # fmt: skip
-    got = [json.loads(e.data) for e in out[:-1]]
+    got = [e.json() for e in out[:-1]]
     assert [(c["id"], c["created"]) for c in got] == [("c-1", 7)] * 2  # the role chunk is gone
     assert got[0]["choices"][0]["delta"] == {"content": " b"}
     assert got[1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
@@ -117,7 +117,7 @@ def test_after_a_prefill_the_whitespace_the_caller_has_is_not_sent_twice() -> No
     splice = Splice(t, Before(calls=1, outputs=1), relayed_space=True)
     texts = [" ", " world", " again"]
     out = splice.events([chunk({"content": piece}) for piece in texts])
-    assert [json.loads(e.data)["choices"][0]["delta"] for e in out] == [
+    assert [e.json()["choices"][0]["delta"] for e in out] == [
         {"content": "world"},
         {"content": " again"},
     ]
