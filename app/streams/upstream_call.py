@@ -82,6 +82,7 @@ class UpstreamCall:
                 answer.body,
                 answer.upstream,
                 usage_estimated=whole and answer.usage_estimated,
+                routing=answer.routing,
             )
             at = answer.started_at
             if not whole:
