@@ -25,8 +25,8 @@ from prometheus_client import (
 
 from app.core.admission import KINDS, Load
 from app.core.causes import ERROR_CAUSES
+from app.observe import metrics_continuation, metrics_prompt_cache
 from app.observe.labels import CACHE_OUTCOMES
-from app.observe.metrics_prompt_cache import prompt_cache_tokens
 from app.patches.prometheus_labels import remember_children
 from app.patches.prometheus_values import use_lean_values
 
@@ -123,7 +123,7 @@ class Metrics:
             ["route"],
             registry=reg,
         )
-        self.prompt_cache_tokens = prompt_cache_tokens(reg)
+        self.prompt_cache_tokens = metrics_prompt_cache.prompt_cache_tokens(reg)
         self.upstream_errors = Counter(
             "llmgate_upstream_errors_total",
             "Failed upstream calls and callers that left, by cause.",
@@ -335,6 +335,7 @@ class Metrics:
             buckets=CACHE_OP_BUCKETS,
             registry=reg,
         )
+        self.stream_continuations = metrics_continuation.stream_continuations(reg)
         for cause in ERROR_CAUSES:
             self.upstream_errors.labels(cause)
         for outcome in CACHE_OUTCOMES:
