@@ -24,9 +24,8 @@ from prometheus_client import (
 
 from app.core.admission import KINDS, Load
 from app.core.causes import ERROR_CAUSES
+from app.observe import metrics_continuation, metrics_ledger, metrics_prompt_cache
 from app.observe.labels import CACHE_OUTCOMES
-from app.observe.metrics_ledger import ledger
-from app.observe.metrics_prompt_cache import prompt_cache_tokens
 from app.patches.prometheus_labels import remember_children
 from app.patches.prometheus_values import use_lean_values
 
@@ -123,7 +122,7 @@ class Metrics:
             ["route"],
             registry=reg,
         )
-        self.prompt_cache_tokens = prompt_cache_tokens(reg)
+        self.prompt_cache_tokens = metrics_prompt_cache.prompt_cache_tokens(reg)
         self.upstream_errors = Counter(
             "llmgate_upstream_errors_total",
             "Failed upstream calls and callers that left, by cause.",
@@ -335,7 +334,10 @@ class Metrics:
             buckets=CACHE_OP_BUCKETS,
             registry=reg,
         )
-        self.ledger_rows, self.ledger_lag, self.ledger_batch, self.ledger_rebuilt = ledger(reg)
+        self.stream_continuations = metrics_continuation.stream_continuations(reg)
+        self.ledger_rows, self.ledger_lag, self.ledger_batch, self.ledger_rebuilt = (
+            metrics_ledger.ledger(reg)
+        )
         for cause in ERROR_CAUSES:
             self.upstream_errors.labels(cause)
         for outcome in CACHE_OUTCOMES:
@@ -346,14 +348,12 @@ class Metrics:
             if isinstance(metric, Counter | Gauge | Histogram) and metric._labelnames:
                 remember_children(metric)
 
-    def observe_key_usage(
-        self, key: str, prompt: Any, completion: Any, picodollars: int = 0
-    ) -> None:
+    def observe_key_usage(self, key: str, prompt: Any, completion: Any, pico: int = 0) -> None:
         """A call of gateway key ``key`` ended: its billed prompt and completion tokens, as
         the provider sent them (app/request/usage.py), and what they cost
-        (app/tenancy/prices.py)."""
-        if picodollars > 0:
-            self.key_cost.labels(key).inc(picodollars / 1e12)
+        (app/tenancy/prices.py), ``pico`` in picodollars."""
+        if pico > 0:
+            self.key_cost.labels(key).inc(pico / 1e12)
         for kind, count in (("prompt", prompt), ("completion", completion)):
             if isinstance(count, int) and count > 0:
                 self.key_tokens.labels(key, kind).inc(count)

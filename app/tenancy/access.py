@@ -62,6 +62,7 @@ class Grant:
     settled: bool = False
     at: float = 0.0  # when it was admitted: the day and month it counts in
     model: str | None = None
+    calls: int = 1  # upstream calls reserved for: more when a stream is continued
 
 
 class Ledger(Protocol):
@@ -100,6 +101,10 @@ class Access:
         self.ledger = ledger
         self._clock = clock
         self._warned = float("-inf")
+
+    def now(self) -> float:
+        """The gate's clock (Unix seconds): what its windows are counted by."""
+        return self._clock()
 
     def authenticate(self, headers: list[tuple[str, str]]) -> GatewayKey:
         """The caller's key, or InvalidApiKey (401). First, before the body is even read."""
