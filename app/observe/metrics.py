@@ -26,6 +26,7 @@ from prometheus_client import (
 from app.core.admission import KINDS, Load
 from app.core.causes import ERROR_CAUSES
 from app.observe.labels import CACHE_OUTCOMES
+from app.observe.metrics_stages import added_seconds
 from app.patches.prometheus_labels import remember_children
 from app.patches.prometheus_values import use_lean_values
 
@@ -333,6 +334,7 @@ class Metrics:
             buckets=CACHE_OP_BUCKETS,
             registry=reg,
         )
+        self.added = added_seconds(reg)  # the gateway's own time by stage (Server-Timing)
         for cause in ERROR_CAUSES:
             self.upstream_errors.labels(cause)
         for outcome in CACHE_OUTCOMES:

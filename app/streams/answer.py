@@ -24,6 +24,8 @@ class Head:
     # A whole body's usage is an estimate a translation wrote: the upstream reported none
     # (app/upstream/translation.py), so the call is billed its reservation.
     usage_estimated: bool = False
+    # Seconds of the answering attempt spent opening its connection (0.0: one was reused).
+    connect_s: float = 0.0
 
 
 @dataclass(frozen=True)
