@@ -11,6 +11,9 @@ ways on this machine (docs/performance.md, "Comparable numbers"):
   (nginx and gunicorn trees, sampled after each case) and its **cold start** (from starting
   the stack to its first ready answer).
 
+With ``--public``, the public cross-gateway method instead (bench/load/public.py): added p99
+at one caller, sustained req/s against a 20 ms mock, stall-free streams, translated req/s.
+
 Twice: features off (`make run`'s shape, cache off) and on (a keys file with per-key limits
 counted in Memcached; the JSON log line and metrics are always on). The mock is the built-in
 simulator answering at once (no time to the first token, 100,000 tokens a second), 16 tokens
@@ -128,10 +131,35 @@ def side(name: str, env: dict[str, str], auth: dict[str, str], args: argparse.Na
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def public(smoke: bool) -> None:
+    """The public method's section (bench/load/public.py), printed as the report shows it."""
+    from bench.kit.report import Config, table, verdicts
+    from bench.load.public import run
+
+    out = Path(tempfile.mkdtemp(prefix="llmgate-compare-public-"))
+    try:
+        section = run(Config(out_dir=out, smoke=smoke))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    print("\n".join([f"\n## {section.title}\n", *table(section.columns, section.rows, ".1f")]))
+    print("\n".join(["", *(f"- {note}" for note in section.notes), "", *verdicts(section.checks)]))
+    print(f"\nfigures: {section.data['figures']}\nsettings: {section.data['settings']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
     parser.add_argument("--calls", type=int, default=2000, help="calls per case at 10")
+    parser.add_argument(
+        "--public",
+        action="store_true",
+        help="the public cross-gateway method instead (bench/load/public.py; `python -m bench "
+        "--only public` writes it into the report)",
+    )
+    parser.add_argument("--smoke", action="store_true", help="with --public: tiny sizes")
     args = parser.parse_args()
+    if args.public:
+        public(args.smoke)
+        return
     side("features off", {}, {}, args)
     keys = write_keys(Path(tempfile.mkdtemp(prefix="llmgate-compare-keys-")), SECRET)
     try:
