@@ -146,6 +146,26 @@ def public(smoke: bool) -> None:
     print(f"\nfigures: {section.data['figures']}\nsettings: {section.data['settings']}")
 
 
+def overload(callers: list[int], rounds: int) -> None:
+    """The public method's sustained steps at ``callers`` only, through a fresh `make run`
+    stack: each step's row, its fair bound and its tail's own stages (bench/load/public.py)."""
+    from bench.kit.report import table
+    from bench.load import public as method
+
+    run_dir = Path(tempfile.mkdtemp(prefix="llmgate-compare-overload-"))
+    try:
+        with method.started(method.options(run_dir)) as stack:
+            gateway = method.address(stack.url)
+            rows = []
+            for n in callers:
+                for _ in range(rounds):
+                    found = method.step(gateway, method.chat(), n, max(3000, n * 10), stack.sim_url)
+                    rows.append(method.row("chat", found))
+        print("\n".join(table(method.COLUMNS, rows, ".1f")))
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
     parser.add_argument("--calls", type=int, default=2000, help="calls per case at 10")
@@ -156,7 +176,17 @@ def main() -> None:
         "--only public` writes it into the report)",
     )
     parser.add_argument("--smoke", action="store_true", help="with --public: tiny sizes")
+    parser.add_argument(
+        "--callers",
+        default="",
+        help="with --public: only the sustained method's chat steps at these callers, "
+        "comma-separated, each run --rounds times (e.g. 800: the overload's fair share)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="with --callers: runs of each")
     args = parser.parse_args()
+    if args.public and args.callers:
+        overload([int(c) for c in args.callers.split(",")], args.rounds)
+        return
     if args.public:
         public(args.smoke)
         return

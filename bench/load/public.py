@@ -296,7 +296,7 @@ COLUMNS = [
 ]
 
 
-def _row(what: str, s: Step, upstream: bool = True) -> list[Any]:
+def row(what: str, s: Step, upstream: bool = True) -> list[Any]:
     errors = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "0"
     conns = s.new_conns_per_1000 if upstream else None  # direct: the callers' own
     tail = s.tail_ms
@@ -317,9 +317,9 @@ def section(found: dict[str, Any]) -> Section:
     held = found["streams"]
     clean = [h["streams"] for h in held if h["stall_free"] == h["streams"]]
     hi = chat_steps[-1]
-    rows = [_row("chat", s) for s in chat_steps]
-    rows += [_row("direct (the mock alone)", s, upstream=False) for s in found["direct"]]
-    rows += [_row("chat over anthropic", s) for s in found["translated"]]
+    rows = [row("chat", s) for s in chat_steps]
+    rows += [row("direct (the mock alone)", s, upstream=False) for s in found["direct"]]
+    rows += [row("chat over anthropic", s) for s in found["translated"]]
     added = found["added"]
     return Section(
         key="public",
