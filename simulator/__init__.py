@@ -7,7 +7,8 @@ Layers, imports flow downwards only:
     network   server.py                    gevent accept loop, keep-alive loop, TCP_NODELAY
     routing   app.py                       routes, API key, fault decision, /sim/* controls
     timing    playback.py, wire.py         TTFT, tokens/s, stalls, pings, resets; writes
-    state     stats.py                     counters, request log, fail-once counts
+    state     stats.py, prompt_cache.py    counters, request log, fail-once counts; each
+                                           account's prompt cache (prefix digests, expiry)
     pure      http11.py, behaviour.py,     bytes/dicts in, values out; no I/O, no gevent
               faults.py, dialects.py,      (dialects.py: which dialect a path speaks, its
               endpoints.py, responses.py,  errors; scripts.py: scripted answers, rendered

@@ -44,6 +44,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ttft-ms", type=_non_negative, default=20.0, help="default 20")
     parser.add_argument("--tps", type=_positive, default=100.0, help="tokens/s, default 100")
     parser.add_argument("--require-key", default=None, help="demand 'Authorization: Bearer KEY'")
+    parser.add_argument(
+        "--prompt-cache", action="store_true", help="keep a prompt cache per key (prompt_cache)"
+    )
+    parser.add_argument(
+        "--prefill-us", type=_non_negative, default=0.0, help="us per uncached prompt token"
+    )
     parser.add_argument("--backlog", type=int, default=BACKLOG)
     parser.add_argument("--idle-timeout", type=_positive, default=300.0, help="seconds")
     parser.add_argument("--grace", type=_non_negative, default=1.0, help="seconds to drain")
@@ -63,9 +69,13 @@ def raise_fd_limit() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     raise_fd_limit()
-    config = Config(
-        defaults=Behaviour(ttft_ms=args.ttft_ms, tps=args.tps), require_key=args.require_key
+    defaults = Behaviour(
+        ttft_ms=args.ttft_ms,
+        tps=args.tps,
+        prompt_cache=args.prompt_cache,
+        prefill_us=args.prefill_us,
     )
+    config = Config(defaults=defaults, require_key=args.require_key)
     server = Server(
         config, args.host, args.port, backlog=args.backlog, idle_timeout=args.idle_timeout
     )

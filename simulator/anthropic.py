@@ -62,14 +62,19 @@ def overloaded_event() -> bytes:
     return event("error", error={"type": "overloaded_error", "message": OVERLOADED})
 
 
-def usage(script: Script, output_tokens: int | None = None) -> dict[str, int]:
+def usage(script: Script, output_tokens: int | None = None) -> dict[str, Any]:
     u = script.usage
-    return {
+    out: dict[str, Any] = {
         "input_tokens": u.input,
         "cache_creation_input_tokens": u.cache_creation,
         "cache_read_input_tokens": u.cache_read,
         "output_tokens": u.output if output_tokens is None else output_tokens,
     }
+    if u.split:  # the writes by lifetime, as the API names them once a cache ran
+        hour = u.cache_creation_1h
+        split = {"ephemeral_5m_input_tokens": u.cache_creation - hour}
+        out["cache_creation"] = {**split, "ephemeral_1h_input_tokens": hour}
+    return out
 
 
 def _whole(block: Block) -> dict[str, Any]:

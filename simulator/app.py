@@ -18,17 +18,22 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qs
 
-from . import anthropic, dialects, endpoints, provider_endpoints
+from . import anthropic, dialects, endpoints, prompt_cache, provider_endpoints, text
 from .behaviour import ERROR_FAULTS, Behaviour, BehaviourError, resolve
 from .dialects import ANTHROPIC, GEMINI, Route
 from .faults import fault_error
 from .http11 import Request
 from .playback import play_full, play_stream
+from .prompt_cache import Prompt, PromptCache, Use
 from .responses import ApiError, dumps, model_list
-from .stats import Stats
+from .stats import Stats, group_of
 from .wire import Peer, base_headers, send_full
 
 Builder = Callable[[dict[str, Any], Behaviour, endpoints.NewId, int], endpoints.Reply]
+Build = Callable[[Behaviour], endpoints.Reply]
+# A prompt token read from the simulated prompt cache costs this share of an uncached one's
+# prefill time: almost nothing (docs/simulator.md).
+CACHED_SHARE = 0.02
 _GENERATORS: dict[str, Builder] = {
     "/v1/chat/completions": endpoints.chat,
     "/v1/completions": endpoints.completions,
@@ -82,6 +87,7 @@ class App:
     def __init__(self, config: Config, stats: Stats) -> None:
         self.config = config
         self.stats = stats
+        self.cache = PromptCache()  # every account's prompt cache (prompt_cache.py)
 
     def handle(self, ex: Exchange) -> bool:
         """Answer one request; True when the connection may serve another."""
@@ -124,7 +130,15 @@ class App:
         if name == dialects.COUNT_TOKENS:
             return self._answer(ex, body, provider_endpoints.count_tokens(body))
         behaviour = self._behaviour(ex, body.get("model"))
-        return self._play_reply(ex, provider_endpoints.messages(body, behaviour, new_id), behaviour)
+        messages = body.get("messages")
+        return self._generated(
+            ex,
+            lambda b: provider_endpoints.messages(body, b, new_id),
+            behaviour,
+            lambda: prompt_cache.anthropic(
+                body.get("system"), messages if isinstance(messages, list) else []
+            ),
+        )
 
     def _gemini(self, ex: Exchange, body: Any) -> bool:
         req, route = ex.request, ex.route
@@ -135,8 +149,17 @@ class App:
             raise ApiError(400, "the simulator streams Gemini answers as SSE only: add ?alt=sse")
         body = _require_body(body)
         behaviour = self._behaviour(ex, route.model)
-        reply = provider_endpoints.generate(body, route.model, stream, behaviour, new_id)
-        return self._play_reply(ex, reply, behaviour)
+        model, contents = route.model, body.get("contents")
+        return self._generated(
+            ex,
+            lambda b: provider_endpoints.generate(body, model, stream, b, new_id),
+            behaviour,
+            lambda: prompt_cache.automatic(
+                text.gemini_prompt(
+                    body.get("systemInstruction"), contents if isinstance(contents, list) else []
+                )
+            ),
+        )
 
     def _route(self, ex: Exchange, body: Any) -> bool:
         method, path = ex.request.method, ex.request.path
@@ -171,10 +194,11 @@ class App:
         behaviour = self._behaviour(ex, body.get("model") if body is not None else None)
         if not think:
             behaviour = replace(behaviour, ttft_ms=0.0)
-        return self._play_full(ex, payload, behaviour)
+        return self._play_full(ex, payload, behaviour, self._fault(behaviour))
 
-    def _play_full(self, ex: Exchange, payload: dict[str, Any], behaviour: Behaviour) -> bool:
-        fault = self._fault(behaviour)
+    def _play_full(
+        self, ex: Exchange, payload: dict[str, Any], behaviour: Behaviour, fault: str | None
+    ) -> bool:
         if fault == "error-after":
             raise fault_error("500", behaviour)  # a whole answer cannot fail part-way
         headers = ex.headers(close=fault == "close-delimited")
@@ -192,15 +216,56 @@ class App:
 
     def _generate(self, ex: Exchange, body: dict[str, Any]) -> bool:
         behaviour = self._behaviour(ex, body.get("model"))
-        reply = _GENERATORS[ex.request.path](body, behaviour, new_id, int(time.time()))
-        return self._play_reply(ex, reply, behaviour)
+        builder, now, path = _GENERATORS[ex.request.path], int(time.time()), ex.request.path
+        return self._generated(
+            ex,
+            lambda b: builder(body, b, new_id, now),
+            behaviour,
+            lambda: prompt_cache.automatic(_openai_prompt(path, body)),
+        )
 
-    def _play_reply(self, ex: Exchange, reply: endpoints.Reply, behaviour: Behaviour) -> bool:
-        req = ex.request
-        self.stats.tokens += reply.tokens
-        if reply.framer is None:
-            return self._play_full(ex, reply.body, behaviour)
+    def _generated(
+        self, ex: Exchange, build: Build, behaviour: Behaviour, prompt: Callable[[], Prompt]
+    ) -> bool:
+        """A generated answer: built (a request's own errors come first), its fault decided,
+        then, when its prompt costs prefill time or meets the prompt cache, built again with
+        what the cache did (``_prefilled``)."""
+        reply = build(behaviour)
+        self.stats.tokens += reply.tokens  # the prompt's and the answer's, whatever follows
         fault = self._fault(behaviour)
+        b = behaviour
+        if b.script is None and b.cached_tokens is None and (b.prompt_cache or b.prefill_us):
+            behaviour = self._prefilled(ex, behaviour, prompt())
+            reply = build(behaviour)
+        return self._play_reply(ex, reply, behaviour, fault)
+
+    def _prefilled(self, ex: Exchange, behaviour: Behaviour, prompt: Prompt) -> Behaviour:
+        """``behaviour`` once the prompt was read: what the account's prompt cache did with it
+        (when the control is on; else every word is computed), counted, and the prefill time
+        of the words computed added to the time to first token."""
+        if behaviour.prompt_cache:
+            group = group_of(dialects.credential(ex.request))
+            use = self.cache.use(
+                group, prompt, time.monotonic(), behaviour.cache_min_tokens, behaviour.cache_ttl_s
+            )
+            self.stats.cache_used(group, use)
+            behaviour = replace(
+                behaviour,
+                cached_tokens=use.read,
+                cache_written=use.written,
+                cache_written_1h=use.written_1h,
+            )
+        else:
+            use = Use(0, 0, 0, len(prompt.words))
+        prefill_ms = (use.computed + use.read * CACHED_SHARE) * behaviour.prefill_us / 1000
+        return replace(behaviour, ttft_ms=behaviour.ttft_ms + prefill_ms)
+
+    def _play_reply(
+        self, ex: Exchange, reply: endpoints.Reply, behaviour: Behaviour, fault: str | None
+    ) -> bool:
+        req = ex.request
+        if reply.framer is None:
+            return self._play_full(ex, reply.body, behaviour, fault)
         chunked = req.version == "HTTP/1.1"  # RFC 9112 section 7.1: 1.0 has no chunked coding
         headers = ex.headers(close=fault == "close-delimited" or not chunked)
         kept = play_stream(
@@ -242,6 +307,7 @@ class App:
             return self._json(ex, self.stats.snapshot())
         if method == "POST" and path == "/sim/reset":
             self.stats.reset()
+            self.cache.clear()
             return self._json(ex, {"ok": True})
         if method == "GET" and path == "/sim/requests":
             return self._json(ex, self.stats.requests_log())
@@ -259,6 +325,17 @@ def _require_body(body: Any) -> dict[str, Any]:
     if body is _NO_BODY:
         raise ApiError(400, "We could not parse the JSON body of your request.")
     return endpoints.require_object(body)
+
+
+def _openai_prompt(path: str, body: dict[str, Any]) -> str:
+    """The prompt an OpenAI route's answer is generated from (endpoints.py's own reading)."""
+    if path == "/v1/completions":
+        return text.completion_prompt(body.get("prompt", ""))
+    if path == "/v1/responses":
+        parts = (text.responses_prompt(body.get(k)) for k in ("instructions", "input"))
+        return "\n".join(part for part in parts if part)
+    messages = body.get("messages")
+    return text.chat_prompt(messages if isinstance(messages, list) else [])
 
 
 def _parse_json(raw: bytes) -> Any:

@@ -65,6 +65,16 @@ class Behaviour:
     # OpenAI chat: "final" (usage where OpenAI puts it), "none" (no usage at all, as servers
     # that ignore include_usage), "every" (a running usage on every chunk, as some do).
     usage: str = "final"
+    # The provider's prompt cache (prompt_cache.py): on or off; the prefill time of each
+    # uncached prompt token (microseconds; a cached one costs CACHED_SHARE of it); the least
+    # prompt it stores (words) and its lifetime.
+    prompt_cache: bool = False
+    prefill_us: float = 0.0
+    cache_min_tokens: int = 1024
+    cache_ttl_s: float = 300.0
+    # What the cache did, once it ran (app.py): reported in the usage, not controls.
+    cache_written: int = 0
+    cache_written_1h: int = 0
 
     @property
     def token_gap(self) -> float:
@@ -157,6 +167,10 @@ _PARSERS: dict[str, Callable[[str, str], object]] = {
     "script": _script,
     "ping_ms": _rate,
     "usage": _usage,
+    "prompt_cache": _switch,
+    "prefill_us": _non_negative,
+    "cache_min_tokens": _count,
+    "cache_ttl_s": _rate,
 }
 CONTROLS = tuple(_PARSERS)
 

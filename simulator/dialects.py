@@ -89,6 +89,13 @@ def headers(dialect: str, request_id: str, requests: int, tokens: int) -> list[t
     return api_headers(requests, tokens)
 
 
+def credential(req: Request) -> str:
+    """The key a request presents, in whichever dialect's header (or Gemini's ``?key=``);
+    "" for none: whose account, and so whose prompt cache, the request is."""
+    given = req.header("x-api-key") or req.header("x-goog-api-key") or _bearer(req)
+    return given or next(iter(parse_qs(req.query).get("key", [])), "")
+
+
 def _bearer(req: Request) -> str | None:
     scheme, _, token = (req.header("authorization") or "").partition(" ")
     return token if scheme == "Bearer" else None

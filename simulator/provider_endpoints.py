@@ -51,8 +51,16 @@ def _answer(behaviour: Behaviour, prompt: str, cap: int | None) -> scripts.Scrip
     if cap is not None and cap < wanted:
         count, finish = cap, scripts.LENGTH
     words = tuple(text.words(prompt, count))
-    cached = behaviour.cached_tokens or 0
-    return scripts.generated(words, finish, text.word_count(prompt), cached)
+    b = behaviour
+    return scripts.generated(
+        words,
+        finish,
+        text.word_count(prompt),
+        b.cached_tokens or 0,
+        b.cache_written,
+        b.cache_written_1h,
+        split=b.prompt_cache,
+    )
 
 
 def _tokens(script: scripts.Script) -> int:

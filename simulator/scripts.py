@@ -77,6 +77,10 @@ class Usage:
     cache_read: int = 0
     cache_creation: int = 0
     thinking: int = 0
+    # Of the written tokens, those for an hour; ``split``: Anthropic's usage names the
+    # writes by lifetime too (its ``cache_creation``), as it does when a cache ran.
+    cache_creation_1h: int = 0
+    split: bool = False
 
     @property
     def prompt(self) -> int:
@@ -128,11 +132,28 @@ def fragments(arguments: dict[str, Any], size: int) -> tuple[str, ...]:
     return tuple(text[i : i + size] for i in range(0, len(text), size))
 
 
-def generated(words: tuple[str, ...], finish: str, prompt_tokens: int, cached: int) -> Script:
+def generated(
+    words: tuple[str, ...],
+    finish: str,
+    prompt_tokens: int,
+    cached: int,
+    written: int = 0,
+    written_1h: int = 0,
+    split: bool = False,
+) -> Script:
     """A generated answer as a script: one text block of ``words``; ``cached`` of the
-    ``prompt_tokens`` read from the cache."""
+    ``prompt_tokens`` read from the cache, ``written`` written to it (``written_1h`` of them
+    for an hour; ``split``: say so, prompt_cache.py having run)."""
     cached = min(cached, prompt_tokens)
-    usage = Usage(input=prompt_tokens - cached, output=len(words), cache_read=cached)
+    written = min(written, prompt_tokens - cached)
+    usage = Usage(
+        input=prompt_tokens - cached - written,
+        output=len(words),
+        cache_read=cached,
+        cache_creation=written,
+        cache_creation_1h=min(written_1h, written),
+        split=split,
+    )
     blocks = (Block("text", words),) if words else ()  # no words: an empty content list
     return Script("generated", blocks, finish, usage)
 

@@ -7,10 +7,12 @@ plain ``+= 1`` cannot interleave with another; there are no locks on purpose.
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections import Counter, deque
 from typing import Any
 
 from .dialects import Route, classify
+from .prompt_cache import Use
 
 LOG_SIZE = 100
 
@@ -40,6 +42,8 @@ class Stats:
         self.faults_injected = 0
         self.log: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
         self._failures: Counter[str] = Counter()
+        # Per account (group_of its key): what its prompt cache did (prompt_cache.py).
+        self.prompt_cache: dict[str, Counter[str]] = {}
 
     def record(
         self,
@@ -71,6 +75,16 @@ class Stats:
             }
         )
 
+    def cache_used(self, group: str, use: Use) -> None:
+        """One generated answer's prompt, by what its account's prompt cache did with it:
+        read, written (as reported: Anthropic's only), and the rest."""
+        counts = self.prompt_cache.setdefault(group, Counter())
+        counts["requests"] += 1
+        counts["read"] += use.read
+        counts["written"] += use.written
+        counts["written_1h"] += use.written_1h
+        counts["uncached"] += use.uncached
+
     def take_failure(self, key: str, times: int) -> bool:
         """True while fewer than ``times`` requests with ``key`` have been failed."""
         if self._failures[key] >= times:
@@ -93,7 +107,13 @@ class Stats:
             "streams_abandoned": self.streams_abandoned,
             "requests_abandoned": self.requests_abandoned,
             "faults_injected": self.faults_injected,
+            "prompt_cache": {group: dict(counts) for group, counts in self.prompt_cache.items()},
         }
 
     def requests_log(self) -> list[dict[str, Any]]:
         return list(self.log)
+
+
+def group_of(credential: str) -> str:
+    """An account's name in the counters: a digest of its key (never the key), "-" for none."""
+    return hashlib.sha256(credential.encode()).hexdigest()[:12] if credential else "-"

@@ -158,6 +158,10 @@ class Settings(InstanceSettings, CallSettings):
                 "LLMGATE_MAX_REQUESTS_PER_WORKER and LLMGATE_MAX_STREAMS_PER_WORKER must be "
                 ">= 0 (0: no limit)"
             )
+        if self.routing not in ("affine", "weighted") or self.routing_epsilon < 0:
+            raise SettingsError(
+                "LLMGATE_ROUTING must be affine or weighted and LLMGATE_ROUTING_EPSILON >= 0"
+            )
         if not 0 <= self.retry_budget_percent <= 100 or self.retry_budget_min < 0:
             raise SettingsError(
                 "LLMGATE_RETRY_BUDGET_PERCENT must be between 0 and 100 and "

@@ -147,6 +147,20 @@ class CallSettings:
         "Concurrent retries a worker may always make, whatever the percent (a quiet worker "
         "still retries a blip).",
     )
+    routing: str = setting(
+        "LLMGATE_ROUTING",
+        "affine",
+        "How a call picks among upstreams of one priority: affine (a conversation returns to "
+        "the upstream whose prompt cache holds its prefix: rendezvous hashing of its affinity "
+        "key over the weights, within a bounded load) | weighted (at random by weight).",
+    )
+    routing_epsilon: float = setting(
+        "LLMGATE_ROUTING_EPSILON",
+        0.25,
+        "Affine routing's bounded load: no upstream takes a call while it has (1 + this) "
+        "times its weighted share of the worker's calls in flight; the call goes to its "
+        "key's next choice. 0: shares kept exactly, least locality.",
+    )
     breaker_failures: int = setting(
         "LLMGATE_BREAKER_FAILURES",
         5,

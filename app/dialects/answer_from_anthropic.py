@@ -23,7 +23,8 @@ A stream (named SSE events, each ``data`` repeating its ``type``):
 - any other ``content_block_stop``, and any type Anthropic adds later -> nothing.
 
 Usage: prompt_tokens = input + cache read + cache creation tokens (Anthropic counts them
-apart), cached_tokens = cache read, completion_tokens = output.
+apart), cached_tokens = cache read, cache_write_tokens = cache creation (and
+cache_write_1h_tokens its 1-hour part, from ``cache_creation``), completion_tokens = output.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ _COUNTS = (
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
+# The split of the written tokens by lifetime (an object of counts), cumulative as they are.
+_SPLIT = "cache_creation"
 # An error page is kept as the message, but not a whole one.
 _MAX_ERROR_TEXT = 2000
 
@@ -59,11 +62,15 @@ def finish_reason(stop_reason: Any) -> str:
 
 
 def usage(counts: Mapping[str, Any]) -> dict[str, Any]:
-    """Chat usage from Anthropic's usage object (missing or null counts are 0)."""
+    """Chat usage from Anthropic's usage object (missing or null counts are 0); of the
+    written tokens, those written for an hour (its ``cache_creation`` split) are kept apart,
+    being priced apart."""
     read = counts.get("cache_read_input_tokens") or 0
     created = counts.get("cache_creation_input_tokens") or 0
     prompt = (counts.get("input_tokens") or 0) + read + created
-    return chat.usage(prompt, counts.get("output_tokens") or 0, cached=read, cache_creation=created)
+    hour = _object(counts.get("cache_creation")).get("ephemeral_1h_input_tokens") or 0
+    output = counts.get("output_tokens") or 0
+    return chat.usage(prompt, output, cached=read, cache_creation=created, cache_creation_1h=hour)
 
 
 def _object(value: Any) -> dict[str, Any]:
@@ -88,7 +95,7 @@ class StreamToChat:
         self._tools: dict[Any, int] = {}  # Anthropic's block index -> the tool call's index
         self._empty: set[Any] = set()  # tool blocks that have had no argument fragment yet
         self._stop_reason: Any = None
-        self._counts: dict[str, int] = {}
+        self._counts: dict[str, Any] = {}
         self._final_counts = False  # a message_delta's usage came
         self._ended = False
 
@@ -163,6 +170,8 @@ class StreamToChat:
             value = counts.get(name)
             if isinstance(value, int) and not isinstance(value, bool):
                 self._counts[name] = value
+        if isinstance(counts.get(_SPLIT), dict):
+            self._counts[_SPLIT] = counts[_SPLIT]
 
     def _block_start(self, writer: chat.ChunkWriter, index: Any, block: dict[str, Any]) -> bytes:
         kind = block.get("type")

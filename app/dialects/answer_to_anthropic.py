@@ -11,7 +11,8 @@ No I/O here: bytes in, bytes out; the message's id is passed in.
   written to the cache, so ``input_tokens`` = ``prompt_tokens`` - ``cached_tokens`` -
   ``cache_write_tokens`` (the names chat.usage writes, and the OpenAI SDK's usage type
   reads; ``cache_creation_tokens``, the name this gateway wrote before, is read too, from an
-  upstream that is an older gateway).
+  upstream that is an older gateway), and ``cache_write_1h_tokens`` (the 1-hour part of the
+  writes, which an Anthropic upstream's answer carried) is ``cache_creation``'s split again.
 - Content: thinking blocks first (``thinking_blocks`` whole, or ``reasoning_content`` as one
   block), then the text (OpenAI's ``refusal`` text too: the finish reason says whether it
   was one), then a ``tool_use`` block per tool call. Arguments that are not a JSON object
@@ -78,7 +79,7 @@ def stop_reason(finish_reason: Any, tool_calls: bool) -> str:
     return _STOP_REASONS.get(finish_reason, "end_turn")
 
 
-def usage(chat_usage: Any) -> dict[str, int]:
+def usage(chat_usage: Any) -> dict[str, Any]:
     """Anthropic's usage for a Chat Completions usage object (zeros where it has none)."""
     got = chat_usage if isinstance(chat_usage, dict) else {}
     details = got.get("prompt_tokens_details")
@@ -86,12 +87,17 @@ def usage(chat_usage: Any) -> dict[str, int]:
     cached = _count(details.get("cached_tokens"))
     written = details.get("cache_write_tokens", details.get("cache_creation_tokens"))
     creation = _count(written)
-    return {
+    out: dict[str, Any] = {
         "input_tokens": max(0, _count(got.get("prompt_tokens")) - cached - creation),
         "output_tokens": _count(got.get("completion_tokens")),
         "cache_read_input_tokens": cached,
         "cache_creation_input_tokens": creation,
     }
+    hour = min(_count(details.get("cache_write_1h_tokens")), creation)
+    if hour:
+        split = {"ephemeral_5m_input_tokens": creation - hour, "ephemeral_1h_input_tokens": hour}
+        out["cache_creation"] = split
+    return out
 
 
 def _list(value: Any) -> list[Any]:

@@ -177,16 +177,22 @@ def usage(
     cached: int = 0,
     cache_creation: int = 0,
     reasoning: int | None = None,
+    cache_creation_1h: int = 0,
 ) -> dict[str, Any]:
     """A Chat Completions usage object. ``prompt`` counts every prompt token (a provider's
     uncached, cache-read and cache-written ones together); ``cached`` those read from the
     provider's prompt cache, ``cache_creation`` those written to it, as
     ``prompt_tokens_details.cache_write_tokens``, the name the OpenAI SDK's
-    ``PromptTokensDetails`` reads (named only when some were); ``reasoning`` the thinking
-    tokens when the provider counts them apart."""
+    ``PromptTokensDetails`` reads (named only when some were), and of them
+    ``cache_creation_1h`` those written for an hour, priced apart, as
+    ``cache_write_1h_tokens`` (named only when some were: Chat Completions has no name of
+    its own for them); ``reasoning`` the thinking tokens when the provider counts them
+    apart."""
     details: dict[str, Any] = {"cached_tokens": cached}
     if cache_creation:
         details["cache_write_tokens"] = cache_creation
+    if cache_creation_1h:
+        details["cache_write_1h_tokens"] = cache_creation_1h
     out: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,

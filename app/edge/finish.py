@@ -27,6 +27,7 @@ from app.core.config import Settings
 from app.edge.stream_facts import StreamFacts
 from app.observe import access_log, tracing
 from app.observe.metrics import Metrics
+from app.observe.metrics_prompt_cache import KINDS
 from app.observe.tracing import Span
 from app.request import events as streams
 from app.request import jsonedit
@@ -35,7 +36,7 @@ from app.request.events import StreamEnd
 from app.request.headers import STATUS_HEADER
 from app.request.routes import NAMED, TYPED
 from app.request.stages import RELAY, RELAY_MAX, UPSTREAM, RelayTimes, header
-from app.request.usage import answer_facts
+from app.request.usage import PromptParts, answer_facts
 from app.tenancy.prices import PriceTable, usd
 from llmgate_wire import sse
 
@@ -273,9 +274,18 @@ def _count(
             metrics.prompt_tokens.labels(route).inc(tokens_in)
         if _is_count(tokens_cached):
             metrics.prompt_cached_tokens.labels(route).inc(tokens_cached)
+        if trace.upstream is not None and facts.usage:
+            _count_prompt_cache(metrics, trace.upstream, facts.usage.prompt_parts())
     # Counted last: a scrape (from any worker) that sees the request counted sees every
     # other figure of it too.
     metrics.requests.labels(route, str(reply.status), outcome).inc()
+
+
+def _count_prompt_cache(metrics: Metrics, upstream: str, parts: PromptParts) -> None:
+    """What the upstream's prompt cache did with the call's prompt tokens, each once."""
+    for kind, count in zip(KINDS, (parts.read, parts.written, parts.uncached), strict=True):
+        if count:
+            metrics.prompt_cache_tokens.labels(upstream, kind).inc(count)
 
 
 def _line(
@@ -309,6 +319,7 @@ def _line(
         "service_tier": facts.service_tier,
         "attempts": trace.attempts,
         "upstream": trace.upstream,
+        "routing": None if trace.routing is None else trace.routing.fields(),
         "bytes_out": facts.sent,
         "client_closed": trace.client_closed,
         "stream_error": trace.stream_error,

@@ -48,7 +48,9 @@ _STATE_NAMES = {0: "closed", 1: "half_open", 2: "open"}
 
 
 def _upstreams(samples: Samples) -> dict[str, dict[str, Any]]:
-    """Each upstream's breaker state and attempts by result, by its configured name."""
+    """Each upstream's breaker state and attempts by result, by its configured name, and what
+    its prompt cache did with the prompt tokens it was sent (``prompt_cache``: read, write,
+    uncached, and the hit ratio, read over all three; only once it reported some)."""
     out: dict[str, dict[str, Any]] = {}
     for labels, value in samples.get("llmgate_upstream_state", []):
         name = labels.get("upstream", "")
@@ -56,6 +58,17 @@ def _upstreams(samples: Samples) -> dict[str, dict[str, Any]]:
     for labels, value in samples.get("llmgate_upstream_attempts_total", []):
         entry = out.setdefault(labels.get("upstream", ""), {"attempts": {}, "state": "closed"})
         entry["attempts"][labels.get("result", "")] = value
+    for labels, value in samples.get("llmgate_prompt_cache_tokens_total", []):
+        entry = out.setdefault(labels.get("upstream", ""), {"attempts": {}, "state": "closed"})
+        tokens = entry.setdefault("prompt_cache", {"read": 0.0, "write": 0.0, "uncached": 0.0})
+        kind = labels.get("kind", "")
+        if kind in tokens:
+            tokens[kind] += value
+    for entry in out.values():
+        tokens = entry.get("prompt_cache")
+        if tokens is not None:
+            seen = tokens["read"] + tokens["write"] + tokens["uncached"]
+            tokens["hit_ratio"] = tokens["read"] / seen if seen else None
     return out
 
 

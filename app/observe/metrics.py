@@ -25,8 +25,8 @@ from prometheus_client import (
 
 from app.core.admission import KINDS, Load
 from app.core.causes import ERROR_CAUSES
+from app.observe import metrics_prompt_cache, metrics_stages
 from app.observe.labels import CACHE_OUTCOMES
-from app.observe.metrics_stages import added_seconds
 from app.patches.prometheus_labels import remember_children
 from app.patches.prometheus_values import use_lean_values
 
@@ -123,6 +123,7 @@ class Metrics:
             ["route"],
             registry=reg,
         )
+        self.prompt_cache_tokens = metrics_prompt_cache.prompt_cache_tokens(reg)
         self.upstream_errors = Counter(
             "llmgate_upstream_errors_total",
             "Failed upstream calls and callers that left, by cause.",
@@ -334,7 +335,7 @@ class Metrics:
             buckets=CACHE_OP_BUCKETS,
             registry=reg,
         )
-        self.added = added_seconds(reg)  # the gateway's own time by stage (Server-Timing)
+        self.added = metrics_stages.added_seconds(reg)  # the gateway's own time by stage
         for cause in ERROR_CAUSES:
             self.upstream_errors.labels(cause)
         for outcome in CACHE_OUTCOMES:

@@ -21,6 +21,7 @@ from app.core.doors import OPENAI
 from app.core.errors import GatewayError
 from app.observe import tracing
 from app.observe.tracing import Span, Tracer, Value
+from app.request.affinity import Routing
 from app.request.routes import Route
 from app.request.stages import Stages, queued
 from app.request.usage import AnswerFacts, Usage
@@ -61,6 +62,7 @@ class Trace:
     joined: float | None = None
     attempts: int = 0
     upstream: str | None = None  # the configured name of the upstream that answered
+    routing: Routing | None = None  # how its upstreams were ordered: the first, and why
     client_closed: bool = False
     stream_error: str | None = None  # a 200 stream that ended in an error event: its type
     upstream_request_id: str | None = None
@@ -159,12 +161,22 @@ class Trace:
         if self.span is not None and leader is not None:
             tracing.follow(self.span, leader)
 
-    def answered(self, attempts: int, upstream: str, where: Mapping[str, Value]) -> None:
+    def answered(
+        self,
+        attempts: int,
+        upstream: str,
+        where: Mapping[str, Value],
+        routing: Routing | None = None,
+    ) -> None:
         """The answer's head is in: after ``attempts`` at the upstream named ``upstream``
-        (``where``: its attributes for the span, app/upstream/spans.py)."""
+        (``where``: its attributes for the span, app/upstream/spans.py), which ``routing``
+        ordered first or not (app/upstream/attempts.py; None: not known here)."""
         self.attempts, self.upstream = attempts, upstream or None
+        self.routing = routing
         if self.span is not None and where:
             self.span.set(dict(where))
+        if self.span is not None and routing is not None:
+            self.span.set({f"llmgate.routing.{k}": v for k, v in routing.fields().items() if v})
 
     def upstream_began(self, began: float, head_at: float, connect_s: float = 0.0) -> None:
         """The upstream's answer began at ``head_at`` (its head and first event; a whole

@@ -36,6 +36,8 @@ SHAPE_CHAT, SHAPE_COMPLETION, SHAPE_RESPONSE, SHAPE_MESSAGE, SHAPE_EMBEDDING = (
 )
 
 Fields = tuple[tuple[str, tuple[type, ...]], ...]
+# How a route's body holds its prompt (``Route.prompt``).
+CHAT_PROMPT, MESSAGES_PROMPT, RESPONSES_PROMPT = "chat", "messages", "responses"
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,6 +68,10 @@ class Route:
     end: StreamEnd | None = None  # how its stream says it is complete
     events: str = CHUNKS
     shape: str | None = None  # its whole answer's shape, for a stored entry's conversions
+    # Where its body holds the prompt a provider's prompt cache keeps (app/request/affinity.py):
+    # CHAT_PROMPT (messages, system ones among them), MESSAGES_PROMPT (system, messages) or
+    # RESPONSES_PROMPT (instructions, input); None: its calls have no prefix to keep warm.
+    prompt: str | None = None
     operation: str | None = None  # gen_ai.operation.name (traces)
     api_type: str | None = None  # openai.api.type (traces), where it tells two apart
 
@@ -91,6 +97,7 @@ CHAT = Route(
     resumable=True,
     end=DONE,
     shape=SHAPE_CHAT,
+    prompt=CHAT_PROMPT,
     operation="chat",
     api_type="chat_completions",
 )
@@ -133,6 +140,7 @@ RESPONSES = Route(
     end=TERMINAL,
     events=TYPED,
     shape=SHAPE_RESPONSE,
+    prompt=RESPONSES_PROMPT,
     operation="chat",
     api_type="responses",
 )
@@ -151,6 +159,7 @@ MESSAGES = Route(
     end=MESSAGE_STOP,
     events=NAMED,
     shape=SHAPE_MESSAGE,
+    prompt=MESSAGES_PROMPT,
     operation="chat",
 )
 COUNT_TOKENS = Route(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.request.affinity import Routing
+
 # Where an answer comes from (a flight's ``source``): its own upstream call, a stored entry,
 # or another process's call it waits for under the cache lease.
 UPSTREAM, CACHE, LEASE = "upstream", "cache", "lease"
@@ -24,6 +26,7 @@ class Head:
     # A whole body's usage is an estimate a translation wrote: the upstream reported none
     # (app/upstream/translation.py), so the call is billed its reservation.
     usage_estimated: bool = False
+    routing: Routing | None = None  # how its upstreams were ordered (app/upstream/attempts.py)
     # Seconds of the answering attempt spent opening its connection (0.0: one was reused).
     connect_s: float = 0.0
 

@@ -123,7 +123,7 @@ class Replies:
         (``head_at``: when it did, None when the answer came from elsewhere)."""
         if head is not None:
             where = self.whereabouts(head.upstream) if trace.span is not None else {}
-            trace.answered(head.attempts, head.upstream, where)
+            trace.answered(head.attempts, head.upstream, where, head.routing)
             if head.body is not None:
                 trace.answer_whole(head.usage_estimated)
             if head_at is not None:

@@ -9,6 +9,9 @@ log line, every gateway key a cost counter, and keys may have budgets in money
     [prices.models."gpt-4o-mini"]     # the model as callers name it; "*": any other model
     input = 0.15                      # USD per million prompt tokens
     cached_input = 0.075              # USD per million cached prompt tokens (default: input)
+    cache_write = 0.15                # USD per million prompt tokens written to the provider's
+                                      # cache (Anthropic's 5-minute writes; default: input)
+    cache_write_1h = 0.15             # its 1-hour writes (default: cache_write)
     output = 0.60                     # USD per million output tokens (reasoning included)
     max_output_tokens = 16384         # the model's ceiling, for budgets (app/request/bounds.py)
 
@@ -28,7 +31,7 @@ from app.request.usage import Usage
 
 PICO_PER_USD = 10**12
 _PER_TOKEN = 10**6  # picodollars per token in one USD per million tokens
-_FIELDS = {"input", "cached_input", "output", "max_output_tokens"}
+_FIELDS = {"input", "cached_input", "cache_write", "cache_write_1h", "output", "max_output_tokens"}
 
 
 @dataclass(frozen=True)
@@ -39,15 +42,31 @@ class Price:
     cached_input: int
     output: int
     max_output_tokens: int = 0  # 0: not given (LLMGATE_DEFAULT_MAX_OUTPUT_TOKENS applies)
+    # Prompt tokens written to the provider's prompt cache: Anthropic's 5-minute and 1-hour
+    # writes (1.25x and 2x its input price); -1: the input price (a provider that charges
+    # nothing apart for a write, as OpenAI and Gemini), and the 1-hour ones the 5-minute's.
+    cache_write: int = -1
+    cache_write_1h: int = -1
 
     def cost(self, usage: Usage) -> int:
-        """What ``usage`` (either API's, as the provider sent it) costs."""
-        prompt, output, cached = usage.billable()
-        return (prompt - cached) * self.input + cached * self.cached_input + output * self.output
+        """What ``usage`` (any API's, as the provider sent it) costs: each prompt token once,
+        at the price of what the provider's cache did with it (app/request/usage.py)."""
+        parts = usage.prompt_parts()
+        _, output, _ = usage.billable()
+        write = self.input if self.cache_write < 0 else self.cache_write
+        hour = write if self.cache_write_1h < 0 else self.cache_write_1h
+        return (
+            parts.uncached * self.input
+            + parts.read * self.cached_input
+            + (parts.written - parts.written_1h) * write
+            + parts.written_1h * hour
+            + output * self.output
+        )
 
     def bound(self, prompt_tokens: int, output_tokens: int) -> int:
-        """The most a call of these token bounds can cost (its prompt at the dearer rate)."""
-        return prompt_tokens * max(self.input, self.cached_input) + output_tokens * self.output
+        """The most a call of these token bounds can cost (its prompt at the dearest rate)."""
+        dearest = max(self.input, self.cached_input, self.cache_write, self.cache_write_1h)
+        return prompt_tokens * dearest + output_tokens * self.output
 
 
 @dataclass(frozen=True)
@@ -103,11 +122,16 @@ def _price(name: str, table: Any, fail: Callable[[str, str], Exception]) -> Pric
         raise fail(f"{where}.max_output_tokens", "must be a whole number >= 0")
     if cached is not None:
         rates["cached_input"] = _rate(cached, f"{where}.cached_input", fail)
+    for name in ("cache_write", "cache_write_1h"):
+        if name in table:
+            rates[name] = _rate(table[name], f"{where}.{name}", fail)
     return Price(
         input=rates["input"],
         cached_input=rates.get("cached_input", rates["input"]),
         output=rates["output"],
         max_output_tokens=ceiling,
+        cache_write=rates.get("cache_write", -1),
+        cache_write_1h=rates.get("cache_write_1h", -1),
     )
 
 

@@ -61,6 +61,10 @@ LIFE = checked(
         RELEASED: {},
     }
 )
+# The states in which it holds its upstream's attention: a request sent and not answered, or an
+# answer being read (a bounded load counts these: app/upstream/affinity.py). Once left, never
+# entered again: no move leads back.
+BUSY = frozenset({SENT, READING, READ, BROKEN})
 # What its breaker hears at a move (``JUDGE``: what the status says); the other moves tell
 # nothing.
 TELLS = {
@@ -136,3 +140,8 @@ class Attempt:
     @property
     def released(self) -> bool:
         return self.state == RELEASED
+
+    @property
+    def busy(self) -> bool:
+        """In flight at its upstream (``BUSY``): sent and not answered, or being read."""
+        return self.state in BUSY

@@ -33,8 +33,9 @@ from app.core.errors import (
 from app.dialects.chat import Untranslatable
 from app.observe import tracing
 from app.observe.tracing import Span
+from app.request.affinity import WEIGHTED, Routing
 from app.request.routes import CHAT, Route
-from app.upstream import catalog, pools, spans
+from app.upstream import affinity, catalog, pools, spans
 from app.upstream.attempt import Attempt
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.ledger import Ledger, status_error
@@ -83,13 +84,30 @@ class Attempts:
             )
 
     def plan(self, req: UpstreamRequest) -> list[UpstreamSpec]:
+        """The upstreams to try for ``req``, in order (``route``)."""
+        return self.route(req)[0]
+
+    def route(self, req: UpstreamRequest) -> tuple[list[UpstreamSpec], Routing | None]:
         """The upstreams to try for ``req``, in order, by breaker state now (an open breaker
-        whose cooldown ended shows as half-open)."""
+        whose cooldown ended shows as half-open): in its affinity key's order within a
+        bounded load (app/upstream/affinity.py) when routing is affine and the call has a
+        key, else at random by weight; and how the first was chosen (None: no upstream)."""
         allowed = self.ledger.outliers.refresh()
         specs = [spec for spec in self.specs if spec.speaks(req.route, req.path)]
         if req.upstreams is not None and "*" not in req.upstreams:
             specs = [spec for spec in specs if spec.name in req.upstreams]
-        return catalog.candidates(specs, req.model, allowed=allowed, rand=self._rand)
+        key = req.affinity if self.settings.routing == "affine" else None
+        if key is None:
+            order = catalog.candidates(specs, req.model, allowed=allowed, rand=self._rand)
+            reason = WEIGHTED
+        else:
+            epsilon, load = self.settings.routing_epsilon, self.ledger.in_flight
+            order, reason = affinity.ordered(
+                specs, req.model, key.key, allowed=allowed, load=load, epsilon=epsilon
+            )
+        if not order:
+            return order, None
+        return order, Routing(order[0].name, reason, None if key is None else key.source)
 
     def policy(self, req: UpstreamRequest | None = None) -> RetryPolicy:
         """LLMGATE_RETRIES and the backoff settings; for a caller that is itself retrying

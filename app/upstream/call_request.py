@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.request import schema
+from app.request.affinity import affinity_of
 from app.request.call import Call
 from app.request.headers import upstream_request_headers, without_credentials
 from app.tenancy.keyring import GatewayKey
@@ -23,7 +24,8 @@ def request_for(
 ) -> UpstreamRequest:
     """What ``call`` sends upstream: ``forward`` (its body as it goes on), the caller's
     headers that may go on, the upstreams ``key`` (its gateway key, None when keys are off)
-    may use. ``body``: the validated body (None for a forwarded route), for the model."""
+    may use. ``body``: the validated body (None for a forwarded route), for the model and
+    the conversation's affinity key (app/request/affinity.py)."""
     headers = upstream_request_headers(call.headers, stream=stream)
     return UpstreamRequest(
         method=call.method,
@@ -38,4 +40,5 @@ def request_for(
         upstreams=None if key is None else key.upstreams,
         route=call.route,
         span=call.trace.span,
+        affinity=affinity_of(call.route, body, call.headers),
     )

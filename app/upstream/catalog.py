@@ -7,14 +7,21 @@ exactly as before the file existed. A wrong file is refused with the line and th
 
 Which one answers: the upstreams that serve the request's model (``models``, ``*`` for any,
 ``aliases`` renaming a model for one upstream, e.g. an Azure deployment), those whose breaker
-lets calls through first, best (lowest) ``priority`` first, and by ``weight`` at random
-within a priority. When every candidate's breaker is open they are all tried anyway (as
-Envoy's panic threshold does): refusing every call would turn a flapping upstream into a
-certain outage.
+lets calls through first, best (lowest) ``priority`` first, and by ``weight`` within a
+priority: for a call with an affinity key, the key's own order among them
+(app/upstream/affinity.py: rendezvous hashing over the weights, by ``cache_group``, and a
+bounded load), else at random (``candidates``). When every candidate's breaker is open they
+are all tried anyway (as Envoy's panic threshold does): refusing every call would turn a
+flapping upstream into a certain outage.
+
+A ``cache_group`` names the upstreams that share one provider prompt cache (the same
+account); without one, an upstream's group is its base URL and key.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -73,7 +80,13 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "hedge_after": (int, float, str),
     "hedge_min_ms": (int, float),
     "hedge_max_ms": (int, float),
+    "prompt_cache": str,
+    "cache_group": str,
 }
+# ``prompt_cache``: "auto" places cache breakpoints for an Anthropic upstream and sets
+# ``prompt_cache_key`` for an OpenAI one (app/upstream/prompt_cache.py); "off" sends the
+# caller's request as it is.
+PROMPT_CACHE = ("off", "auto")
 
 
 class ConfigError(ValueError):
@@ -107,6 +120,18 @@ class UpstreamSpec:
     # The output bound sent to an Anthropic upstream for a call that names none: its API
     # requires one, and a model's own ceiling is not known here.
     max_tokens: int = 4096
+    prompt_cache: str = "off"  # PROMPT_CACHE
+    cache_group: str = ""  # "": its base URL and key (``group``)
+
+    @functools.cached_property
+    def group(self) -> str:
+        """The provider prompt cache it shares with others: its ``cache_group``, else its base
+        URL and a digest of its key (two keys of one account are one group only when the
+        file says so)."""
+        if self.cache_group:
+            return "group:" + self.cache_group
+        digest = hashlib.sha256(self.key.encode()).hexdigest()[:16] if self.key else ""
+        return f"url:{self.base_url} {digest}"
 
     def speaks(self, route: Route, path: str = "") -> bool:
         """Whether this upstream can answer a call of ``route`` at ``path`` (below /v1):
@@ -214,6 +239,10 @@ def _spec(
         raise fail("models", 'must be a non-empty list of model names (or ["*"])')
     hedge = _hedge(table, fail)
     pairs = _string_pairs(table, fail)
+    if table.get("prompt_cache", "off") not in PROMPT_CACHE:
+        raise fail("prompt_cache", f"must be off or auto, got {table['prompt_cache']!r}")
+    if "cache_group" in table and not NAME.match(table["cache_group"]):
+        raise fail("cache_group", "must be 1-63 of a-z 0-9 _ . -")
     return UpstreamSpec(
         name=name,
         base_url=base_url,
@@ -229,6 +258,8 @@ def _spec(
         hedge=hedge,
         kind=kind,
         max_tokens=table.get("max_tokens", 4096),
+        prompt_cache=table.get("prompt_cache", "off"),
+        cache_group=table.get("cache_group", ""),
     )
 
 

@@ -32,6 +32,7 @@ from app.core.config import Settings
 from app.core.errors import GatewayError, UpstreamProtocolError
 from app.observe.metrics import Metrics
 from app.observe.unobserved import UNOBSERVED
+from app.request.affinity import Routing
 from app.request.routes import CHAT, Route
 from app.upstream import catalog, race
 from app.upstream.attempts import Attempts
@@ -142,6 +143,7 @@ class Exchange:
         self._reading = reading
         self._start: Start | None = None
         self.started_at: float | None = None  # the answer's start: its first event, or whole
+        self.routing: Routing | None = None  # how its upstreams were ordered, once planned
 
     @contextlib.contextmanager
     def run(self, *, began: float, request_id: str = "") -> Iterator[Exchange]:
@@ -236,7 +238,7 @@ class Exchange:
         """The answer to relay: the plain call's, or the winner of a hedged one."""
         up, deadline = self._upstream, self._deadline
         attempts = up.attempts
-        plan = attempts.plan(req)
+        plan, self.routing = attempts.route(req)
         delay = up._hedge_delay(plan[0]) if req.stream and plan else None
         if delay is None:
             return self._begin(attempts.open(req, deadline, plan=plan))

@@ -14,7 +14,9 @@ span ended: however an exchange ends, it ends through here, and a second ``close
 nothing.
 
 The same ledger counts what the attempt loop does (retries, failovers, a spent retry budget)
-and turns each breaker's change of state into ``llmgate_upstream_state``.
+and turns each breaker's change of state into ``llmgate_upstream_state``, and keeps the calls
+in flight at each upstream in this worker (``in_flight``: an attempt from its start until it
+leaves attempt.py's ``BUSY`` states), which a bounded load reads (app/upstream/affinity.py).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Ledger:
         names = list(names)
         self.metrics = metrics
         self.transport = transport
+        self.in_flight: dict[str, int] = dict.fromkeys(names, 0)
         self.outliers = Outliers(names, policy, clock, on_state=self._state_changed)
         for name in names:
             metrics.upstream_state.labels(name).set(0)
@@ -55,19 +58,20 @@ class Ledger:
     # -- an attempt's life -------------------------------------------------------------------
     def start(self, name: str) -> Attempt:
         """An attempt at ``name`` goes out (its breaker knows whether it is the probe)."""
+        self.in_flight[name] = self.in_flight.get(name, 0) + 1
         return Attempt(name, self.outliers.start(name))
 
     def failed(self, attempt: Attempt) -> None:
         """No answer: it could not connect, timed out or was reset before its headers."""
-        self._tell(attempt, attempt.fail())
+        self._tell(attempt, attempt.fail)
 
     def cancelled(self, attempt: Attempt) -> None:
         """No answer and no verdict: killed, or refused before anything was sent."""
-        self._tell(attempt, attempt.cancel())
+        self._tell(attempt, attempt.cancel)
 
     def at_headers(self, attempt: Attempt, status: int) -> None:
         """Its answer's headers are in: any status but a 2xx is judged now."""
-        self._tell(attempt, attempt.answered(status))
+        self._tell(attempt, lambda: attempt.answered(status))
 
     def answered(
         self, raw: Raw, attempts: int, attempt: Attempt, span: Span | None
@@ -81,7 +85,7 @@ class Ledger:
         """What the upstream sent after its headers cannot be relayed (a malformed stream,
         one cut short, a failed read): a 2xx's attempt failed, and its span says with what."""
         attempt = resp.attempt
-        self._tell(attempt, attempt.broke(tracing.error_type(error)))
+        self._tell(attempt, lambda: attempt.broke(tracing.error_type(error)))
 
     def close(self, resp: UpstreamResponse) -> None:
         """Done with the answer, however it went: a connection not read to its end is
@@ -94,13 +98,18 @@ class Ledger:
         attempt = resp.attempt
         if attempt.released:
             return
-        self._tell(attempt, attempt.release())
+        self._tell(attempt, attempt.release)
         self.transport.count_in_use(-1)
         if resp.span is not None:
             resp.span.end(error=attempt.failure or status_error(resp.status))
 
-    def _tell(self, attempt: Attempt, result: str | None) -> None:
-        """The one result of ``attempt`` (None: nothing to tell at this move)."""
+    def _tell(self, attempt: Attempt, move: Callable[[], str | None]) -> None:
+        """Make ``move`` of ``attempt`` and tell its one result, if this move has one; an
+        attempt that leaves the states in flight is counted out of its upstream's calls."""
+        busy = attempt.busy
+        result = move()
+        if busy and not attempt.busy:
+            self.in_flight[attempt.upstream] -= 1
         if result is None:
             return
         self.outliers.record(attempt.upstream, result, probe=attempt.probe)

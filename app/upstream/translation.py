@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import urllib3
 
@@ -28,8 +28,10 @@ from app.core.errors import UpstreamReset
 from app.dialects import anthropic, anthropic_door, gemini
 from app.dialects.chat import dumps
 from app.patches import chunked_reads
+from app.request.affinity import Affinity
 from app.request.headers import AUTH_HEADERS, with_upstream_key
 from app.request.routes import Route
+from app.upstream import prompt_cache
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.pools import READ_SIZE, Raw
 from llmgate_wire import sse
@@ -79,9 +81,17 @@ class Translation:
     door: str  # the caller's: "openai" (chat) or "anthropic" (messages)
 
     # -- the request ------------------------------------------------------------------------
-    def request(self, spec: UpstreamSpec, body: bytes, headers: Mapping[str, str]) -> Outgoing:
+    def request(
+        self,
+        spec: UpstreamSpec,
+        body: bytes,
+        headers: Mapping[str, str],
+        affinity: Affinity | None = None,
+    ) -> Outgoing:
         """The caller's body and headers as ``spec`` wants them (its model name, its key's
-        header spelling); Untranslatable (400) for a request its dialect cannot carry."""
+        header spelling, its ``prompt_cache`` switch: app/upstream/prompt_cache.py, with the
+        conversation's ``affinity``); Untranslatable (400) for a request its dialect cannot
+        carry."""
         doc = json.loads(body)
         model = spec.model_for(doc.get("model") or "")
         doc["model"] = model
@@ -90,11 +100,13 @@ class Translation:
         options = chat.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         out = _respelt(headers, spec.auth)
+        sent: Mapping[str, Any]
         if self.kind == "openai":
-            path, query, sent = "/chat/completions", "", chat
+            path, query, sent = "/chat/completions", "", prompt_cache.keyed(spec, chat, affinity)
         elif self.kind == "anthropic":
             path, query = "/messages", ""
             sent = anthropic.request_body(chat, default_max_tokens=spec.max_tokens)
+            sent = prompt_cache.marked(spec, sent)
             out.setdefault("anthropic-version", ANTHROPIC_VERSION)
         else:
             path, query = gemini.target(model, stream)

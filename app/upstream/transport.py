@@ -52,9 +52,10 @@ from app.observe.tracing import Span
 from app.observe.unobserved import UNOBSERVED
 from app.patches import chunked_reads
 from app.request import jsonedit
+from app.request.affinity import Affinity
 from app.request.headers import with_upstream_key
 from app.request.routes import PASSTHROUGH, Route
-from app.upstream import pools
+from app.upstream import pools, prompt_cache
 from app.upstream.attempt import Attempt
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.retry import Deadline
@@ -77,6 +78,9 @@ class UpstreamRequest:
     # Tracing on: the caller's request span, each attempt's child of it; an attempt is sent
     # with its own span in place (its traceparent goes upstream). None: tracing is off.
     span: Span | None = None
+    # The conversation it belongs to (app/request/affinity.py): which upstream's prompt cache
+    # holds its prefix; None: a call with no prompt to keep warm.
+    affinity: Affinity | None = None
 
 
 @dataclass
@@ -323,7 +327,7 @@ def _prepare(spec: UpstreamSpec, req: UpstreamRequest) -> tuple[str, dict[str, s
     body = req.body
     if req.model and model != req.model and body:
         body = _renamed(body, model)
-    return url, headers, body
+    return url, headers, prompt_cache.edited(spec, req.route, req.affinity, body)
 
 
 def _translated(
@@ -333,7 +337,7 @@ def _translated(
     and what was sent, for the answer's translation."""
     if req.body is None:
         raise BadRequest("A translated call needs a JSON body.", code="invalid_body")
-    sent = translation.request(spec, req.body, req.headers)
+    sent = translation.request(spec, req.body, req.headers, req.affinity)
     model = quote(sent.model, safe="")
     base = spec.base_url.replace("{model}", model)
     query = "&".join(filter(None, [sent.query, urlencode(spec.query)]))

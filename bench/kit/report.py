@@ -49,7 +49,8 @@ from typing import Any
 # stream, cache hits; capacity: open streams through `make run`'s shape; http2: HTTP/2 at
 # nginx; seed: the seed table over TLS and a WAN round trip; trace_latency: the tail of a
 # call with traces on, the collector working, silent or absent; translation: CPU per call and
-# per event of calls translated to another dialect (issue 23); public: the public
+# per event of calls translated to another dialect (issue 23); prompt_cache: an agent loop over
+# three upstreams routed at random, cache-affine and to one only (issue 43); public: the public
 # cross-gateway method (issue 45): added p99 at 1 caller, sustained req/s at a 20 ms mock,
 # stall-free streams, translated req/s.
 MODULES = {
@@ -61,6 +62,7 @@ MODULES = {
     "seed": "bench.client.seed",
     "trace_latency": "bench.tracing.trace_latency",
     "translation": "bench.cpu.translation",
+    "prompt_cache": "bench.load.prompt_cache",
     "public": "bench.load.public",
 }
 

@@ -267,10 +267,13 @@
       ["Heartbeats", integer(s.heartbeats)],
       ["Connections opened", integer(s.pool && s.pool.opened)],
     ];
-    // One row per upstream: its circuit breaker state and attempts by result.
+    // One row per upstream: its circuit breaker state, attempts by result, and the share of
+    // the prompt tokens it was sent that its prompt cache served (docs/providers.md).
     for (const [name, up] of Object.entries(s.upstreams || {}).sort()) {
       const at = up.attempts || {};
-      rows.push([`Upstream ${name}`, `${up.state} · ok ${integer(at.ok)} · 429 ${integer(at.rate_limited)} · failed ${integer(at.failed)} · cancelled ${integer(at.cancelled)}`]);
+      const pc = up.prompt_cache;
+      const hits = pc && pc.hit_ratio !== null ? ` · prompt cache ${(100 * pc.hit_ratio).toFixed(0)} % read` : "";
+      rows.push([`Upstream ${name}`, `${up.state} · ok ${integer(at.ok)} · 429 ${integer(at.rate_limited)} · failed ${integer(at.failed)} · cancelled ${integer(at.cancelled)}${hits}`]);
     }
     const dl = document.getElementById("totals");
     dl.replaceChildren();

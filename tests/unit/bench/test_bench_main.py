@@ -24,6 +24,7 @@ def test_each_part_of_the_report_is_a_module_with_run() -> None:
         "seed",
         "trace_latency",
         "translation",
+        "prompt_cache",
         "public",
     ]
     for name, path in report.MODULES.items():
