@@ -172,6 +172,7 @@ class Gateway:
             max_body=self.settings.max_body_bytes,
             max_event_bytes=self.settings.max_event_bytes,
             route=call.route,
+            hooks=call.trace,
         )
         cached = None
         if reading is not None and self.answers is not None:

@@ -43,6 +43,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "mutation.md"
 SNAPSHOT = Path("mutants") / "sources.json"  # under the root: the sources at the run's start
+# Beside it when the run started on an earlier run's results (mutants/ kept): mutmut then
+# runs again only the mutants of the functions whose source changed, keeping the others'.
+KEPT = Path("mutants") / "kept-results"
+FRESH_RUN = "`make mutate` (a fresh `mutmut run` of every mutant)"
+KEPT_RUN = (
+    "`mutmut run` over an earlier full run's results (mutmut ran again every mutant of a "
+    "function whose source changed since, and kept the others')"
+)
 KILLED = {1, 3, 24, -24, 152, 255, 36}  # mutmut: killed, pytest internal error, timeouts
 SURVIVED = {0}
 BEGIN = "<!-- mutation-score:begin (scripts/mutation_score.py --write-doc) -->"
@@ -196,16 +204,19 @@ def report(result: Tally) -> list[str]:
     return lines
 
 
-def doc_block(result: Tally, day: datetime.date, sources: dict[str, str]) -> list[str]:
-    """The markdown between the markers: when and with what, the table, then the modules'
-    hashes (``sources``) when the run left nothing to do."""
+def doc_block(
+    result: Tally, day: datetime.date, sources: dict[str, str], fresh: bool = True
+) -> list[str]:
+    """The markdown between the markers: when and with what (``fresh``: every mutant run, or
+    only those of changed functions over an earlier run's results), the table, then the
+    modules' hashes (``sources``) when the run left nothing to do."""
     try:
         mutmut = importlib.metadata.version("mutmut")
     except importlib.metadata.PackageNotFoundError:
         mutmut = "(version unknown)"
     lines = [
         BEGIN,
-        f"Run of {day.isoformat()}: `make mutate` (a fresh `mutmut run` of every mutant),",
+        f"Run of {day.isoformat()}: {FRESH_RUN if fresh else KEPT_RUN},",
         f"mutmut {mutmut}, Python {platform.python_version()}; table written by "
         "`scripts/mutation_score.py --write-doc`.",
         "",
@@ -240,8 +251,12 @@ def snapshot(root: Path) -> None:
     """The modules' hashes at the start of a run, for --write-doc to record (and to check
     that none changed while the run went on)."""
     path = root / SNAPSHOT
+    kept = any((root / "mutants").rglob("*.meta"))  # results of an earlier run are there
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(source_hashes(root, mutated_modules(root)), indent=1), "utf-8")
+    (root / KEPT).unlink(missing_ok=True)
+    if kept:
+        (root / KEPT).write_text("mutmut keeps the unchanged functions' results\n", "utf-8")
 
 
 def _refusal(root: Path, results: dict[str, dict[str, int | None]], result: Tally) -> str | None:
@@ -294,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         sources = source_hashes(ROOT, mutated_modules(ROOT))
         try:
-            new_text = with_block(doc_text, doc_block(result, datetime.date.today(), sources))
+            fresh = not (ROOT / KEPT).exists()
+            block = doc_block(result, datetime.date.today(), sources, fresh)
+            new_text = with_block(doc_text, block)
         except ValueError as exc:
             print(f"\n{exc}", file=sys.stderr)
             return 1

@@ -31,6 +31,7 @@ FAULTS = ERROR_FAULTS | {
     "gzip",
     "close-delimited",
     "error-after",  # an API error part-way through a stream (a 500 for a non-stream call)
+    "end-after",  # a stream's body ends cleanly after reset_after tokens, without its end
 }
 
 

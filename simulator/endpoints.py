@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import chat_scripts, scripts, text
+from . import chat_scripts, continuing, scripts, text
 from . import responses as r
 from . import responses_api as api
 from .anthropic import MessageFramer
@@ -149,6 +149,9 @@ def chat(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) ->
     if behaviour.script is not None:
         return _chat_script(body, script_of(behaviour), new_id, now)
     c = _completion(body, behaviour, prompt, length, "chatcmpl-", new_id, now)
+    partial = continuing.partial_turn(body, messages)
+    if partial is not None:
+        c = continuing.continued(c, messages, partial, natural=length[1] == "stop")
     whole = r.chat_completion(c)
     if behaviour.usage == "none":
         del whole["usage"]

@@ -127,6 +127,8 @@ def _content(
     event), or None when a reset fault ended the connection."""
     n = len(framer.pieces)
     reset_slot = min(b.reset_after, n) if fault == "reset" else -1
+    # "end-after": the body ends cleanly at reset_after, without the dialect's end events.
+    end_slot = min(b.reset_after, n) if fault == "end-after" else -1
     stall_slot = min(b.stall_after, n) if fault == "stall-after" else -1
     error_slot = min(b.error_after, n) if fault == "error-after" else -1
     gap = b.token_gap
@@ -142,6 +144,8 @@ def _content(
         if slot == reset_slot:
             peer.reset()
             return None
+        if slot == end_slot:
+            return []
         if slot == error_slot:
             return framer.failure(slot)
         if slot == stall_slot:

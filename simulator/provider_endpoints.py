@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import anthropic, gemini, scripts, text
+from . import anthropic, continuing, gemini, scripts, text
 from .behaviour import Behaviour
 from .endpoints import (
     DEFAULT_TOKENS,
@@ -80,12 +80,34 @@ def messages(body: dict[str, Any], behaviour: Behaviour, new_id: NewId) -> Reply
     prompt = _messages_prompt(body)
     cap = _cap(body.get("max_tokens"), "max_tokens", required=True)
     script = _answer(behaviour, prompt, cap)
+    partial = continuing.prefill(body["messages"])
+    if partial is not None and behaviour.script is None:
+        script = _prefilled(body, behaviour, partial, script, cap)
     id, model = new_id("msg_"), model_of(body)
     if flag(body, "stream"):
         return Reply(_tokens(script), {}, anthropic.MessageFramer(script, id, model))
     if script.finish == scripts.ERROR:
         raise overloaded()
     return Reply(_tokens(script), anthropic.message(script, id, model))
+
+
+def _prefilled(
+    body: dict[str, Any],
+    behaviour: Behaviour,
+    partial: str,
+    script: scripts.Script,
+    cap: int | None,
+) -> scripts.Script:
+    """The answer that continues a prefill (simulator/continuing.py): the rest of the answer to
+    the prompt without it, to its natural length, or as many more words as the cap allows. Its
+    prompt tokens count the prefill, as the provider bills it."""
+    before = text.messages_prompt(body.get("system"), body["messages"][:-1])
+    wanted = min(DEFAULT_TOKENS if behaviour.tokens is None else behaviour.tokens, MAX_TOKENS)
+    words, finish = continuing.rest_of(before, partial, wanted, natural=True), scripts.STOP
+    if cap is not None and cap < len(words):
+        words, finish = words[:cap], scripts.LENGTH
+    prompt = script.usage.input + script.usage.cache_read
+    return scripts.generated(tuple(words), finish, prompt, behaviour.cached_tokens or 0)
 
 
 def count_tokens(body: dict[str, Any]) -> dict[str, Any]:

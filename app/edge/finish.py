@@ -323,6 +323,7 @@ def _line(
         "bytes_out": facts.sent,
         "client_closed": trace.client_closed,
         "stream_error": trace.stream_error,
+        "continuations": trace.continuations or None,
         "key": trace.key,
     }
 

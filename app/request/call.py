@@ -44,6 +44,11 @@ class Settlement(Protocol):
 
     def settle(self, usage: Usage | None, billed: bool, served: bool) -> None: ...
 
+    def reserve_again(self) -> bool:
+        """One more upstream call's reservation (a stream continued on another upstream):
+        False when the key's budgets have no room for it."""
+        ...
+
 
 @dataclass
 class Trace:
@@ -84,6 +89,9 @@ class Trace:
     usage_estimated: bool = False
     # The request's span when tracing is on (app/observe/tracing.py), ended by app/edge/finish.py.
     span: Span | None = None
+    # A stream that broke after it started: what came of each try to continue it on another
+    # upstream call (app/upstream/continuation.py), for the log line.
+    continuations: list[dict[str, Value]] = field(default_factory=list)
 
     # -- facts, as the stages learn them -----------------------------------------------
     def arrived(
@@ -215,6 +223,24 @@ class Trace:
         """The answer is the gateway's own error: nothing of the upstream reached the caller,
         so the call is given back to its key's limits whole."""
         self.own_error = True
+
+    def reserve_again(self) -> bool:
+        """The key reserves for one more upstream call before a continuation is sent
+        (nothing without keys); False: its budgets have no room."""
+        return self.grant is None or self.grant.reserve_again()
+
+    def continued(self, fact: Mapping[str, Value | None]) -> None:
+        """A stream broke and a continuation was tried (or not, and why): ``fact`` names the
+        upstream that broke, the cut, the splice point (events and characters the caller
+        had), the outcome, the upstream that took over."""
+        kept = {name: value for name, value in fact.items() if value is not None}
+        self.continuations.append(kept)
+        if self.span is not None:
+            self.span.event(
+                "continuation",
+                {f"llmgate.continuation.{name}": value for name, value in kept.items()},
+                at=time.monotonic(),
+            )
 
     def settle(self, usage: Usage | None, billed: bool) -> None:
         """The end of the call settles the key's grant, once (nothing without keys)."""

@@ -65,6 +65,10 @@ class Route:
     deterministic: bool = False  # the same body, the same answer, whatever its temperature
     stateful: bool = False  # an answer may rest on state kept at the provider
     resumable: bool = False  # its stream can be made resumable (docs/streams.md)
+    # A stream cut after it started may be continued on another upstream (docs/streams.md):
+    # its answer is one message whose text the gateway can hand back as a partial turn (the
+    # chat door's only, yet: app/upstream/transcript.py reads its chunks).
+    continues: bool = False
     end: StreamEnd | None = None  # how its stream says it is complete
     events: str = CHUNKS
     shape: str | None = None  # its whole answer's shape, for a stored entry's conversions
@@ -95,6 +99,7 @@ CHAT = Route(
     injects_usage=True,
     cacheable=True,
     resumable=True,
+    continues=True,
     end=DONE,
     shape=SHAPE_CHAT,
     prompt=CHAT_PROMPT,

@@ -328,6 +328,9 @@ class SettledAtTheEnd:
     def headers(self) -> list[tuple[str, str]]:
         return self.inner.headers
 
+    def reserve_again(self) -> bool:
+        return self.inner.reserve_again()
+
     def settle(self, usage: Usage | None, billed: bool, served: bool) -> None:
         if usage is not None or not billed:
             self.inner.settle(usage, billed, served)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Generator, Iterator
 from app.request.routes import PASSTHROUGH, Route
 from app.streams.answer import Finished, Head
 from app.streams.flight import Flight
+from app.upstream.continuation import Hooks
 from app.upstream.exchange import Exchange, ReadRules, Upstream, UpstreamRequest
 from app.upstream.reading import Patience
 from app.upstream.retry import Deadline
@@ -47,8 +48,10 @@ class UpstreamCall:
         max_body: int,
         max_event_bytes: int | None = None,
         route: Route = PASSTHROUGH,
+        hooks: Hooks | None = None,
     ) -> None:
         self._upstream = upstream
+        self._hooks = hooks  # its call's, should its stream be continued (the Trace)
         self._build: Callable[[], UpstreamRequest] | None = request
         self._deadline = deadline
         self._reading = ReadRules(max_body, max_event_bytes, route)
@@ -63,7 +66,9 @@ class UpstreamCall:
         to send a heartbeat); the exchange closes before the last part (a whole answer's
         head, a stream's end), so whoever takes it need not resume this again."""
         if self._build is not None:
-            self._exchange = self._upstream.exchange(self._build(), self._deadline, self._reading)
+            self._exchange = self._upstream.exchange(
+                self._build(), self._deadline, self._reading, self._hooks
+            )
             # What the builder holds (the caller's prompt) goes with the request, which the
             # exchange lets go of once the answer started: not kept for a long stream.
             self._build = None

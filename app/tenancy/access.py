@@ -48,6 +48,7 @@ class Grant:
     request_window: Window | None = None
     stream_window: Window | None = None
     settled: bool = False
+    calls: int = 1  # upstream calls reserved for: more when a stream is continued
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,10 @@ class Access:
         self._on_counter_error = on_counter_error
         self._clock = clock
         self._warned = float("-inf")
+
+    def now(self) -> float:
+        """The gate's clock (Unix seconds): what its windows are counted by."""
+        return self._clock()
 
     def authenticate(self, headers: list[tuple[str, str]]) -> GatewayKey:
         """The caller's key, or InvalidApiKey (401). First, before the body is even read."""

@@ -17,6 +17,7 @@ from app.request.metering import with_output_cap, with_usage_requested
 from app.request.routes import Route
 from app.request.usage import Usage
 from app.tenancy.access import Access, Grant
+from app.tenancy.reserve_again import reserve_again
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class KeySettlement:
 
     def settle(self, usage: Usage | None, billed: bool, served: bool) -> None:
         self.access.settle(self.grant, usage, billed, served=served)
+
+    def reserve_again(self) -> bool:
+        return reserve_again(self.access, self.grant)
 
 
 def granted_body(

@@ -186,18 +186,25 @@ class Attempts:
             if not ticket.retry():
                 self.ledger.budget_exhausted()
                 return None
-            span = _attempt_span(req, spec, 1, hedge=True)
-            raw: Raw | None = None
-            error: GatewayError | None = None
-            try:
-                raw, attempt = self._attempt_counted(spec, _under(req, span), deadline)
-            except GatewayError as exc:
-                error = exc
-                raise
-            finally:
-                if span is not None:
-                    _attempt_answered(span, raw, error)
-            return self.ledger.answered(raw, 1, attempt, span)
+            return self.once(req, deadline, spec, hedge=True)
+
+    def once(
+        self, req: UpstreamRequest, deadline: Deadline, spec: UpstreamSpec, *, hedge: bool = False
+    ) -> UpstreamResponse:
+        """One attempt at ``spec``, never retried, its room in the retry budget taken by the
+        caller (a hedge's backup, a continuation: app/upstream/continuation.py)."""
+        span = _attempt_span(req, spec, 1, hedge=hedge)
+        raw: Raw | None = None
+        error: GatewayError | None = None
+        try:
+            raw, attempt = self._attempt_counted(spec, _under(req, span), deadline)
+        except GatewayError as exc:
+            error = exc
+            raise
+        finally:
+            if span is not None:
+                _attempt_answered(span, raw, error)
+        return self.ledger.answered(raw, 1, attempt, span)
 
     def _next_step(
         self,

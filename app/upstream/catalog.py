@@ -31,6 +31,8 @@ from urllib.parse import urlsplit
 
 from app.core.doors import ANTHROPIC
 from app.core.tables import NAME, check_types
+from app.dialects.continuation import MODES as CONTINUATION_MODES
+from app.dialects.continuation import OFF
 from app.request.routes import Route
 from app.tenancy import prices
 from app.upstream.hedge import HedgePolicy
@@ -80,6 +82,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "hedge_after": (int, float, str),
     "hedge_min_ms": (int, float),
     "hedge_max_ms": (int, float),
+    "continuation": str,
     "prompt_cache": str,
     "cache_group": str,
 }
@@ -120,6 +123,9 @@ class UpstreamSpec:
     # The output bound sent to an Anthropic upstream for a call that names none: its API
     # requires one, and a model's own ceiling is not known here.
     max_tokens: int = 4096
+    # How it continues a stream cut after it started (app/dialects/continuation.py; off:
+    # never, the default; docs/streams.md).
+    continuation: str = OFF
     prompt_cache: str = "off"  # PROMPT_CACHE
     cache_group: str = ""  # "": its base URL and key (``group``)
 
@@ -142,6 +148,11 @@ class UpstreamSpec:
         if model is None or "*" in self.models:
             return True
         return model in self.models or any(model == alias for alias, _ in self.aliases)
+
+    def continues(self, model: str | None) -> bool:
+        """Whether this upstream may continue an answer of ``model``: it has a way to, and it
+        serves that model (another model never continues an answer)."""
+        return self.continuation != OFF and self.serves(model)
 
     def model_for(self, model: str) -> str:
         """The model's name at this upstream (an alias, or the name as asked)."""
@@ -239,6 +250,10 @@ def _spec(
         raise fail("models", 'must be a non-empty list of model names (or ["*"])')
     hedge = _hedge(table, fail)
     pairs = _string_pairs(table, fail)
+    mode = table.get("continuation", OFF)
+    if mode not in CONTINUATION_MODES[kind]:
+        modes = ", ".join(CONTINUATION_MODES[kind])
+        raise fail("continuation", f"of a {kind} upstream must be one of {modes}, got {mode!r}")
     if table.get("prompt_cache", "off") not in PROMPT_CACHE:
         raise fail("prompt_cache", f"must be off or auto, got {table['prompt_cache']!r}")
     if "cache_group" in table and not NAME.match(table["cache_group"]):
@@ -258,6 +273,7 @@ def _spec(
         hedge=hedge,
         kind=kind,
         max_tokens=table.get("max_tokens", 4096),
+        continuation=mode,
         prompt_cache=table.get("prompt_cache", "off"),
         cache_group=table.get("cache_group", ""),
     )

@@ -30,6 +30,7 @@ import gevent
 from app.core.causes import error_cause, status_cause
 from app.core.config import Settings
 from app.core.errors import GatewayError, UpstreamProtocolError
+from app.dialects.continuation import OFF
 from app.observe.metrics import Metrics
 from app.observe.unobserved import UNOBSERVED
 from app.request.affinity import Routing
@@ -38,6 +39,7 @@ from app.upstream import catalog, race
 from app.upstream.attempts import Attempts
 from app.upstream.breaker import BreakerPolicy
 from app.upstream.catalog import UpstreamSpec
+from app.upstream.continuation import Continuation, Hooks, may_continue
 from app.upstream.hedge import TtftWindow
 from app.upstream.ledger import Ledger
 from app.upstream.reading import Patience, Reader, ReadRules, Start
@@ -86,11 +88,20 @@ class Upstream:
         )
         self.reader = Reader(settings, self.ledger)
         self._ttft = {spec.name: TtftWindow() for spec in self.specs if spec.hedge is not None}
+        # The upstreams that may continue a stream cut short (app/upstream/continuation.py).
+        self.continuers = [spec for spec in self.specs if spec.continuation != OFF]
 
-    def exchange(self, req: UpstreamRequest, deadline: Deadline, reading: ReadRules) -> Exchange:
+    def exchange(
+        self,
+        req: UpstreamRequest,
+        deadline: Deadline,
+        reading: ReadRules,
+        hooks: Hooks | None = None,
+    ) -> Exchange:
         """The call ``req`` under ``deadline``, its answer read as ``reading`` says: made
-        when run (``Exchange.run``), once."""
-        return Exchange(self, req, deadline, reading)
+        when run (``Exchange.run``), once. ``hooks``: its call's, for a stream that may be
+        continued on another upstream when it breaks (app/upstream/continuation.py)."""
+        return Exchange(self, req, deadline, reading, hooks)
 
     # -- what the gateway asks before a call -------------------------------------------------
     def serving_id(self, model: str | None) -> str:
@@ -132,13 +143,22 @@ class Exchange:
     events are there while ``run``'s block runs."""
 
     def __init__(
-        self, upstream: Upstream, req: UpstreamRequest, deadline: Deadline, reading: ReadRules
+        self,
+        upstream: Upstream,
+        req: UpstreamRequest,
+        deadline: Deadline,
+        reading: ReadRules,
+        hooks: Hooks | None = None,
     ) -> None:
         self._upstream = upstream
         # The request (the caller's prompt in its body) is held only until the answer has
         # started: retries and a hedge's backup come before that, and a stream that lasts
-        # minutes should not keep a copy of a long prompt alive for nothing.
+        # minutes should not keep a copy of a long prompt alive for nothing. But for a
+        # stream that may be continued: a continuation sends it again.
         self._req: UpstreamRequest | None = req
+        self._hooks = hooks if hooks is not None and may_continue(upstream, req) else None
+        self._kept: UpstreamRequest | None = None
+        self._continuation: Continuation | None = None
         self._deadline = deadline
         self._reading = reading
         self._start: Start | None = None
@@ -156,6 +176,8 @@ class Exchange:
             if req is None:
                 raise RuntimeError("an upstream exchange is made once")
             self._start = self._open(req)
+            if self._hooks is not None and self._start.body is None:
+                self._kept = req
             del req
             self._answered(began)
             yield self
@@ -172,6 +194,10 @@ class Exchange:
                 "The upstream's answer could not be relayed; the gateway's log says why."
             ) from None
         finally:
+            if self._continuation is not None:
+                self._continuation.current.close()  # a continuation's stream, if one is read
+                self._continuation = None
+            self._kept = None
             if self._start is not None:
                 self._start.close()
                 self._start = None  # nor is the answer kept once it was handed over
@@ -209,6 +235,12 @@ class Exchange:
         ``Reader.events``: an event too large or a failed read is raised after the events
         before it; with ``patience``, an empty batch when none came in its time)."""
         reading = self._reading
+        if self._kept is not None and self._hooks is not None:
+            self._continuation = Continuation(
+                self._upstream, self._kept, self._deadline, reading, self._hooks, self._started()
+            )
+            self._kept = None  # the continuation holds it now: one per exchange
+            return self._continuation.events(patience)
         return self._upstream.reader.events(self._started(), self._deadline, reading.end, patience)
 
     def waitable(self) -> bool:
@@ -226,10 +258,14 @@ class Exchange:
         the upstream reported none (translation.py's ``usage_reported``: known for a whole
         body once read, for a stream at its end). Billing then keeps the call's reservation
         (app/tenancy/access.py): an estimate never stands for what the provider billed."""
+        if self._continuation is not None and self._continuation.estimated:
+            return True  # a cut call's usage in the sum is an estimate
         return getattr(self._started().resp.raw, "usage_reported", None) is False
 
     # -- inside ------------------------------------------------------------------------------
     def _started(self) -> Start:
+        if self._continuation is not None:
+            return self._continuation.current  # the stream being read now
         if self._start is None:
             raise RuntimeError("the exchange has not started (Exchange.run)")
         return self._start

@@ -99,6 +99,19 @@ def test_a_partial_run_or_an_open_survivor_is_not_a_clean_score(
     assert (tmp_path / "docs" / "mutation.md").read_text() == doc  # only --write-doc writes
 
 
+def test_a_run_over_an_earlier_runs_results_is_named_so(
+    script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tree(tmp_path, {f"{M}1": 1}, _doc(script, []), script)
+    _at(script, tmp_path, monkeypatch)
+    doc = tmp_path / "docs" / "mutation.md"
+    assert script.main(["--write-doc"]) == 0  # make mutate's order: no mutants/ at the snapshot
+    assert script.FRESH_RUN in doc.read_text() and script.KEPT_RUN not in doc.read_text()
+    script.snapshot(tmp_path)  # now over the results above: mutmut keeps the unchanged ones'
+    assert script.main(["--write-doc"]) == 0
+    assert script.KEPT_RUN in doc.read_text() and script.FRESH_RUN not in doc.read_text()
+
+
 def test_write_doc_records_the_modules_hashes_of_a_clean_run_only(
     script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

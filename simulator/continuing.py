@@ -1,0 +1,60 @@
+"""A partial answer continued, as a provider that takes one does. No I/O here.
+
+A chat request whose last message is an assistant turn marked ``prefix: true`` (DeepSeek's and
+Mistral's way) or that says ``continue_final_message: true`` (vLLM's), and an Anthropic
+Messages request whose last message is an assistant turn (its prefill), ask the model to write
+on from that turn's text. The simulator's answer to its prompt without that turn is a fixed
+word sequence (text.py), so it can continue deterministically: when the turn is the start of
+that sequence, the answer is the rest of it, and the caller who joins the two has the uncut
+answer. A turn that is not (another model's words) is continued with words seeded by it.
+
+How much is written: an answer of natural length (the ``tokens`` control, or the default)
+stops where the uncut answer would have; an answer bounded by the request's
+``max_tokens`` writes that many more (the gateway sends what is left of the caller's bound).
+The prompt tokens count the turn too, as a provider bills a prefilled turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from . import text
+from .responses import Completion
+
+
+def partial_turn(body: dict[str, Any], messages: list[Any]) -> str | None:
+    """The answer so far this request asks to continue, if it asks (None: an ordinary one)."""
+    last = messages[-1]
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return None
+    content = last.get("content")
+    if not isinstance(content, str) or not content:
+        return None
+    if last.get("prefix") is True or body.get("continue_final_message") is True:
+        return content
+    return None
+
+
+def prefill(messages: list[Any]) -> str | None:
+    """The text of a Messages request's last, assistant, turn (its prefill), if it has one."""
+    last = messages[-1]
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return None
+    return text.messages_prompt(None, [last]) or None
+
+
+def rest_of(prompt: str, partial: str, wanted: int, natural: bool) -> list[str]:
+    """The words that continue ``partial`` of the answer to ``prompt``: to ``wanted`` words
+    in all when the answer has its natural length, else ``wanted`` more."""
+    done = len(partial.split())
+    if "".join(text.words(prompt, done)) == partial.rstrip():
+        total = wanted if natural else done + wanted
+        return text.words(prompt, max(total, done))[done:]
+    return [" " + word.strip() for word in text.words(prompt + "\x00" + partial, wanted)]
+
+
+def continued(c: Completion, messages: list[Any], partial: str, natural: bool) -> Completion:
+    """``c`` (the answer as counted for the whole request) as the rest of ``partial``."""
+    rest = rest_of(text.chat_prompt(messages[:-1]), partial, len(c.tokens), natural)
+    return replace(c, tokens=tuple(rest))

@@ -1,0 +1,383 @@
+"""A stream cut after it started is continued on the next upstream of the plan, in the same
+stream: counted by the two simulators themselves, read as raw bytes by the caller.
+
+Two simulators, ``first`` and ``second`` in the upstreams file, serve the model ``m``; both
+continue a partial answer with a ``prefix: true`` assistant turn (docs/streams.md). The
+first is cut (its connection reset, or its own error event) after a few tokens, once (its
+``fail_times``); the second writes the rest from where the cut left it (the simulator
+continues its own words deterministically: simulator/continuing.py). The caller's joined
+text must be the uncut answer's, with one ``[DONE]``, and the simulators' counts show each
+call once. A third upstream in the plan, ``off``, has no ``continuation``: it is never asked.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import urllib3
+
+from llmgate_wire import sse
+from simulator.text import words
+from tests.support.keys_file import keys_toml
+from tests.support.sim import sim_requests, sim_stats, start_simulator
+from tests.support.sse_reader import drop, read_data
+from tests.support.stack import NOWHERE, file_stack
+from tests.support.waiting import wait_for
+
+http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=30))
+TOKENS = 12
+MAX_TOKENS = 40  # the caller's bound: what a call reserves for its output
+# One call reserves its prompt's bound and MAX_TOKENS (247 tokens, measured): ``tight`` has
+# room for one such reservation, not two.
+TIGHT = 400
+# How each kind of upstream continues (docs/streams.md).
+MODES = {"openai": "prefix", "anthropic": "prefill"}
+IDLE_S = 1  # a stall (the simulator's stall-after) past it is a cut
+# Every test cuts ``first`` once: more than half of its calls fail, and its breaker opens
+# (app/upstream/breaker.py), which would send the next call to ``plain``. A breaker that
+# opens for a millisecond lets that call probe ``first`` again.
+ENV = {
+    "LLMGATE_IDLE_TIMEOUT_S": str(IDLE_S),
+    "LLMGATE_BREAKER_COOLDOWN_S": "0.001",
+    "LLMGATE_BREAKER_COOLDOWN_MAX_S": "0.001",
+}
+KEYS = {"meter": "tokens_per_day = 100000000", "tight": f"tokens_per_day = {TIGHT}"}
+
+
+def secret(name: str) -> str:
+    return f"llmg-{name}-continue-secret"
+
+
+@pytest.fixture(scope="module")
+def sims(tmp_path_factory) -> Iterator[dict[str, str]]:
+    logs = tmp_path_factory.mktemp("continue-sims")
+    procs = {
+        name: start_simulator(logs, "--ttft-ms", "0", "--tps", "500")
+        for name in ("first", "second", "plain")
+    }
+    yield {name: url for name, (_, url) in procs.items()}
+    for proc, _ in procs.values():
+        proc.stop()
+
+
+def upstreams(sims: dict[str, str], kind: str = "openai") -> str:
+    """``first``, ``plain`` and ``second``, of ``kind``; all but ``plain`` continue."""
+    mode = MODES[kind]
+    return f"""
+[[upstreams]]
+name = "first"
+kind = "{kind}"
+base_url = "{sims["first"]}/v1"
+models = ["m"]
+priority = 0
+continuation = "{mode}"
+headers = {{ "x-sim-fail-times" = "1" }}
+
+[[upstreams]]
+name = "plain"
+kind = "{kind}"
+base_url = "{sims["plain"]}/v1"
+models = ["m"]
+priority = 1
+headers = {{ "x-sim-fail-times" = "0" }}
+
+[[upstreams]]
+name = "second"
+kind = "{kind}"
+base_url = "{sims["second"]}/v1"
+models = ["m"]
+priority = 2
+continuation = "{mode}"
+headers = {{ "x-sim-fail-times" = "0" }}
+"""
+
+
+@pytest.fixture(scope="module")
+def gw(make_stack, tmp_path_factory, sims):
+    return file_stack(
+        make_stack,
+        tmp_path_factory.mktemp("continue-config"),
+        upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret),
+        env=ENV,
+        workers=1,
+        upstream_url=NOWHERE,
+    )
+
+
+@pytest.fixture(scope="module")
+def claude_gw(make_stack, tmp_path_factory, sims):
+    """The same plan of Anthropic-kind upstreams: the chat door's calls are translated, and
+    continued with a prefill."""
+    return file_stack(
+        make_stack,
+        tmp_path_factory.mktemp("continue-claude-config"),
+        upstreams(sims, "anthropic"),
+        keys=keys_toml(KEYS.items(), secret),
+        env=ENV,
+        workers=1,
+        upstream_url=NOWHERE,
+    )
+
+
+def reset(sims: dict[str, str]) -> None:
+    for url in sims.values():
+        http.request("POST", url + "/sim/reset")
+
+
+def stream(gw, key: str = "meter", prompt: str = "go on", **sim: str) -> list[sse.Event]:
+    """Every event of one chat stream (comments included), as the caller's bytes decode."""
+    body = {
+        "model": "m",
+        "max_tokens": MAX_TOKENS,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": prompt}],
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "Authorization": f"Bearer {secret(key)}",
+        "x-sim-tokens": str(TOKENS),
+        **{f"x-sim-{k}": v for k, v in sim.items()},
+    }
+    resp = http.request(
+        "POST",
+        gw.url + "/v1/chat/completions",
+        body=json.dumps(body),
+        headers=headers,
+        preload_content=False,
+    )
+    assert resp.status == 200, resp.data
+    decoder, out = sse.Decoder(), []
+    while chunk := resp.read1(65536):
+        out += decoder.feed(chunk)
+    resp.release_conn()
+    return out
+
+
+def chunks(events: list[sse.Event]) -> list[dict]:
+    return [json.loads(e.data) for e in events if e.data and e.data != sse.DONE]
+
+
+def text(events: list[sse.Event]) -> str:
+    return "".join(
+        c["delta"].get("content") or ""
+        for chunk in chunks(events)
+        for c in chunk.get("choices", [])
+    )
+
+
+def cut_once(fault: str) -> dict[str, str]:
+    """A cut by ``fault`` after 4 tokens, which only ``first`` makes, once (its upstream
+    table's ``x-sim-fail-times``, which wins over the caller's headers)."""
+    return {
+        "fault": fault,
+        "reset-after": "4",
+        "error-after": "4",
+        "stall-after": "4",
+        "fail-key": uuid.uuid4().hex,
+    }
+
+
+def charged(gw, key: str) -> int:
+    """The tokens counted against ``key`` today (its Memcached counter, /admin/usage)."""
+    resp = http.request("GET", gw.url + "/admin/usage")
+    return {k["name"]: k for k in json.loads(resp.data)["keys"]}[key]["tokens_today"] or 0
+
+
+def continuations(gw, outcome: str, upstream: str = "first") -> float:
+    name = "llmgate_stream_continuations_total"
+    return gw.metric(name, default=0.0, upstream=upstream, outcome=outcome)
+
+
+def attempts(gw, upstream: str, result: str | None = None):
+    """The gateway's count of ``upstream``'s attempts by ``result`` (all of them: a dict)."""
+    name = "llmgate_upstream_attempts_total"
+    if result is not None:
+        return gw.metric(name, default=0.0, upstream=upstream, result=result)
+    return {r: attempts(gw, upstream, r) for r in ("ok", "failed")}
+
+
+def asked(sims: dict[str, str]) -> dict[str, int]:
+    """Each simulator's own count of the calls it answered."""
+    return {name: sim_stats(url)["requests"] for name, url in sims.items()}
+
+
+def continued_turn(sims: dict[str, str], kind: str = "openai") -> str:
+    """The answer so far as ``second`` was asked to continue it (its own request log): a
+    ``prefix`` turn, or an Anthropic prefill (the last turn, an assistant's)."""
+    turn = sim_requests(sims["second"])[0]["body"]["messages"][-1]
+    assert turn["role"] == "assistant" and (kind != "openai" or turn["prefix"] is True), turn
+    content = turn["content"]
+    return content if isinstance(content, str) else "".join(b["text"] for b in content)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("fault", ["reset", "error-after", "stall-after", "end-after"])
+def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(
+    request, sims, fault, kind
+) -> None:
+    gw = request.getfixturevalue("gw" if kind == "openai" else "claude_gw")
+    reset(sims)
+    whole = stream(gw, prompt="uncut")
+    reset(sims)
+    was = continuations(gw, "continued")
+    tried = {name: attempts(gw, name) for name in ("first", "second")}
+    cut = stream(gw, prompt="uncut", **cut_once(fault))
+    assert text(cut) == text(whole) and len(text(whole).split()) == TOKENS
+    assert [e.data for e in cut].count(sse.DONE) == 1 and cut[-1].data == sse.DONE
+    got = chunks(cut)
+    assert {(c["id"], c["created"]) for c in got} == {(got[0]["id"], got[0]["created"])}
+    finishes = [c["finish_reason"] for chunk in got for c in chunk["choices"]]
+    assert [f for f in finishes if f] == ["stop"]
+    notes = [i for i, e in enumerate(cut) if e.is_comment and e.comments != ("ping",)]
+    assert len(notes) == 1, cut
+    shown = len([e for e in cut[: notes[0]] if e.data is not None])  # the events before it
+    assert cut[notes[0]].comments == (f"llmgate: continued; upstream=second; after={shown}",)
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    so_far = continued_turn(sims, kind)
+    assert text(cut).startswith(so_far) and len(so_far.split()) == 4  # the 4 tokens sent
+    # The usage is the two calls' sum: each one's prompt (the continuation's has the answer
+    # so far in it), and every output token once.
+    counts = ("prompt_tokens", "completion_tokens", "total_tokens")
+    assert [got[-1]["usage"][name] for name in counts] == [1 + (1 + 4), TOKENS, 6 + TOKENS]
+    assert continuations(gw, "continued") == was + 1
+    # The log line names the try: the upstream that broke, where, and which took over.
+    assert wait_for(lambda: [r for r in gw.log_records() if r.get("continuations")], 10)
+    fact = [r for r in gw.log_records() if r.get("continuations")][-1]["continuations"]
+    assert [{k: v for k, v in f.items() if k != "cut"} for f in fact] == [
+        {"upstream": "first", "after_events": shown, "after_chars": len(so_far),
+         "outcome": "continued", "to": "second"}
+    ]  # fmt: skip
+    # Each call is counted as the breakers count it: the cut one failed, the other ok.
+    assert attempts(gw, "first", "failed") == tried["first"]["failed"] + 1
+    assert attempts(gw, "second", "ok") == tried["second"]["ok"] + 1
+
+
+def test_both_calls_are_billed_to_the_key(gw, sims) -> None:
+    """With the upstream's running usage (known at the cut), the key is charged the sum of
+    the two calls; without it (an estimate), each call's reservation stands, as for any
+    answer whose usage the upstream did not report."""
+    reset(sims)
+    before = charged(gw, "meter")
+    stream(gw, usage="every", **cut_once("reset"))
+    so_far = continued_turn(sims)
+    prompt = 2  # "go on"
+    assert charged(gw, "meter") - before == prompt + (prompt + len(so_far.split())) + TOKENS
+    before = charged(gw, "meter")
+    stream(gw, usage="none")
+    one = charged(gw, "meter") - before  # one call's reservation, standing
+    before = charged(gw, "meter")
+    reset(sims)
+    stream(gw, **cut_once("reset"))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    assert charged(gw, "meter") - before == 2 * one
+
+
+def test_no_continuation_when_the_key_has_no_room_for_another_call(gw, sims) -> None:
+    """``tight`` has room for one call's reservation, not two: the cut ends the stream as it
+    would without continuation, and the key keeps the one reservation."""
+    reset(sims)
+    was = continuations(gw, "no_reservation")
+    cut = stream(gw, key="tight", **cut_once("reset"))
+    assert sse.DONE not in [e.data for e in cut]
+    assert "error" in chunks(cut)[-1], chunks(cut)[-1]
+    assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
+    assert continuations(gw, "no_reservation") == was + 1
+    assert 0 < charged(gw, "tight") <= TIGHT < 2 * charged(gw, "tight")
+
+
+def test_no_continuation_without_room_in_the_retry_budget(make_stack, tmp_path_factory, sims):
+    """The retry budget (no retry at all, here) counts a continuation as a retry."""
+    no_room = file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-no-budget"), upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
+        env={**ENV, "LLMGATE_RETRY_BUDGET_PERCENT": "0", "LLMGATE_RETRY_BUDGET_MIN": "0"},
+    )  # fmt: skip
+    reset(sims)
+    cut = stream(no_room, **cut_once("reset"))
+    assert sse.DONE not in [e.data for e in cut]
+    assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
+    assert continuations(no_room, "no_budget") == 1
+    assert continuations(no_room, "continued") == 0
+
+
+def test_a_continued_stream_is_cached_and_replayed_as_one_answer(
+    make_stack, tmp_path_factory, sims
+) -> None:
+    """With the cache on, the continued stream is stored whole: the same call again is
+    answered from it, the same text and usage with one [DONE], and no upstream is asked."""
+    cached = file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-cached"), upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
+        env={**ENV, "LLMGATE_CACHE_MODE": "all"},
+    )  # fmt: skip
+    reset(sims)
+    first = stream(cached, prompt="cache me", **cut_once("reset"))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    again = stream(cached, prompt="cache me", **cut_once("reset"))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}  # nobody asked again
+    assert text(again) == text(first) and len(text(first).split()) == TOKENS
+    assert [e.data for e in again].count(sse.DONE) == 1
+    assert chunks(again)[-1]["usage"] == chunks(first)[-1]["usage"]
+
+
+def test_a_resumed_caller_reads_the_continued_stream(make_stack, tmp_path_factory, sims) -> None:
+    """A resumable stream whose caller left is read to its end for a resume: the cut and the
+    continuation happen meanwhile, and the caller who comes back gets the continued rest."""
+    resumable = file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-resumable"), upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
+        env={**ENV, "LLMGATE_RESUME_WINDOW_S": "30"},
+    )  # fmt: skip
+    reset(sims)
+    whole = stream(resumable, prompt="resume me")
+    reset(sims)
+    lines = len(resumable.log_records())
+    mine = {"Authorization": f"Bearer {secret('meter')}"}
+    body = {"model": "m", "max_tokens": MAX_TOKENS, "stream": True,
+            "messages": [{"role": "user", "content": "resume me"}]}  # fmt: skip
+    sim = {f"x-sim-{k}": v for k, v in cut_once("reset").items()}
+    resp = http.request("POST", resumable.url + "/v1/chat/completions", body=json.dumps(body),
+                        headers={"Content-Type": "application/json", "X-LLMGate-Resumable": "true",
+                                 "x-sim-tokens": str(TOKENS), "x-sim-tps": "50", **mine, **sim},
+                        preload_content=False)  # fmt: skip
+    sid = resp.headers["X-LLMGate-Stream-ID"]
+    seen = read_data(resp, 2, cut=True)
+    drop(resp)
+    # The stream's log line is written once it is over (read to its end for the resume).
+    assert wait_for(lambda: len(resumable.log_records()) > lines, 10)
+    back = http.request("GET", resumable.url + f"/v1/streams/{sid}", preload_content=False,
+                        headers={"Last-Event-ID": f"{sid}:2", **mine})  # fmt: skip
+    assert back.status == 200, back.data
+    rest = read_data(back, None)
+    assert text(seen) + text(rest) == text(whole)
+    assert [e.data for e in rest].count(sse.DONE) == 1
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+
+
+def test_coalesced_callers_read_the_continued_stream(make_stack, tmp_path_factory, sims) -> None:
+    """Two identical calls at once share one upstream call (coalescing, cache on): both read
+    the continued answer, the simulator's own words for the prompt, and each upstream was
+    asked once."""
+    shared = file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-coalesced"), upstreams(sims),
+        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
+        env={**ENV, "LLMGATE_CACHE_MODE": "all"},
+    )  # fmt: skip
+    reset(sims)
+    cut = {**cut_once("reset"), "ttft-ms": "300"}  # the same headers for both: one call
+
+    def call(_: int) -> list[sse.Event]:
+        return stream(shared, prompt="share me", **cut)
+
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(call, range(2)))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    uncut = "".join(words("share me", TOKENS))
+    assert [text(events) for events in both] == [uncut, uncut]
+    assert all([e.data for e in events].count(sse.DONE) == 1 for events in both)

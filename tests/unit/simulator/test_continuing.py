@@ -1,0 +1,63 @@
+"""The simulator continues its own answer from a partial assistant turn (simulator/continuing.py):
+the cut answer and its continuation join into the uncut one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulator import endpoints, provider_endpoints
+from simulator.behaviour import Behaviour
+
+USER = {"role": "user", "content": "tell me"}
+
+
+def answer(body: dict[str, Any], tokens: int | None = None) -> tuple[str, str]:
+    reply = endpoints.chat({"model": "m", **body}, Behaviour(tokens=tokens), lambda p: p + "1", 0)
+    choice = reply.body["choices"][0]
+    return choice["message"]["content"], choice["finish_reason"]
+
+
+@pytest.mark.parametrize(
+    ("turn", "extra"),
+    [({"prefix": True}, {}), ({}, {"continue_final_message": True})],
+    ids=["prefix", "continue_final_message"],
+)
+def test_a_partial_turn_is_continued_where_it_stopped(turn: dict, extra: dict) -> None:
+    whole, _ = answer({"messages": [USER]}, tokens=10)
+    so_far = " ".join(whole.split(" ")[:3])
+    messages = [USER, {"role": "assistant", "content": so_far, **turn}]
+    rest, finish = answer({"messages": messages, **extra}, tokens=10)
+    assert so_far + rest == whole and finish == "stop"
+
+
+def test_a_bounded_answer_writes_as_many_more_as_its_bound() -> None:
+    whole, finish = answer({"messages": [USER], "max_tokens": 10})
+    so_far = " ".join(whole.split(" ")[:4])
+    messages = [USER, {"role": "assistant", "content": so_far, "prefix": True}]
+    rest, again = answer({"messages": messages, "max_tokens": 6})
+    assert so_far + rest == whole and finish == again == "length"
+
+
+def test_an_assistant_turn_not_marked_is_an_ordinary_prompt() -> None:
+    whole, _ = answer({"messages": [USER]}, tokens=10)
+    so_far = " ".join(whole.split(" ")[:3])
+    messages = [USER, {"role": "assistant", "content": so_far}]
+    other, _ = answer({"messages": messages}, tokens=10)
+    assert not (so_far + other).startswith(whole)
+    assert len(other.split()) == 10
+
+
+def test_an_anthropic_prefill_is_continued_where_it_stopped() -> None:
+    def said(messages: list, cap: int = 100) -> tuple[str, int]:
+        body = {"model": "m", "max_tokens": cap, "messages": messages}
+        reply = provider_endpoints.messages(body, Behaviour(tokens=10), lambda p: p + "1")
+        return reply.body["content"][0]["text"], reply.body["usage"]["input_tokens"]
+
+    whole, prompt = said([USER])
+    so_far = " ".join(whole.split(" ")[:4])
+    rest, continued_prompt = said([USER, {"role": "assistant", "content": so_far}])
+    assert so_far + rest == whole and continued_prompt == prompt + 4
+    capped, _ = said([USER, {"role": "assistant", "content": so_far}], cap=2)
+    assert len(capped.split()) == 2 and whole.startswith(so_far + capped)
