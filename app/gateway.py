@@ -118,7 +118,11 @@ class Gateway:
         before it reads the body: a stranger's body is neither read nor looked at."""
         if self.tracer is not None:
             call.trace.arrived(self.tracer, call.route, call.method, call.path, call.headers)
-        key = self.access.authenticate(call.headers) if self.access is not None else None
+        if self.access is None:
+            return Caller(None)
+        began = time.monotonic()
+        key = self.access.authenticate(call.headers)
+        call.trace.authorized(began)
         if key is not None:
             call.trace.identified(key.name)
         return Caller(key)
@@ -212,9 +216,11 @@ class Gateway:
                 f"No upstream the key {key.name!r} may use serves the model {model!r}.",
                 param="model",
             )
+        began = time.monotonic()
         grant = self.access.admit(
             key, model, body, stream=stream, route=call.route, size=len(forward), raw=call.body
         )
+        call.trace.authorized(began)
         forward, hide_usage = granted_body(grant, forward, body, call.route, stream)
         call.trace.granted(KeySettlement(self.access, grant, call.trace), hide_usage=hide_usage)
         return forward, grant

@@ -24,8 +24,12 @@ from dataclasses import dataclass
 from app.core.config import Settings
 
 # nginx's idle keep-alive connections to gunicorn, per nginx worker (`keepalive` in
-# nginx/llmgate.conf.template's upstream block).
-NGINX_KEEPALIVE = 128
+# nginx/llmgate.conf.template's upstream block). Idle ones are never more than the worker's
+# busiest moment had; the cap keeps them all through a lull, so the next burst reuses them
+# instead of opening hundreds of connections that wait in gunicorn's accept queue (a gevent
+# worker of several takes one a turn of its loop): 128 made the tail of 800 callers wait
+# seconds there (docs/performance.md, "The public method").
+NGINX_KEEPALIVE = 1024
 # reuseport spreads connections over nginx's workers by a hash of the caller's address and
 # port: even on average, not exactly; the busier worker gets this much room.
 NGINX_SPREAD = 1.1

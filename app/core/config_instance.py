@@ -191,6 +191,16 @@ class InstanceSettings:
         "only; the benchmark's features-off row runs so.",
     )
 
+    server_timing: bool = setting(
+        "LLMGATE_SERVER_TIMING",
+        True,
+        "The gateway's own time by stage on every answer: a Server-Timing header (queue, "
+        "auth, cache, connect, upstream, work and the total the gateway added), a stream's "
+        "per-event relay time in a last SSE comment, the same figures in the log line, the "
+        "llmgate_added_seconds histogram and the request's span (docs/observability.md). "
+        "Off: none of them.",
+    )
+
     log_prompts: bool = setting(
         "LLMGATE_LOG_PROMPTS",
         False,

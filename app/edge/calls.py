@@ -24,6 +24,7 @@ from app.request.call import Call, Reply, Trace, error_reply
 from app.request.headers import environ_headers
 from app.request.paths import forwarded_path
 from app.request.routes import Route
+from app.request.stages import queue_start
 
 log = logging.getLogger("llmgate")
 # No OpenAI-style API path or query comes near this; a longer one is refused here rather than
@@ -55,6 +56,9 @@ def answer(
         trace=Trace(request_id=_request_id(environ)),
         admission=ticket,
     )
+    if nginx_start := environ.get("HTTP_X_REQUEST_START"):
+        # When nginx took the call (nginx/llmgate.conf.template): the queue's stage.
+        call.trace.queued(queue_start(nginx_start))
     try:
         target = len(path) + len(call.query)
         if target > MAX_TARGET_BYTES:

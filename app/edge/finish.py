@@ -8,6 +8,11 @@ the usage chunk, the ``response.completed`` event, or the body (app/request/usag
 the usage). The log line never holds a credential; the request body only when
 LLMGATE_LOG_PROMPTS is on. With tracing on, the request's span (app/observe/tracing.py)
 ends here too, with the answer's GenAI attributes and the stream's span.
+
+Server-Timing (LLMGATE_SERVER_TIMING): the stages the call's trace was told
+(app/request/stages.py) are read once, when the headers are made; they go to the header, the
+log line, ``llmgate_added_seconds`` and the span. A stream's relay time is measured as its
+batches leave and said in a last SSE comment.
 """
 
 from __future__ import annotations
@@ -26,11 +31,14 @@ from app.observe.metrics_prompt_cache import KINDS
 from app.observe.tracing import Span
 from app.request import events as streams
 from app.request import jsonedit
-from app.request.call import Call, Reply, Trace
+from app.request.call import Call, Reply
+from app.request.events import StreamEnd
 from app.request.headers import STATUS_HEADER
 from app.request.routes import NAMED, TYPED
+from app.request.stages import RELAY, RELAY_MAX, UPSTREAM, RelayTimes, header
 from app.request.usage import PromptParts, answer_facts
 from app.tenancy.prices import PriceTable, usd
+from llmgate_wire import sse
 
 # Outcomes whose answer came from this caller's own upstream call (billed to it).
 _UPSTREAM_OUTCOMES = frozenset({"miss", "bypass", "refresh"})
@@ -58,16 +66,20 @@ def finish(
     reply.headers.append(("X-LLMGate-Request-ID", trace.request_id))
     if trace.upstream_request_id is None:
         reply.headers.append(("X-Request-ID", trace.request_id))
-    reply.headers.append(("Server-Timing", _server_timing(trace)))
+    figures = None
+    if settings.server_timing:
+        figures = trace.stages.figures(time.monotonic() - trace.started)
+        reply.headers.append(("Server-Timing", header(figures)))
     if trace.limit_headers:
         reply.headers = with_key_limits(reply.headers, trace.limit_headers)
-    record = partial(_record, settings=settings, metrics=metrics, prices=prices)
+    record = partial(_record, settings=settings, metrics=metrics, prices=prices, stages=figures)
     if isinstance(reply.body, bytes):
         record(call, reply, StreamFacts(sent=len(reply.body)))
         return reply, reply.body
     # The stream may last minutes: its log line keeps the request body only to log it.
     held = call if settings.log_prompts else call.edited(body=b"")
-    return reply, _watched(held, reply, reply.body, metrics, record)
+    facts = StreamFacts(relay=RelayTimes() if figures is not None else None)
+    return reply, _watched(held, reply, reply.body, metrics, record, facts)
 
 
 def with_key_limits(
@@ -85,38 +97,43 @@ def with_key_limits(
     return kept + own
 
 
-def _server_timing(trace: Trace) -> str:
-    elapsed = time.monotonic() - trace.started
-    parts = [f"cache;dur={trace.cache_s * 1000:.1f}"]
-    if trace.upstream_ttfb_s is not None:
-        parts.append(f"upstream;dur={trace.upstream_ttfb_s * 1000:.1f}")
-    gateway = elapsed - trace.cache_s - (trace.upstream_ttfb_s or 0.0)
-    parts.append(f"gateway;dur={max(0.0, gateway) * 1000:.1f}")
-    return ", ".join(parts)
-
-
 def _watched(
     call: Call,
     reply: Reply,
     batches: Iterator[list[bytes]],
     metrics: Metrics,
     record: Callable[[Call, Reply, StreamFacts], None],
+    facts: StreamFacts,
 ) -> Iterator[bytes]:
-    facts = StreamFacts()
     typed, messages = call.route.events == TYPED, call.route.events == NAMED
     metrics.active_streams.inc()
     # A resumable stream's events start with their id line (docs/streams.md): read past it.
     resumable = reply.stream_id is not None
     # A chat or completions stream's usual batch is observed in one call (``batch``).
     plain = not (typed or messages or resumable)
+    relay, end = facts.relay, call.route.end
     try:
         for batch in batches:
             pings = facts.batch(batch) if plain else facts.each(batch, typed, messages, resumable)
             if pings:
                 metrics.heartbeats.inc(pings)
-            if batch:
-                # Never an empty write: an empty chunk would end the HTTP response.
-                yield batch[0] if len(batch) == 1 else b"".join(batch)
+            if not batch:
+                continue  # never an empty write: an empty chunk would end the HTTP response
+            if relay is not None and _is_end(end, batch[-1]):
+                # The stream's relay time, a comment line (clients skip it) at the head of its
+                # end event's block: a client that stops reading at its end leaves nothing
+                # unread (llmgate_client drops a connection that has bytes after [DONE]).
+                said, relay = relay.comment(), None
+                facts.sent += len(said)
+                yield b"".join([*batch[:-1], said, batch[-1]])
+                continue
+            yield batch[0] if len(batch) == 1 else b"".join(batch)
+        if relay is not None:
+            # No end event (an error event or a cut ended it, or a forwarded path's stream
+            # has none): after its last bytes, a block of its own.
+            said = relay.comment() + b"\n"
+            facts.sent += len(said)
+            yield said
     except GeneratorExit:
         call.trace.caller_left()
         raise
@@ -130,6 +147,24 @@ def _watched(
         record(call, reply, facts)
 
 
+def _is_end(end: StreamEnd | None, chunk: bytes) -> bool:
+    """Whether ``chunk`` is the end event of its route's stream (app/request/events.py),
+    past its id line if it has one (a resumable stream's, or a resume's): looked at once a
+    batch, on its last event, only with Server-Timing on. A route that does not say its
+    end (a forwarded path, a resume's ``GET``) takes any of the three."""
+    if chunk.startswith(b"id:"):
+        chunk = sse.split_id(chunk)[1]
+    done = chunk.startswith(b"data: [DONE]")
+    if end is streams.DONE:
+        return done
+    stop = chunk.startswith(b"event: message_stop")
+    if end is streams.MESSAGE_STOP:
+        return stop
+    if end is not None and end is not streams.TERMINAL:
+        return False
+    return (end is None and (done or stop)) or streams.event_type(chunk) in streams.TERMINAL_TYPES
+
+
 def _record(
     call: Call,
     reply: Reply,
@@ -138,8 +173,10 @@ def _record(
     settings: Settings,
     metrics: Metrics,
     prices: PriceTable | None,
+    stages: list[tuple[str, float]] | None,
 ) -> None:
-    """The call's end: its key settled, its metrics counted, its log line, its span ended."""
+    """The call's end: its key settled, its metrics counted, its log line, its span ended
+    (``stages``: the Server-Timing figures its headers gave, None when it is off)."""
     trace = call.trace
     duration = time.monotonic() - trace.started
     outcome = cache_outcome(reply)
@@ -157,9 +194,16 @@ def _record(
     trace.settle(bill, billed)
     price = prices.price_of(trace.model) if prices is not None else None
     cost = price.cost(bill) if price is not None and billed and bill else None
+    timing = _timing(stages, facts.relay)
+    if timing:
+        for stage, seconds in timing.items():
+            if stage != UPSTREAM:  # the upstream's own: llmgate_upstream_ttft_seconds
+                metrics.added.labels(call.route.name, stage).observe(seconds)
     _count(metrics, call, reply, facts, outcome, duration, ttft, usage)
     if settings.log_requests:
         line = _line(call, reply, facts, outcome, duration, ttft, usage)
+        if timing:
+            line["timing_ms"] = {stage: round(s * 1000, 2) for stage, s in timing.items()}
         # The receipt: the provider's usage as it sent it, its price and the table's version,
         # to be matched with the provider's invoice by upstream_request_id.
         line["usage"] = bill.sent if billed and bill is not None else None
@@ -169,7 +213,22 @@ def _record(
             line["request_body"] = call.body.decode("utf-8", errors="replace")
         access_log.write(access_log.encode(line))
     if trace.span is not None:
+        if timing:
+            trace.span.set({f"llmgate.time.{k}_ms": round(s * 1000, 3) for k, s in timing.items()})
         _end_span(trace.span, call, reply, facts, outcome, ttft, usage)
+
+
+def _timing(
+    stages: list[tuple[str, float]] | None, relay: RelayTimes | None
+) -> dict[str, float] | None:
+    """The call's figures by stage, with a stream's relay time (its median and longest
+    per event) when it relayed any; None with Server-Timing off."""
+    if stages is None:
+        return None
+    found = dict(stages)
+    if relay is not None and relay.events:
+        found[RELAY], found[RELAY_MAX] = relay.median, relay.longest
+    return found
 
 
 def _find_usage(call: Call, reply: Reply, facts: StreamFacts) -> None:

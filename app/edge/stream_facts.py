@@ -5,14 +5,20 @@ output delta of a Responses stream (its lifecycle events come before the model h
 anything); the last token's time and the count of output events give tokens a second. The
 usage and service tier come from the stream itself: a chat or completions stream's usage
 chunk (app/request/usage.py), a Responses stream's terminal event, a Messages stream's
-``message_start`` updated by each ``message_delta``.
+``message_start`` updated by each ``message_delta``. With Server-Timing on, each batch's time
+in the worker is kept too (``RelayTimes``, app/request/stages.py): from the worker loop's
+turn that woke the stream, its loop's clock (no clock read of its own), to the batch's
+leaving, the clock these figures read anyway.
 """
 
 from __future__ import annotations
 
 import time
 
+import gevent
+
 from app.request import events as streams
+from app.request.stages import RelayTimes
 from app.request.usage import Usage, may_carry_usage, tier_of, usage_in_event
 from llmgate_wire import sse
 
@@ -20,7 +26,7 @@ PING = sse.comment()
 
 
 class StreamFacts:
-    def __init__(self, sent: int = 0) -> None:
+    def __init__(self, sent: int = 0, relay: RelayTimes | None = None) -> None:
         self.sent = sent
         self.first: float | None = None
         self.last: float | None = None
@@ -31,6 +37,18 @@ class StreamFacts:
         self.first_chunk = b""  # the first output event (its model is the answer's)
         self.last_chunk = b""  # a chat or completions stream's last data event (its tier)
         self.model: str | None = None  # the answer's model, where the stream says it anyway
+        self.relay = relay
+        if relay is not None:
+            # The loop's clock is the wall clock, these figures' the monotonic one: the
+            # difference, taken once (a stream's life is short against a clock's slewing).
+            self._loop_now = gevent.get_hub().loop.now
+            self._offset = time.time() - time.monotonic()
+
+    def relayed(self, at: float, events: int) -> None:
+        """A batch of ``events`` left at ``at`` (monotonic): its time since the worker's
+        loop last looked at its sockets."""
+        assert self.relay is not None
+        self.relay.add(at + self._offset - self._loop_now(), events)
 
     def output(self, chunk: bytes = b"") -> None:
         """An event with generated output left: first token, last token, count."""
@@ -54,6 +72,7 @@ class StreamFacts:
         counted. The number of pings in it is returned."""
         sent = pings = 0
         now = 0.0
+        events = self.events
         for chunk in batch:
             sent += len(chunk)
             if not chunk.startswith(b"data: "):
@@ -71,6 +90,8 @@ class StreamFacts:
                 self.usage = usage_in_event(chunk)
         if now:
             self.last = now
+            if self.relay is not None:
+                self.relayed(now, self.events - events)
         self.sent += sent
         return pings
 
@@ -91,6 +112,7 @@ class StreamFacts:
         a Messages stream's, or any whose events start with their id line (``resumable``,
         read past). The number of pings in it is returned."""
         pings = 0
+        events = self.events
         for sent in batch:
             chunk = sse.split_id(sent)[1] if resumable else sent
             if chunk == PING:
@@ -102,6 +124,8 @@ class StreamFacts:
             elif chunk.startswith(b"data: ") and not chunk.startswith(b"data: [DONE]"):
                 self.chunk(chunk)
             self.sent += len(sent)
+        if self.relay is not None and self.events > events and self.last is not None:
+            self.relayed(self.last, self.events - events)
         return pings
 
     def typed(self, chunk: bytes) -> None:

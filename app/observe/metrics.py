@@ -1,10 +1,11 @@
 """Prometheus metrics: prometheus_client is imported here (and patched by app/patches/).
 
-Under gunicorn every worker writes its samples to `PROMETHEUS_MULTIPROC_DIR` (set, and wiped at
-start, by gunicorn.conf.py; a dead worker is marked there so its live gauges drop out) and
-`/metrics` aggregates all workers' files. Without it (one process, tests) they live in a private
-registry. Names are `llmgate_<thing>_<unit>`; labels are bounded: no prompt text, no keys, model
-names are never labels. docs/metrics.md lists each with its labels (a test compares).
+Under gunicorn every worker writes its samples to `PROMETHEUS_MULTIPROC_DIR` (set, and wiped
+at start, by gunicorn.conf.py; a dead worker is marked there so its live gauges drop out) and
+`/metrics` aggregates all workers' files. Without that directory (a single process, tests)
+the metrics live in a private registry. Names are `llmgate_<thing>_<unit>`; labels are
+bounded: no prompt text, no keys, model names are not labels at all. docs/metrics.md lists
+every metric with its labels; a test fails when they differ.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from prometheus_client import (
 
 from app.core.admission import KINDS, Load
 from app.core.causes import ERROR_CAUSES
-from app.observe import metrics_continuation, metrics_ledger, metrics_prompt_cache
+from app.observe import metrics_continuation, metrics_ledger, metrics_prompt_cache, metrics_stages
 from app.observe.labels import CACHE_OUTCOMES
 from app.patches.prometheus_labels import remember_children
 from app.patches.prometheus_values import use_lean_values
@@ -335,6 +336,7 @@ class Metrics:
             registry=reg,
         )
         self.stream_continuations = metrics_continuation.stream_continuations(reg)
+        self.added = metrics_stages.added_seconds(reg)  # the gateway's own time by stage
         self.ledger_rows, self.ledger_lag, self.ledger_batch, self.ledger_rebuilt = (
             metrics_ledger.ledger(reg)
         )
@@ -348,12 +350,14 @@ class Metrics:
             if isinstance(metric, Counter | Gauge | Histogram) and metric._labelnames:
                 remember_children(metric)
 
-    def observe_key_usage(self, key: str, prompt: Any, completion: Any, pico: int = 0) -> None:
+    def observe_key_usage(
+        self, key: str, prompt: Any, completion: Any, picodollars: int = 0
+    ) -> None:
         """A call of gateway key ``key`` ended: its billed prompt and completion tokens, as
         the provider sent them (app/request/usage.py), and what they cost
-        (app/tenancy/prices.py), ``pico`` in picodollars."""
-        if pico > 0:
-            self.key_cost.labels(key).inc(pico / 1e12)
+        (app/tenancy/prices.py)."""
+        if picodollars > 0:
+            self.key_cost.labels(key).inc(picodollars / 1e12)
         for kind, count in (("prompt", prompt), ("completion", completion)):
             if isinstance(count, int) and count > 0:
                 self.key_tokens.labels(key, kind).inc(count)

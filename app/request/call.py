@@ -23,6 +23,7 @@ from app.observe import tracing
 from app.observe.tracing import Span, Tracer, Value
 from app.request.affinity import Routing
 from app.request.routes import Route
+from app.request.stages import Stages, queued
 from app.request.usage import AnswerFacts, Usage
 
 SSE_HEADERS = (
@@ -58,8 +59,12 @@ class Trace:
     started: float = field(default_factory=time.monotonic)
     model: str | None = None
     stream: bool = False
-    cache_s: float = 0.0  # time spent on cache lookups
-    upstream_ttfb_s: float | None = None  # the upstream's time to its head (+ first event)
+    # The gateway's own time by stage (app/request/stages.py): Server-Timing, the log line,
+    # llmgate_added_seconds and the span's attributes are made from it (app/edge/finish.py).
+    stages: Stages = field(default_factory=Stages)
+    # When the call began to follow another's flight (``followed``): its wait for the
+    # upstream starts there, not at the flight's start.
+    joined: float | None = None
     attempts: int = 0
     upstream: str | None = None  # the configured name of the upstream that answered
     routing: Routing | None = None  # how its upstreams were ordered: the first, and why
@@ -100,9 +105,19 @@ class Trace:
             attributes=tracing.request_attributes(route, method, path, self.request_id),
         )
 
+    def queued(self, nginx_start: float | None) -> None:
+        """nginx's start time of the call (its ``X-Request-Start``, wall-clock seconds; None:
+        none came): the wait from nginx to the worker, read against the worker's clock now."""
+        self.stages.queue_s = queued(nginx_start, time.time())
+
     def identified(self, key: str) -> None:
         """The caller's gateway key, by name."""
         self.key = key
+
+    def authorized(self, began: float) -> None:
+        """A step of the key's check or of its limits' grant, begun at ``began``
+        (monotonic), just ended: the ``auth`` stage."""
+        self.stages.auth_s = (self.stages.auth_s or 0.0) + time.monotonic() - began
 
     def asked(
         self, route: Route, method: str, path: str, body: Mapping[str, Any], stream: bool
@@ -143,12 +158,14 @@ class Trace:
 
     def looked_up(self, started: float, level: str | None) -> None:
         """A cache lookup that began at ``started`` just ended: found at ``level``, or not."""
-        self.cache_s += time.monotonic() - started
+        self.stages.cache_s = (self.stages.cache_s or 0.0) + time.monotonic() - started
         if self.span is not None:
             tracing.cache_lookup(self.span, started, level)
 
     def followed(self, leader: Span | None) -> None:
-        """The call follows another's flight: its span links to the leader's."""
+        """The call follows another's flight (from now: its wait for the upstream begins
+        here); its span links to the leader's."""
+        self.joined = time.monotonic()
         if self.span is not None and leader is not None:
             tracing.follow(self.span, leader)
 
@@ -169,10 +186,20 @@ class Trace:
         if self.span is not None and routing is not None:
             self.span.set({f"llmgate.routing.{k}": v for k, v in routing.fields().items() if v})
 
-    def upstream_began(self, seconds: float) -> None:
-        """The upstream's answer began ``seconds`` after its call did (its head and first
-        event; a whole body): the upstream's part of Server-Timing."""
-        self.upstream_ttfb_s = seconds
+    def upstream_began(self, began: float, head_at: float, connect_s: float = 0.0) -> None:
+        """The upstream's answer began at ``head_at`` (its head and first event; a whole
+        body) for a call that went upstream at ``began`` (monotonic), ``connect_s`` of it
+        spent on a new connection's handshake: the ``connect`` and ``upstream`` stages. A
+        follower waited only from when it joined (a flight that had its head by then: 0)."""
+        start = began if self.joined is None else max(began, self.joined)
+        waited = max(0.0, head_at - start)
+        connect = min(connect_s, waited)
+        self.stages.connect_s, self.stages.upstream_s = connect, waited - connect
+
+    def upstream_waiting(self, began: float) -> None:
+        """A stream answered before its upstream began (its heartbeat came first): the
+        ``upstream`` stage is the wait so far."""
+        self.upstream_began(began, time.monotonic())
 
     def stream_broke(self, error: str) -> None:
         """A 200 stream ended in an error event: its type (app/streams/relay.py)."""

@@ -27,6 +27,8 @@ class Head:
     # (app/upstream/translation.py), so the call is billed its reservation.
     usage_estimated: bool = False
     routing: Routing | None = None  # how its upstreams were ordered (app/upstream/attempts.py)
+    # Seconds of the answering attempt spent opening its connection (0.0: one was reused).
+    connect_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -126,8 +126,10 @@ class Replies:
             trace.answered(head.attempts, head.upstream, where, head.routing)
             if head.body is not None:
                 trace.answer_whole(head.usage_estimated)
-        if head_at is not None:
-            trace.upstream_began(head_at - started)
+            if head_at is not None:
+                trace.upstream_began(started, head_at, head.connect_s)
+        else:
+            trace.upstream_waiting(started)  # a stream committed before its upstream began
 
     def _reply_for(
         self,

@@ -83,6 +83,7 @@ class UpstreamCall:
                 answer.upstream,
                 usage_estimated=whole and answer.usage_estimated,
                 routing=answer.routing,
+                connect_s=answer.connect_s,
             )
             at = answer.started_at
             if not whole:

@@ -81,13 +81,16 @@ class Attempt:
     """One attempt at the upstream named ``upstream``; ``probe``: it is its breaker's
     half-open probe (app/upstream/breaker.py), whose result decides the breaker."""
 
-    __slots__ = ("failure", "probe", "state", "upstream")
+    __slots__ = ("connect_s", "failure", "probe", "state", "upstream")
 
     def __init__(self, upstream: str, probe: bool = False) -> None:
         self.upstream = upstream
         self.probe = probe
         self.state = SENT
         self.failure: str | None = None  # the error type its answer broke with (its span's)
+        # Seconds it spent opening a new connection on its way (0.0: it reused one): a
+        # fact, not a move (Server-Timing's connect stage, app/request/stages.py).
+        self.connect_s = 0.0
 
     def _move(self, move: str) -> str | None:
         """Make ``move`` (IllegalMove when ``LIFE`` does not allow it); what its breaker
@@ -95,6 +98,10 @@ class Attempt:
         before = self.state
         self.state = after(LIFE, "an upstream attempt", before, move)
         return TELLS.get((before, move))
+
+    def connected(self, seconds: float) -> None:
+        """It spent ``seconds`` opening its connection (0.0: it reused one)."""
+        self.connect_s = seconds
 
     # -- before an answer ------------------------------------------------------------------
     def answered(self, status: int) -> str | None:

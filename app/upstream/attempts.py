@@ -261,6 +261,7 @@ class Attempts:
             # half-open probe must not stay "in flight" forever.
             self.ledger.cancelled(attempt)
             raise
+        attempt.connected(pools.connect_seconds(raw))
         self.ledger.at_headers(attempt, raw.status)
         return raw, attempt
 

@@ -221,6 +221,11 @@ class Exchange:
         return self._started().resp.upstream
 
     @property
+    def connect_s(self) -> float:
+        """Seconds the answering attempt spent opening a connection (0.0: reused)."""
+        return self._started().resp.attempt.connect_s
+
+    @property
     def body(self) -> bytes | None:
         """The whole body of an answer that is not an event stream; None for a stream."""
         return self._started().body

@@ -90,6 +90,7 @@ class _GrowsAhead(HTTPConnectionPool):
                     conn.close()
                     self._put_conn(None)
                     return
+                conn.connect_s = 0.0  # type: ignore[attr-defined]  # on no call's way
                 self._put_conn(conn)
                 if self.on_spare is not None:
                     self.on_spare()
@@ -162,17 +163,23 @@ def pool_classes(
 
     class CountingHTTPConnection(HTTPConnection):
         response_class = _SmallBufferResponse
+        connect_s = 0.0  # the last connect's seconds, until a call takes them (connect_seconds)
 
         def connect(self) -> None:
+            started = time.monotonic()
             super().connect()
+            self.connect_s = time.monotonic() - started
             if on_connect is not None:
                 on_connect()
 
     class CountingHTTPSConnection(HTTPSConnection):
         response_class = _SmallBufferResponse
+        connect_s = 0.0
 
         def connect(self) -> None:
+            started = time.monotonic()
             super().connect()
+            self.connect_s = time.monotonic() - started
             if on_connect is not None:
                 on_connect()
 
@@ -208,6 +215,18 @@ class Raw(Protocol):
     def close(self) -> None: ...
 
     def release_conn(self) -> None: ...
+
+
+def connect_seconds(raw: object) -> float:
+    """The seconds the connection ``raw`` came on spent connecting on this call's way (TCP,
+    and TLS for https), taken once: 0.0 for a reused connection, or an answer with no
+    connection of ours beneath it. Read at the answer's headers, while it holds the
+    connection; a translated answer (app/upstream/translation.py) says its own's."""
+    conn = getattr(raw, "connection", None)
+    seconds = getattr(conn, "connect_s", 0.0)
+    if seconds:
+        conn.connect_s = 0.0  # type: ignore[union-attr]
+    return seconds if isinstance(seconds, float) else 0.0
 
 
 def discard(raw: Raw) -> None:

@@ -237,6 +237,11 @@ class Translated:
         return self._raw.closed
 
     @property
+    def connection(self) -> object:
+        """The connection the upstream's answer came on (pools.connect_seconds reads it)."""
+        return getattr(self._raw, "connection", None)
+
+    @property
     def usage_reported(self) -> bool | None:
         """Whether the usage the translation wrote is the upstream's own count (False: an
         estimate, the ``/v1/messages`` door's, or no usage at all): a stream's once read, a

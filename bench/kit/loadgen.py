@@ -45,6 +45,8 @@ class Result:
     errors: list[str] = field(default_factory=list)
     wall: float = 0.0
     cpu: float = 0.0  # this process's CPU seconds during the run
+    # With ``keep`` (run's): that header's value of each 200 answer, with its total time.
+    kept: list[tuple[float, str]] = field(default_factory=list)
 
     @property
     def rps(self) -> float:
@@ -67,7 +69,9 @@ def pct(samples: list[float], q: float) -> float:
 class _Response:
     """Incremental HTTP/1.1 response parser: just enough to find its end and its first data."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: bytes = b"") -> None:
+        self.keep = keep  # a header's name, lower case, whose value is kept (b"": none)
+        self.kept = ""
         self.buf = b""
         self.status = 0
         self.head_done = False
@@ -110,6 +114,8 @@ class _Response:
                 self.chunked = True
             elif name == b"connection" and value == b"close":
                 self.close = True
+            elif self.keep and name == self.keep:
+                self.kept = line.partition(b":")[2].strip().decode("latin-1")
         self.remaining = -1 if self.chunked else length
 
     def _chunks(self) -> bool:
@@ -154,9 +160,18 @@ class _Caller:
 
 
 def run(
-    host: str, port: int, request: bytes, callers: int, count: int, *, timeout: float = 120.0
+    host: str,
+    port: int,
+    request: bytes,
+    callers: int,
+    count: int,
+    *,
+    timeout: float = 120.0,
+    keep: str = "",
 ) -> Result:
-    """Send ``count`` requests from ``callers`` concurrent connections; ``Result`` of all."""
+    """Send ``count`` requests from ``callers`` concurrent connections; ``Result`` of all
+    (``keep``: a header whose value each answer's ``Result.kept`` holds, e.g. Server-Timing)."""
+    wanted = keep.lower().encode()
     sel = selectors.DefaultSelector()
     result = Result()
     sent = 0
@@ -173,7 +188,7 @@ def run(
             sel.register(sock, selectors.EVENT_WRITE, caller)
         else:
             sel.modify(caller.sock, selectors.EVENT_WRITE, caller)
-        caller.pending, caller.resp, caller.first = request, _Response(), 0.0
+        caller.pending, caller.resp, caller.first = request, _Response(wanted), 0.0
         caller.started = time.perf_counter()
         sent += 1
         live += 1
@@ -192,6 +207,8 @@ def run(
             result.errors.append(error or f"HTTP {resp.status}")
         else:
             result.total.append(time.perf_counter() - caller.started)
+            if wanted:
+                result.kept.append((result.total[-1], resp.kept))
             if caller.first:
                 result.ttft.append(caller.first - caller.started)
         if error or resp.close:

@@ -11,6 +11,9 @@ ways on this machine (docs/performance.md, "Comparable numbers"):
   (nginx and gunicorn trees, sampled after each case) and its **cold start** (from starting
   the stack to its first ready answer).
 
+With ``--public``, the public cross-gateway method instead (bench/load/public.py): added p99
+at one caller, sustained req/s against a 20 ms mock, stall-free streams, translated req/s.
+
 Twice: features off (`make run`'s shape, cache off) and on (a keys file with per-key limits
 counted in Memcached; the JSON log line and metrics are always on). The mock is the built-in
 simulator answering at once (no time to the first token, 100,000 tokens a second), 16 tokens
@@ -128,10 +131,65 @@ def side(name: str, env: dict[str, str], auth: dict[str, str], args: argparse.Na
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def public(smoke: bool) -> None:
+    """The public method's section (bench/load/public.py), printed as the report shows it."""
+    from bench.kit.report import Config, table, verdicts
+    from bench.load.public import run
+
+    out = Path(tempfile.mkdtemp(prefix="llmgate-compare-public-"))
+    try:
+        section = run(Config(out_dir=out, smoke=smoke))
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    print("\n".join([f"\n## {section.title}\n", *table(section.columns, section.rows, ".1f")]))
+    print("\n".join(["", *(f"- {note}" for note in section.notes), "", *verdicts(section.checks)]))
+    print(f"\nfigures: {section.data['figures']}\nsettings: {section.data['settings']}")
+
+
+def overload(callers: list[int], rounds: int) -> None:
+    """The public method's sustained steps at ``callers`` only, through a fresh `make run`
+    stack: each step's row, its fair bound and its tail's own stages (bench/load/public.py)."""
+    from bench.kit.report import table
+    from bench.load import public as method
+
+    run_dir = Path(tempfile.mkdtemp(prefix="llmgate-compare-overload-"))
+    try:
+        with method.started(method.options(run_dir)) as stack:
+            gateway = method.address(stack.url)
+            rows = []
+            for n in callers:
+                for _ in range(rounds):
+                    found = method.step(gateway, method.chat(), n, max(3000, n * 10), stack.sim_url)
+                    rows.append(method.row("chat", found))
+        print("\n".join(table(method.COLUMNS, rows, ".1f")))
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
     parser.add_argument("--calls", type=int, default=2000, help="calls per case at 10")
+    parser.add_argument(
+        "--public",
+        action="store_true",
+        help="the public cross-gateway method instead (bench/load/public.py; `python -m bench "
+        "--only public` writes it into the report)",
+    )
+    parser.add_argument("--smoke", action="store_true", help="with --public: tiny sizes")
+    parser.add_argument(
+        "--callers",
+        default="",
+        help="with --public: only the sustained method's chat steps at these callers, "
+        "comma-separated, each run --rounds times (e.g. 800: the overload's fair share)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="with --callers: runs of each")
     args = parser.parse_args()
+    if args.public and args.callers:
+        overload([int(c) for c in args.callers.split(",")], args.rounds)
+        return
+    if args.public:
+        public(args.smoke)
+        return
     side("features off", {}, {}, args)
     keys = write_keys(Path(tempfile.mkdtemp(prefix="llmgate-compare-keys-")), SECRET)
     try:

@@ -20,6 +20,7 @@ import urllib3
 
 from simulator import scripts
 from tests.support.raw_http import assert_json_error, request_head, send_raw
+from tests.support.server_timing import relay_of
 from tests.support.sim import sim_stats
 
 MESSAGES: Any = [{"role": "user", "content": "hi"}]
@@ -45,10 +46,12 @@ def test_to_an_anthropic_upstream_the_caller_reads_the_simulators_bytes(
 ) -> None:
     body = {"model": "m-anthropic", "max_tokens": 100, "messages": MESSAGES, "stream": stream}
     direct = _raw(upstream_sim, body, **{"x-sim-script": script})
-    through = _raw(kinds_gw.url, body, **{"x-sim-script": script})
-    assert through[0] == direct[0] == 200
-    assert _MESSAGE_ID.sub(b"ID", through[1]) == _MESSAGE_ID.sub(b"ID", direct[1])
-    assert len(_MESSAGE_ID.findall(through[1])) == 1
+    status, got = _raw(kinds_gw.url, body, **{"x-sim-script": script})
+    # And a stream's one line of the gateway's own, its relay time (Server-Timing's).
+    through, relay = relay_of(got)
+    assert status == direct[0] == 200 and (relay is not None) == stream
+    assert _MESSAGE_ID.sub(b"ID", through) == _MESSAGE_ID.sub(b"ID", direct[1])
+    assert len(_MESSAGE_ID.findall(through)) == 1
 
 
 @pytest.mark.parametrize("kind", ["openai", "gemini"])
@@ -132,7 +135,9 @@ def test_the_gateways_own_mid_stream_error_is_anthropics_error_event(
     # relayed stream and a translated one alike).
     fault = {"x-sim-fault": "reset", "x-sim-reset-after": "2"}
     body = {"model": f"m-{kind}", "max_tokens": 100, "messages": MESSAGES, "stream": True}
-    status, raw = _raw(kinds_gw.url, body, **fault)
+    status, got = _raw(kinds_gw.url, body, **fault)
+    raw, relay = relay_of(got)  # after the error event: the stream has no end event
+    assert relay is not None and got.startswith(raw)
     assert status == 200 and raw.startswith(b"event: message_start\n"), raw[:200]
     head, sep, last = raw.rstrip(b"\n").rpartition(b"\n\n")
     assert sep and b"event: content_block_delta\n" in head, raw

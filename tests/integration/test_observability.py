@@ -154,8 +154,10 @@ def test_request_ids_and_server_timing(gw) -> None:
     )
     assert mine.headers["X-LLMGate-Request-ID"] == "caller-id-42"
     assert mine.headers["x-request-id"].startswith("req_")  # the upstream's own, kept
+    # The stages the call had (docs/observability.md): an uncached call has no cache stage.
     timing = mine.headers["Server-Timing"]
-    assert "cache;dur=" in timing and "upstream;dur=" in timing and "gateway;dur=" in timing
+    assert "upstream;dur=" in timing and "gateway;dur=" in timing and "work;dur=" in timing
+    assert "cache;dur=" not in timing
     generated = gw.post("/v1/chat/completions", b"{bad")
     assert len(generated.headers["X-LLMGate-Request-ID"]) >= 16
     assert generated.headers["X-Request-ID"] == generated.headers["X-LLMGate-Request-ID"]

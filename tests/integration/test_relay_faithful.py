@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.calls import raw_chat_request
 from tests.support.scripted_server import Exchange, LoopbackServer, Request
+from tests.support.server_timing import relay_of
 from tests.support.waiting import wait_for
 
 # A stream that uses the whole grammar: CRLF and LF (and a CRLF split across writes), a
@@ -172,7 +173,8 @@ def send_chat(url: str, body: dict, timeout: float = 60) -> socket.socket:
 
 def raw_post(url: str, body: dict, *, sink: bool = False) -> tuple[int, dict[str, str], bytes]:
     """POST through a plain socket; the body with the chunked framing undone by hand.
-    ``sink``: count the body's bytes instead of keeping them (the 100 MiB test)."""
+    ``sink``: count the body's bytes instead of keeping them (the 100 MiB test): the count,
+    a newline, and the body's last KiB."""
     sock = send_chat(url, body)
     reader = sock.makefile("rb")
     status = int(reader.readline().split()[1])
@@ -190,20 +192,24 @@ def raw_post(url: str, body: dict, *, sink: bool = False) -> tuple[int, dict[str
             part = reader.read(size)
             assert reader.read(2) == b"\r\n"
             count += len(part)
-            if not sink:
-                out += part
+            out += part
+            if sink:
+                del out[:-1024]
     else:
         part = reader.read(int(headers.get("content-length", "0")))
         count = len(part)
         out += part
     sock.close()
-    return status, headers, bytes(out) if not sink else str(count).encode()
+    return status, headers, bytes(out) if not sink else str(count).encode() + b"\n" + out
 
 
 def test_the_caller_receives_exactly_the_upstreams_bytes(gw1) -> None:
-    status, headers, body = raw_post(gw1.url, {"model": "bytes", "messages": MSGS, "stream": True})
+    status, headers, got = raw_post(gw1.url, {"model": "bytes", "messages": MSGS, "stream": True})
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
-    # Byte for byte: line ends, comments, spacing, the long line.
+    # Byte for byte: line ends, comments, spacing, the long line; and the gateway's one
+    # comment line of its own, its relay time (Server-Timing: docs/observability.md).
+    body, relay = relay_of(got)
+    assert relay is not None
     differ = next((i for i, (a, b) in enumerate(zip(body, FIXTURE, strict=False)) if a != b), None)
     assert body == FIXTURE, (len(body), len(FIXTURE), differ, body[(differ or 0) - 20 :][:60])
 
@@ -218,15 +224,17 @@ def test_every_event_of_a_read_of_several_reaches_the_caller(gw1, cacheable: boo
     if cacheable:
         body |= {"temperature": 0, "cache": {"no-store": True}}
     status, _, got = raw_post(gw1.url, body)
-    assert status == 200 and got == b"".join(SEVERAL)
+    relayed, relay = relay_of(got)  # and the gateway's own line, its relay time
+    assert status == 200 and relayed == b"".join(SEVERAL) and relay is not None
 
 
 def test_a_stream_answering_a_call_that_did_not_ask_for_one_is_relayed_as_it_came(gw1) -> None:
     """A whole call of its own begins in its caller's greenlet (app/streams/alone.py); an
     event stream for an answer goes on in a flight from where it is, every byte kept."""
-    status, headers, body = raw_post(gw1.url, {"model": "bytes", "messages": MSGS})
+    status, headers, got = raw_post(gw1.url, {"model": "bytes", "messages": MSGS})
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
-    assert body == FIXTURE, (len(body), len(FIXTURE))
+    body, relay = relay_of(got)  # and the relay time's line (Server-Timing's)
+    assert body == FIXTURE and relay is not None, (len(body), len(FIXTURE))
 
 
 def test_an_event_over_the_limit_before_the_first_byte_is_a_502(gw1) -> None:
@@ -237,9 +245,11 @@ def test_an_event_over_the_limit_before_the_first_byte_is_a_502(gw1) -> None:
 
 
 def test_an_event_over_the_limit_after_the_first_byte_ends_with_an_error_event(gw1) -> None:
-    status, _, body = raw_post(gw1.url, {"model": "oversize-later", "messages": MSGS,
-                                         "stream": True})  # fmt: skip
+    status, _, got = raw_post(gw1.url, {"model": "oversize-later", "messages": MSGS,
+                                        "stream": True})  # fmt: skip
     assert status == 200
+    body, relay = relay_of(got)  # after the error event: the stream has no end event
+    assert relay is not None and got.startswith(body)
     first, last = body.split(b"\n\n")[0], body.split(b"\n\n")[-2]
     assert first == b"data: first"
     assert json.loads(last.removeprefix(b"data: "))["error"]["code"] == "upstream_event_too_large"
@@ -247,15 +257,17 @@ def test_an_event_over_the_limit_after_the_first_byte_ends_with_an_error_event(g
 
 
 def test_a_compressed_stream_is_relayed_decoded(gw1) -> None:
-    status, headers, body = raw_post(gw1.url, {"model": "gzip", "messages": MSGS, "stream": True})
+    status, headers, got = raw_post(gw1.url, {"model": "gzip", "messages": MSGS, "stream": True})
     assert status == 200 and "content-encoding" not in headers
-    assert body == FIXTURE
+    assert relay_of(got)[0] == FIXTURE and relay_of(got)[1] is not None
 
 
 def test_a_stream_cut_inside_a_chunk_ends_with_an_upstream_reset_event(gw1) -> None:
-    status, _, body = raw_post(gw1.url, {"model": "cut-in-chunk", "messages": MSGS,
-                                         "stream": True})  # fmt: skip
+    status, _, got = raw_post(gw1.url, {"model": "cut-in-chunk", "messages": MSGS,
+                                        "stream": True})  # fmt: skip
     assert status == 200
+    body, relay = relay_of(got)  # after the error event: the stream has no end event
+    assert relay is not None and got.startswith(body)
     events = body.split(b"\n\n")
     assert events[0] == b'data: {"choices":[{"delta":{"content":"a"}}]}'
     assert json.loads(events[-2].removeprefix(b"data: "))["error"]["code"] == "upstream_reset"
@@ -281,10 +293,14 @@ def test_a_100_mib_stream_nobody_else_needs_holds_little_memory(gw1) -> None:
     body = {"model": "big", "messages": MSGS, "stream": True, "temperature": 1}
     raw_post(gw1.url, {"model": "bytes", "messages": MSGS, "stream": True})  # warm the worker
     before = _worker_rss_kb(gw1)
-    status, _, count = raw_post(gw1.url, body, sink=True)
+    status, _, sunk = raw_post(gw1.url, body, sink=True)
     after = _worker_rss_kb(gw1)
     assert status == 200
-    assert int(count) == BIG_COUNT * len(BIG_EVENT) + len(b"data: [DONE]\n\n")
+    count, _, tail = sunk.partition(b"\n")
+    ended, relay = relay_of(tail)  # the relay time's line, the gateway's own
+    assert relay is not None and ended.endswith(b"data: [DONE]\n\n")
+    said = len(tail) - len(ended)
+    assert int(count) - said == BIG_COUNT * len(BIG_EVENT) + len(b"data: [DONE]\n\n")
     grown_mib = (after - before) / 1024
     print(f"\nworker RSS {before / 1024:.1f} -> {after / 1024:.1f} MiB over a 100 MiB stream")
     if os.environ.get("LLMGATE_TEST_REPORT"):

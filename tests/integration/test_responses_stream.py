@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from simulator import text
+from tests.support.server_timing import relay_of
 
 RESPONSES = "/v1/responses"
 
@@ -94,9 +95,12 @@ def test_a_failed_response_is_relayed_as_sent_and_not_cached(gw) -> None:
     body = {"model": "sim-model", "input": _prompt(), "store": False, "temperature": 0}
     faults = {"x-sim-fault": "error-after", "x-sim-error-after": "1"}
     for _ in range(2):
-        status, headers, raw = _raw_stream(gw, body, **faults)
+        status, headers, got = _raw_stream(gw, body, **faults)
         assert status == 200 and headers["X-LLMGate-Cache"] == "MISS"
-        # The upstream's terminal response.failed is the end: nothing added after it.
+        # The upstream's terminal response.failed is the end: nothing added after it (the
+        # gateway's relay time is a comment line at the head of that event's block).
+        raw, relay = relay_of(got)
+        assert relay is not None and b"\n: server-timing: " in got
         assert raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1].startswith(b"event: response.failed\n")
         assert b'"error":{"code":"server_error"' in raw
     assert gw.sim_stats()["requests"] == 2
@@ -108,7 +112,9 @@ def test_a_cacheable_stream_replays_the_same_bytes(gw) -> None:
     assert status == 200 and first_headers["X-LLMGate-Cache"] == "MISS"
     status, headers, again = _raw_stream(gw, {**body, "max_output_tokens": 4})
     assert status == 200 and headers["X-LLMGate-Cache"].startswith("HIT")
-    assert again == first
+    # The same bytes but each answer's own relay time (Server-Timing's line, said by both).
+    assert relay_of(again)[0] == relay_of(first)[0]
+    assert relay_of(again)[1] is not None and relay_of(first)[1] is not None
     assert first.count(b"event: response.output_text.delta\n") == 4
     assert b"[DONE]" not in again
     # A non-stream caller gets the object of the stored stream's response.completed.

@@ -60,6 +60,7 @@ class Stream:
     first_data_at: float = 0.0  # the first data event: the hold is over
     last_at: float = 0.0  # the last read
     max_gap: float = 0.0  # longest silence from the head to the first data event
+    max_data_gap: float = 0.0  # longest silence from the first data event to the end
     pings: int = 0
     done: bool = False  # [DONE] seen
     ended_at: float = 0.0
@@ -196,6 +197,8 @@ class HeldStreams:
     def _read_body(self, stream: Stream, data: bytes, now: float) -> None:
         if not stream.first_data_at:
             stream.max_gap = max(stream.max_gap, now - stream.last_at)
+        else:
+            stream.max_data_gap = max(stream.max_data_gap, now - stream.last_at)
         stream.last_at = now
         seen = stream.tail + data
         stream.pings += seen.count(PING) - stream.tail.count(PING)

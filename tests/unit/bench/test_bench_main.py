@@ -16,9 +16,17 @@ from tests.conftest import ROOT
 
 def test_each_part_of_the_report_is_a_module_with_run() -> None:
     assert list(report.MODULES) == [
-        "overhead", "memory", "cache", "capacity", "http2", "seed", "trace_latency", "translation",
+        "overhead",
+        "memory",
+        "cache",
+        "capacity",
+        "http2",
+        "seed",
+        "trace_latency",
+        "translation",
         "prompt_cache",
-    ]  # fmt: skip
+        "public",
+    ]
     for name, path in report.MODULES.items():
         assert callable(getattr(importlib.import_module(path), "run", None)), name
 

@@ -12,14 +12,16 @@ from typing import Any
 import pytest
 
 from app.core.config import Settings
-from app.edge.finish import _server_timing, cache_outcome, finish
+from app.edge.finish import cache_outcome, finish
 from app.observe.metrics import Metrics
 from app.observe.unobserved import UNOBSERVED
 from app.request import routes
 from app.request.call import SSE_HEADERS, Call, Reply, Trace
+from app.request.stages import Stages
 from app.request.usage import Usage, answer_facts
 from llmgate_wire import sse
 from tests.support.clock import Clock
+from tests.support.server_timing import relay_of
 
 
 def test_cache_outcome_labels_are_bounded() -> None:
@@ -57,11 +59,16 @@ def test_a_generated_answers_usage_and_tier_are_its_top_level_members_only() -> 
     assert answer_facts(embedding, routes.EMBEDDINGS) == (Usage({"total_tokens": 2}), None)
 
 
-def test_server_timing_names_its_parts() -> None:
-    trace = Trace(started=0.0, cache_s=0.002, upstream_ttfb_s=0.25)
-    value = _server_timing(trace)
-    assert value.startswith("cache;dur=2.0, upstream;dur=250.0, gateway;dur=")
-    assert "upstream" not in _server_timing(Trace(cache_s=0.0))
+def test_server_timing_names_its_parts(monkeypatch) -> None:
+    monkeypatch.setattr(time, "monotonic", Clock(0.3))
+    trace = Trace(started=0.0, stages=Stages(cache_s=0.002, upstream_s=0.25))
+    call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}", trace=trace)
+    reply, _ = finish(call, Reply(200, [], b"{}"), Settings(), UNOBSERVED)
+    value = dict(reply.headers)["Server-Timing"]
+    assert value == "cache;dur=2.0, upstream;dur=250.0, work;dur=48.0, gateway;dur=50.0"
+    bare = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
+    reply, _ = finish(bare, Reply(200, [], b"{}"), Settings(), UNOBSERVED)
+    assert "upstream" not in dict(reply.headers)["Server-Timing"]
 
 
 def test_a_streams_batches_go_out_joined_and_every_event_is_observed(caplog) -> None:
@@ -76,8 +83,13 @@ def test_a_streams_batches_go_out_joined_and_every_event_is_observed(caplog) -> 
     assert reply.status == 200 and not isinstance(body, bytes)
     with caplog.at_level(logging.INFO, logger="llmgate.access"):
         writes = list(body)
-    # One write per batch that has bytes (an empty one would end the chunked response).
-    assert writes == [sse.comment(), first + second + last + b"data: [DONE]\n\n"]
+    # One write per batch that has bytes (an empty one would end the chunked response); the
+    # relay's time (a comment: Server-Timing is on by default) just before the [DONE].
+    assert [writes[0], relay_of(writes[1])[0]] == [
+        sse.comment(),
+        first + second + last + b"data: [DONE]\n\n",
+    ]
+    assert len(writes) == 2 and writes[1].startswith(first + second + last + b": server-timing:")
     (line,) = [json.loads(r.getMessage()) for r in caplog.records if r.name == "llmgate.access"]
     assert line["bytes_out"] == sum(map(len, writes))
     assert line["tokens_out"] == 3  # the usage event was found inside its batch
@@ -128,7 +140,12 @@ def test_a_streams_figures_come_from_its_batches_as_they_leave(
     assert figures["llmgate_stream_tokens_per_second_count"] == 1
     assert figures["llmgate_stream_tokens_per_second_sum"] == pytest.approx(4 / 3)
     (line,) = [json.loads(r.getMessage()) for r in caplog.records if r.name == "llmgate.access"]
-    assert line["bytes_out"] == sum(map(len, writes)) == sum(len(e) for _, b in timed for e in b)
+    # Every byte sent: the batches, and the relay's time before the end (Server-Timing's).
+    relayed = sum(len(e) for _, b in timed for e in b)
+    sent = b"".join(writes)
+    without, relay = relay_of(sent)
+    assert line["bytes_out"] == len(sent) and len(without) == relayed and relay is not None
+    assert sent.endswith(b"data: [DONE]\n\n")
     assert (line["ttft_ms"], line["tokens_out"]) == (500.0, 4)
 
 
@@ -179,11 +196,12 @@ def test_a_request_is_counted_after_every_other_figure_of_it() -> None:
     call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
     call.trace.client_closed = True
     _, body = finish(call, Reply(200, list(SSE_HEADERS), iter([[event]])), Settings(), metrics)
-    assert list(body) == [event]
+    assert list(body)[:-1] == [event]  # then the relay time's comment
     (before,) = seen
     assert before["llmgate_ttft_seconds_count"] == 1
     assert before["llmgate_request_duration_seconds_count"] == 1
     assert before["llmgate_upstream_errors_total"] == 1
+    assert before["llmgate_added_seconds_count"] > 0  # the stages (Server-Timing's)
     assert _figures(metrics)["llmgate_requests_total"] == 1
 
 

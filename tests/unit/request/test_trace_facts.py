@@ -45,7 +45,12 @@ def test_no_stage_assigns_a_trace_field() -> None:
 
 @pytest.mark.parametrize(
     "source",
-    ["call.trace.stream = True", "trace.grant = wrap(trace.grant)", "self.trace.attempts += 1"],
+    [
+        "call.trace.stream = True",
+        "trace.grant = wrap(trace.grant)",
+        "self.trace.attempts += 1",
+        "call.trace.stages.queue_s = 0.1",  # a stage is a fact too (app/request/stages.py)
+    ],
 )
 def test_the_checker_finds_each_form(source: str) -> None:
     assert trace_assignments(source)

@@ -48,6 +48,18 @@ def test_nginx_closes_idle_connections_to_gunicorn_before_gunicorn_would() -> No
     assert nginx_idle_s < IDLE_CLOSE_AFTER_S < int(gunicorn.group(1))
 
 
+def test_nginx_keeps_as_many_idle_connections_to_gunicorn_as_the_sizing_counts() -> None:
+    """runner/sizing.py counts NGINX_KEEPALIVE idle connections per nginx worker, and it must
+    be what the template says; at least 1,024, so a burst after a lull reuses them instead of
+    waiting in gunicorn's accept queue (docs/performance.md, "The public method")."""
+    from runner.sizing import NGINX_KEEPALIVE
+
+    text = render_nginx(_params())
+    upstream_block = text[text.index("upstream llmgate_app") :].split("}", 1)[0]
+    found = re.search(r"^\s*keepalive (\d+);", upstream_block, re.M)
+    assert found is not None and int(found.group(1)) == NGINX_KEEPALIVE >= 1024
+
+
 def test_unknown_template_field_is_an_error() -> None:
     with pytest.raises(KeyError, match="nope"):
         render_nginx(_params(), template="x {{ nope }} y")

@@ -75,7 +75,7 @@ def test_a_head_is_what_the_trace_learns_and_a_whole_answer_leaves_at_once() -> 
     reply = _replies().reply_after(call, reading, lambda: BODY)
     assert (reply.status, reply.body, reading.left) == (200, b"{}", 1)
     assert (call.trace.attempts, call.trace.upstream) == (2, "a")
-    assert call.trace.upstream_ttfb_s == pytest.approx(0.25)
+    assert call.trace.stages.upstream_s == pytest.approx(0.25)
 
 
 def test_the_caller_is_watched_while_the_head_is_waited_for() -> None:
