@@ -132,6 +132,19 @@ def post_worker_init(worker):
     gc.set_threshold(YOUNG_GENERATION, 10, 10)
 
 
+# How long a worker that is exiting waits for its spend ledger's last rows to be written.
+LEDGER_CLOSE_S = 5.0
+
+
+def worker_exit(server, worker):
+    # In the worker, after its last call (SIGTERM, a reload, SIGQUIT): the rows of the calls
+    # that settled since the ledger's last batch are written now (app/store/spend_ledger.py).
+    app = getattr(worker, "_application", None)
+    ledger = getattr(app, "extensions", {}).get("llmgate.ledger")
+    if ledger is not None:
+        ledger.close(LEDGER_CLOSE_S)
+
+
 def child_exit(server, worker):
     # A dead worker's live gauges (active streams, pool use) must stop counting. The import
     # stays here: app.observe.metrics imports only prometheus_client, and only the master runs this.

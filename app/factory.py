@@ -27,7 +27,7 @@ from app.observe import access_log
 from app.observe.metrics import Metrics
 from app.observe.tracing import Tracer
 from app.patches import http_headers
-from app.store import build_resume_store
+from app.store import build_resume_store, build_spend_ledger
 from app.tenancy.access import Access
 from app.tenancy.key_source import KeySource
 from app.tenancy.keyring import KeysFileError
@@ -69,6 +69,9 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     # bypass the error handlers): no redirects, a doubled slash is refused (app/request/paths.py).
     app.url_map.merge_slashes = False
     app.extensions["llmgate.history"] = start_history(settings, metrics)
+    # Closed by gunicorn's worker_exit hook (gunicorn.conf.py): what is queued is written.
+    access = app.extensions["llmgate"].access
+    app.extensions["llmgate.ledger"] = access.ledger if access is not None else None
     app.register_blueprint(api)
     app.register_blueprint(status_page)
     register_error_handlers(app)
@@ -102,6 +105,7 @@ def build_access(
     return Access(
         source,
         counters,
+        ledger=build_spend_ledger(settings, metrics),
         fail_open=settings.limits_fail == "open",
         # A stream lasts at most the deadline, and its last writes to a slow caller each
         # wait at most the send timeout (app/streams/flight.py).

@@ -222,7 +222,7 @@ class Gateway:
         )
         call.trace.authorized(began)
         forward, hide_usage = granted_body(grant, forward, body, call.route, stream)
-        call.trace.granted(KeySettlement(self.access, grant), hide_usage=hide_usage)
+        call.trace.granted(KeySettlement(self.access, grant, call.trace), hide_usage=hide_usage)
         return forward, grant
 
     # -- the stages -------------------------------------------------------------------------

@@ -30,8 +30,9 @@ import time
 from pathlib import Path
 
 from app.core.config import Settings, SettingsError
+from app.store.spend_db import redacted
 from app.upstream.catalog import ConfigError
-from runner import limits, resolve
+from runner import limits, postgres, resolve
 from runner.drain import drain, turn_unready
 from runner.make_parent import MakeParent
 from runner.procs import StartError, find_binary
@@ -69,6 +70,14 @@ def options_from_env(
             print(f"llmgate: {name} is not installed; running without it. Install: {INSTALL_HINT}")
     if args.instances > 1 and not have_nginx:
         raise StartError("several instances need nginx in front of them")
+    # Several instances keep their spend in a PostgreSQL of their own where it is installed;
+    # one instance (or none installed) in a SQLite file of the run directory.
+    use_postgres = args.instances > 1 and not settings.ledger_url.strip() and postgres.installed()
+    if args.instances > 1 and not settings.ledger_url.strip() and not use_postgres:
+        print(
+            "llmgate: PostgreSQL is not installed; the spend ledger is a SQLite file in the run "
+            f"directory. Install: {postgres.INSTALL_HINT}"
+        )
     tls_port: int | None = runner.tls_port if have_nginx and runner.tls_port else None
     if tls_port is not None and not settings.tls_cert and find_binary("openssl") is None:
         print(
@@ -94,6 +103,7 @@ def options_from_env(
         tls_port=tls_port,
         tls_cert=settings.tls_cert,
         tls_key=settings.tls_key,
+        postgres=use_postgres,
     )
 
 
@@ -124,6 +134,9 @@ def banner(stack: Stack, options: StackOptions) -> str:
         lines.append(f"  instances: {', '.join(stack.app_urls)} (metrics: each one's /metrics)")
         lines.append(f"  scrape:    {write_scrape_targets(stack)}")
     lines.append(f"  memcached: {memcached or 'none (in-process only)'}")
+    if os.environ.get("LLMGATE_KEYS_FILE", "").strip():
+        ledger = stack.ledger_url
+        lines.append(f"  ledger:    {'none' if ledger == 'off' else redacted(ledger)}")
     if stack.sizing is not None:
         lines.append(f"  capacity:  {capacity(stack)}")
     logs = "stdout" if options.logs_to_stdout else options.run_dir / "logs"

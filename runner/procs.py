@@ -86,9 +86,14 @@ class Proc:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         stdout: bool = False,
+        user: str | None = None,
+        stop_signal: int = signal.SIGTERM,
     ) -> None:
-        """``stdout``: the child writes to our own stdout (a container's log), not the file."""
+        """``stdout``: the child writes to our own stdout (a container's log), not the file;
+        ``user``: the user it runs as (we are root; PostgreSQL refuses to run as root);
+        ``stop_signal``: what ``stop`` sends it by default."""
         self.name = name
+        self.stop_signal = stop_signal
         self.argv = list(argv)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,6 +109,7 @@ class Proc:
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
+            user=user,
         )
 
     def output(self) -> list[str]:
@@ -162,10 +168,10 @@ class Proc:
         if self.alive():
             os.killpg(self.popen.pid, sig)
 
-    def stop(self, timeout: float = 10.0, sig: int = signal.SIGTERM) -> int | None:
+    def stop(self, timeout: float = 10.0, sig: int | None = None) -> int | None:
         try:
             if self.alive():
-                self.send_signal(sig)
+                self.send_signal(self.stop_signal if sig is None else sig)
                 try:
                     self.popen.wait(timeout)
                 except subprocess.TimeoutExpired:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from app.core.config import Settings, worker_connections
 from app.upstream import catalog as upstreams
-from runner import limits
+from runner import limits, postgres
 from runner.claims import Claims, Listener
 from runner.nginx import NginxParams, start_nginx, write_nginx_conf
 from runner.procs import Proc, StartError, find_binary, free_port
@@ -64,6 +64,10 @@ class StackOptions:
     # Another WSGI app for gunicorn to serve in the gateway's place (bench/floor/'s
     # measuring stick), as gunicorn's APP_MODULE argument; empty: the gateway.
     wsgi_app: str = ""
+    # A PostgreSQL of the stack's own for the spend ledger, in run_dir/postgres
+    # (runner/postgres.py; make run-cluster where it is installed). Without it, and without
+    # LLMGATE_LEDGER_URL, the ledger is run_dir/spend.sqlite3.
+    postgres: bool = False
 
 
 class Stack:
@@ -81,6 +85,7 @@ class Stack:
         self._nginx_params: NginxParams | None = None
         self.sizing: Sizing | None = None
         self.claims: Claims | None = None
+        self.postgres_url = ""  # the stack's own PostgreSQL, when it started one
 
     @property
     def memcached_addr(self) -> str:
@@ -174,6 +179,8 @@ class Stack:
             if opts.memcached:
                 for _ in range(opts.memcached_nodes):
                     self._start_memcached()
+            if opts.postgres:
+                self.start_postgres()
             if self.starts_simulator:
                 self._start_simulator()
             for index in range(opts.instances):
@@ -305,6 +312,29 @@ class Stack:
         proc.wait_port(port)
         self.memcached_addrs.append(f"127.0.0.1:{port}")
 
+    def start_postgres(self, port: int = 0) -> None:
+        """The stack's own PostgreSQL (runner/postgres.py), on ``port`` when given (a restart
+        where it was: its cluster is kept in the run directory)."""
+        if port == 0 and self.postgres_url:
+            port = int(self.postgres_url.rsplit(":", 1)[1].split("/")[0])
+        port = port or free_port()
+        proc = postgres.start(
+            self.options.run_dir / "postgres",
+            port,
+            self._log("postgres"),
+            stdout=self.options.logs_to_stdout,
+        )
+        self.procs.append(proc)
+        self.postgres_url = postgres.url(port)
+
+    @property
+    def ledger_url(self) -> str:
+        """The spend ledger's URL as the gateway is given it (LLMGATE_LEDGER_URL): the one set,
+        else the stack's PostgreSQL, else a SQLite file in the run directory."""
+        given = self.options.env.get("LLMGATE_LEDGER_URL", "").strip()
+        default = str(self.options.run_dir.absolute() / "spend.sqlite3")
+        return given or self.postgres_url or default
+
     def _start_simulator(self) -> None:
         port = self.options.simulator_port or free_port()
         argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port)]
@@ -332,6 +362,7 @@ class Stack:
         if self.memcached_addr:
             env["LLMGATE_MEMCACHED"] = self.memcached_addr
         env.update(self.options.env)
+        env["LLMGATE_LEDGER_URL"] = self.ledger_url
         if self.options.app_bind:
             env["LLMGATE_BIND"] = self.options.app_bind
         env["LLMGATE_DRAIN_FILE"] = str(self.drain_file)

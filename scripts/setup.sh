@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepares this machine for `make run` / `make test`: the venv with our requirements, and
-# nginx, memcached and openssl (and, with `test`, the tools the tests run: chromium, curl) from
-# Debian/Ubuntu packages when missing (as root; otherwise it prints the command). Safe to run
-# again: it does only what is missing.
+# nginx, memcached and openssl (and, with `test`, the tools the tests run: chromium, curl,
+# PostgreSQL) from Debian/Ubuntu packages when missing (as root; otherwise it prints the
+# command). Safe to run again: it does only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +20,9 @@ have openssl || need_pkgs+=(openssl)  # make run's self-signed certificate (HTTP
 if [ "${1:-}" = "test" ]; then
     have chromium || need_pkgs+=(chromium)
     have curl || need_pkgs+=(curl)  # the streaming test watches `curl -N` print events
+    # The spend ledger's PostgreSQL tests run clusters of their own (runner/postgres.py):
+    # Debian keeps initdb and postgres in /usr/lib/postgresql/<version>/bin, off PATH.
+    have initdb || compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need_pkgs+=(postgresql)
     [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 fi
 # Another apt (unattended-upgrades, cloud-init, a second setup) may hold its locks: apt-get

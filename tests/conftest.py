@@ -26,3 +26,16 @@ def require_binary(name: str) -> str:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     return path
+
+
+def require_postgres() -> None:
+    """PostgreSQL's programs (runner/postgres.py finds them where Debian keeps them): a skip
+    on a laptop without them, a failure in CI, as for any other binary."""
+    from runner import postgres
+
+    if not postgres.installed():
+        hint = postgres.INSTALL_HINT
+        message = f"PostgreSQL is not installed (make setup-test installs it; {hint})"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)

@@ -74,6 +74,7 @@ class Settings(InstanceSettings, CallSettings):
         self._check_call_bounds()
         self._check_memcached_tracing_tls()
         self._check_pool_retries_body()
+        self._check_ledger()
 
     def _check_numbers(self) -> None:
         """Every number finite; the timeouts, lifetimes and durations on the right side of 0."""
@@ -188,6 +189,30 @@ class Settings(InstanceSettings, CallSettings):
             raise SettingsError(
                 "LLMGATE_POOL_SIZE, LLMGATE_MAX_BODY_BYTES must be >= 1 and LLMGATE_RETRIES >= 0"
             )
+
+    def _check_ledger(self) -> None:
+        scheme = self.ledger_url.partition("://")[0] if "://" in self.ledger_url else ""
+        if scheme not in ("", "sqlite", "postgresql", "postgres"):
+            raise SettingsError(
+                "LLMGATE_LEDGER_URL must be a file path, sqlite:///path or postgresql://..., "
+                f"got a {scheme}:// URL"
+            )
+        if self.ledger_flush_s <= 0 or self.ledger_read_timeout_s <= 0:
+            raise SettingsError(
+                "LLMGATE_LEDGER_FLUSH_S and LLMGATE_LEDGER_READ_TIMEOUT_S must be > 0"
+            )
+        if not 1 <= self.ledger_batch <= self.ledger_queue:
+            raise SettingsError("LLMGATE_LEDGER_BATCH must be >= 1 and <= LLMGATE_LEDGER_QUEUE")
+        if self.ledger_retention_days != 0 and self.ledger_retention_days < 32:
+            raise SettingsError(
+                "LLMGATE_LEDGER_RETENTION_DAYS must be 0 (keep every row) or at least 32, got "
+                f"{self.ledger_retention_days}"
+            )
+
+    @property
+    def ledger(self) -> str:
+        """The ledger's URL, or "" when there is none (LLMGATE_LEDGER_URL empty or off)."""
+        return "" if self.ledger_url.strip().lower() in ("", "off") else self.ledger_url.strip()
 
     @property
     def ops_allow_list(self) -> tuple[str, ...]:

@@ -132,6 +132,48 @@ class InstanceSettings:
         "and creates it on SIGTERM).",
     )
 
+    ledger_url: str = setting(
+        "LLMGATE_LEDGER_URL",
+        "",
+        "Where the spend ledger keeps every settled call of a gateway key (docs/security.md): "
+        "a SQLite file (a path, or sqlite:///path; one machine) or a PostgreSQL URL "
+        "(postgresql://user:password@host:5432/db; several instances). Day and month budgets "
+        "lost from Memcached are made again from it; /admin/usage and `python -m "
+        "app.tenancy.spend` read it. Only with LLMGATE_KEYS_FILE. Empty or off: no ledger "
+        "(`make run` then uses spend.sqlite3 in its run directory, `make run-cluster` a "
+        "PostgreSQL of its own where installed; off stops that too). Its password is never "
+        "logged.",
+    )
+    ledger_flush_s: float = setting(
+        "LLMGATE_LEDGER_FLUSH_S",
+        1.0,
+        "Each worker writes its settled calls to the ledger at least this often, in batches of "
+        "up to LLMGATE_LEDGER_BATCH rows (sooner when a batch is full): a worker killed with "
+        "SIGKILL loses at most this window's rows.",
+    )
+    ledger_batch: int = setting(
+        "LLMGATE_LEDGER_BATCH", 500, "Most rows the ledger's writer commits in one transaction."
+    )
+    ledger_queue: int = setting(
+        "LLMGATE_LEDGER_QUEUE",
+        50000,
+        "Rows a worker keeps in memory for a ledger database that is slow or down (about "
+        "half a kilobyte each); past it rows are dropped, counted and logged, and calls go on.",
+    )
+    ledger_retention_days: int = setting(
+        "LLMGATE_LEDGER_RETENTION_DAYS",
+        400,
+        "Ledger rows older than this are deleted, 10,000 at a time, once an hour. 0: kept for "
+        "ever; else at least 32 (a month's budget is made again from its month's rows).",
+    )
+    ledger_read_timeout_s: float = setting(
+        "LLMGATE_LEDGER_READ_TIMEOUT_S",
+        1.0,
+        "The longest a call waits for the ledger when its day's or month's budget counter must "
+        "be made again (and /admin/usage for a day or month); past it the count is taken as "
+        "unreachable (LLMGATE_LIMITS_FAIL), and the ledger is not asked again for 5 s.",
+    )
+
     status_sample_s: int = setting(
         "LLMGATE_STATUS_SAMPLE_S",
         10,

@@ -26,6 +26,8 @@ from app.gateway import Gateway
 from app.request.call import Reply, error_reply
 from app.request.routes import API, BY_PATH, PASSTHROUGH, RESUME, Route, door_of
 from app.tenancy.keyring import same_secret
+from app.tenancy.limits import period
+from app.tenancy.spend import shaped_report
 
 log = logging.getLogger("llmgate")
 # One start time for every worker (gunicorn's master sets it before forking), so uptime on
@@ -154,13 +156,32 @@ def _unix_time(text: str) -> float:
 
 @api.route("/admin/usage", methods=["GET"])
 def admin_usage() -> Response:
-    """Every gateway key's counts in the current windows, with its limits (operator only)."""
+    """Every gateway key's counts in the current windows, with its limits; with ``period``
+    (a UTC day 2026-01-31 or month 2026-01), what each key spent then by model and upstream,
+    from the spend ledger (operator only)."""
     access = _gateway().access
     if access is None:
         raise errors.NotFound("Gateway keys are off (LLMGATE_KEYS_FILE is not set).")
-    response = jsonify(access.usage())
+    asked = request.args.get("period")
+    response = jsonify(access.usage() if asked is None else _spent(asked))
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+def _spent(asked: str) -> dict:
+    """A day's or month's spend from the ledger (app/tenancy/spend.py's report)."""
+    ledger = current_app.extensions.get("llmgate.ledger")
+    if ledger is None:
+        raise errors.NotFound("The spend ledger is off (LLMGATE_LEDGER_URL is not set).")
+    try:
+        start, end = period(asked)
+    except ValueError as exc:
+        raise errors.BadRequest(f"period: {exc}.", param="period") from None
+    sums = ledger.report(start, end)
+    if sums is None:
+        message = "The spend ledger cannot be read right now; retry shortly."
+        raise errors.ServiceUnavailable(message, code="ledger_unavailable")
+    return shaped_report(sums, start, end)
 
 
 # What only the operator may read when LLMGATE_OPERATOR_TOKEN is set (nginx also limits

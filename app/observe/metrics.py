@@ -25,7 +25,7 @@ from prometheus_client import (
 
 from app.core.admission import KINDS, Load
 from app.core.causes import ERROR_CAUSES
-from app.observe import metrics_continuation, metrics_prompt_cache, metrics_stages
+from app.observe import metrics_continuation, metrics_ledger, metrics_prompt_cache, metrics_stages
 from app.observe.labels import CACHE_OUTCOMES
 from app.patches.prometheus_labels import remember_children
 from app.patches.prometheus_values import use_lean_values
@@ -337,6 +337,9 @@ class Metrics:
         )
         self.stream_continuations = metrics_continuation.stream_continuations(reg)
         self.added = metrics_stages.added_seconds(reg)  # the gateway's own time by stage
+        self.ledger_rows, self.ledger_lag, self.ledger_batch, self.ledger_rebuilt = (
+            metrics_ledger.ledger(reg)
+        )
         for cause in ERROR_CAUSES:
             self.upstream_errors.labels(cause)
         for outcome in CACHE_OUTCOMES:

@@ -93,6 +93,17 @@ class Outbox(Generic[T]):
             self._ring()
         return True
 
+    def oldest(self) -> T | None:
+        """The item queued longest and not yet taken by the thread; None when none is."""
+        try:
+            return self._items[0]
+        except IndexError:  # the thread took the last one meanwhile
+            return None
+
+    def queued(self) -> int:
+        """How many items wait for the thread."""
+        return len(self._items)
+
     def close(self, timeout_s: float) -> bool:
         """Stop taking items and let the thread send what is queued; True when it finished
         within ``timeout_s``. This waits (the loop too): call it only at the worker's exit."""

@@ -11,6 +11,9 @@ counters (app/tenancy/limits.py) and resumable streams' logs (app/resume/).
     discovery.py the Memcached nodes of a DNS name, re-resolved (dns+name:port)
     counters.py the per-key limit counters' commands (app/tenancy/limits.py) in Memcached
     log_store.py resumable streams' logs in Memcached (app/resume/)
+    spend_rows.py pure: a settled call's row in the spend ledger, and its columns
+    spend_db.py the spend ledger's database (SQLite or PostgreSQL), its schema and queries
+    spend_ledger.py the ledger of one worker: its writer thread, and reads off the loop
 
 The clients are built by the app factory inside the worker, after gevent patched.
 """
@@ -27,6 +30,7 @@ if TYPE_CHECKING:  # the package itself imports nothing heavy: its pure modules 
     from app.store.log_store import LogStore
     from app.store.memcached import MemcachedBackend
     from app.store.memory import MemoryBackend
+    from app.store.spend_ledger import SpendLedger
 
 
 def build_resume_store(settings: Settings, metrics: Metrics) -> LogStore | MemoryBackend | None:
@@ -40,6 +44,24 @@ def build_resume_store(settings: Settings, metrics: Metrics) -> LogStore | Memor
 
     client = memcached_client(settings, "resume", metrics=metrics)
     return LogStore(client) if client is not None else MemoryBackend(256 << 20, name="resume")
+
+
+def build_spend_ledger(settings: Settings, metrics: Metrics) -> SpendLedger | None:
+    """The spend ledger of LLMGATE_LEDGER_URL, when there is one and gateway keys are on:
+    its writer thread starts here, inside the worker."""
+    if not settings.ledger or not settings.keys_file:
+        return None
+    from app.store.spend_ledger import SpendLedger
+
+    return SpendLedger(
+        settings.ledger,
+        metrics,
+        flush_s=settings.ledger_flush_s,
+        batch=settings.ledger_batch,
+        capacity=settings.ledger_queue,
+        retention_days=settings.ledger_retention_days,
+        read_timeout_s=settings.ledger_read_timeout_s,
+    )
 
 
 def memcached_client(

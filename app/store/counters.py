@@ -13,7 +13,10 @@ call takes its share with one ``incr`` and sees the count its share made.
 - ``incr`` on a missing item fails (NOT_FOUND) rather than creating it, so the missing
   counters of a batch (the first call of a window) are created with ``add`` of ``0`` and
   their TTL, then incremented: a second round trip, once per counter and window. Of two
-  processes creating one at once, one ``add`` fails and both increments count.
+  processes creating one at once, one ``add`` fails and both increments count. A count that
+  says not to create (``create`` False: a day's or month's budget, which the caller makes
+  again from the spend ledger, at its ``start``) leaves a missing counter missing and gets
+  ``MISSING`` for its value.
 - ``decr`` stops at 0 (Memcached's rule, which ``MemoryCounters`` copies), and may leave the
   number space-padded: a read strips it.
 - ``renew`` is a ``touch`` after the ``incr``, in the same batch: the stream slots' counter
@@ -61,6 +64,15 @@ class CountLike(Protocol):
     def ttl(self) -> int: ...
     @property
     def renew(self) -> bool: ...
+    @property
+    def create(self) -> bool: ...
+    @property
+    def start(self) -> int: ...
+
+
+# app/tenancy/limits.py's MISSING: a count added to a counter that is gone and was not to be
+# made (its ``create`` False) was not counted.
+MISSING = -1
 
 
 class MemcachedCounters:
@@ -163,7 +175,10 @@ def _on_node(mc: Any, counts: list[CountLike]) -> list[int | None]:
         if count.renew and count.delta >= 0:
             next(replies)  # TOUCHED, or NOT_FOUND when the incr found nothing either
         if value is None and count.delta >= 0:
-            missing.append(i)
+            if count.create:
+                missing.append(i)
+            else:
+                value = MISSING
         values.append(0 if value is None and count.delta < 0 else value)
     if missing:
         for i, value in zip(missing, _create(mc, [counts[i] for i in missing]), strict=True):
@@ -172,12 +187,14 @@ def _on_node(mc: Any, counts: list[CountLike]) -> list[int | None]:
 
 
 def _create(mc: Any, counts: list[CountLike]) -> list[int | None]:
-    """Make the missing counters at 0 with their TTL (``add``: a racing creator's fails) and
-    add their deltas; None for one gone again at once (evicted), as a failure."""
+    """Make the missing counters at their start (0 but for a budget made again from the spend
+    ledger) with their TTL (``add``: a racing creator's fails, and its count stands) and add
+    their deltas; None for one gone again at once (evicted), as a failure."""
     commands = []
     for count in counts:
-        key = count.key.encode()
-        commands.append(b"add %s %d %d 1\r\n0\r\n" % (key, FLAG_COUNTER, clamp_ttl(count.ttl)))
+        key, start = count.key.encode(), b"%d" % count.start
+        ttl = clamp_ttl(count.ttl)
+        commands.append(b"add %s %d %d %d\r\n%s\r\n" % (key, FLAG_COUNTER, ttl, len(start), start))
         commands.append(b"incr %s %d\r\n" % (key, count.delta))
     replies = mc.pipeline(counts[0].key, commands)
     return [_number(replies[i]) for i in range(1, len(replies), 2)]

@@ -18,6 +18,11 @@ that never survives an interrupted command, and a hash ring that can pipeline.
   tell it from a node that cannot be reached, and ``close_idle`` closes the node's other
   idle connections, opened before the same restart: pymemcache's pool hands its free ones
   out in turn (pool.py), and each would have failed once in its turn.
+- A pipeline (the limit counters' ``incr``s, which must never run twice) first looks whether
+  the node already closed its pooled connection: a peek that does not wait. One that it did
+  is never written to: the failure says the batch was not sent (``NodeFailure.unsent``), so
+  the backend sends it again on a new connection, where before it failed (and the first
+  call of each worker after a restart passed its limits uncounted).
 - pymemcache's ring (``RendezvousHash``) scores every node for every key with a pure-Python
   murmur3, about 10 us a node, and a command looks its key up twice (the backend's breaker
   and HashClient); a call's limit counters asked it a dozen times for the same few keys.
@@ -31,6 +36,7 @@ that never survives an interrupted command, and a hash ring that can pipeline.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -61,12 +67,18 @@ class NodeFailure(MemcacheError):
     """The node could not be reached or dropped the connection (not an OSError on purpose).
     ``dropped``: when the connection was opened, if the node dropped one opened by an earlier
     command (a restart does that to every pooled one); None for a connect that failed, a
-    timeout, or a connection opened by this very command."""
+    timeout, or a connection opened by this very command. ``unsent``: it was found dropped
+    before anything of the command was written (so running it again cannot run it twice)."""
 
-    def __init__(self, node: str, dropped: float | None = None) -> None:
+    def __init__(self, node: str, dropped: float | None = None, unsent: bool = False) -> None:
         super().__init__(f"memcached node {node} failed")
         self.node = node
         self.dropped = dropped
+        self.unsent = unsent
+
+
+class _ClosedBeforeSent(MemcacheUnexpectedCloseError):
+    """The node had closed the connection before a pipeline was written to it."""
 
 
 def node_name(server: Any) -> str:
@@ -122,7 +134,8 @@ class GuardedClient(Client):
         except (OSError, MemcacheUnexpectedCloseError) as exc:
             self.close()
             dropped = self.opened_at if reused and isinstance(exc, _DROPPED) else None
-            raise NodeFailure(node_name(self.server), dropped) from exc
+            unsent = isinstance(exc, _ClosedBeforeSent)
+            raise NodeFailure(node_name(self.server), dropped, unsent) from exc
         except Exception:
             raise  # pymemcache already closed the socket (base.py `except Exception`)
         except BaseException:
@@ -174,6 +187,9 @@ class GuardedClient(Client):
             self._connect()
         sock = self.sock
         assert sock is not None
+        if _closed_by_peer(sock):
+            self.close()
+            raise _ClosedBeforeSent()
         try:
             sock.sendall(batch)
             parts, tail = [], b""
@@ -188,6 +204,21 @@ class GuardedClient(Client):
         except Exception:
             self.close()  # as pymemcache's own commands do: the socket's state is unknown
             raise
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the node closed (or reset) this connection: a peek at what waits to be read,
+    without waiting (an idle connection holds nothing: it would block)."""
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(timeout)
 
 
 class GuardedHashClient(HashClient):

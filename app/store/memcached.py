@@ -20,7 +20,8 @@ What pymemcache does not give us, and how it is handled here (docs/stack-notes.m
 - A node that dropped a pooled connection (EOF, reset, broken pipe: what a restart leaves)
   is not skipped for it: its idle connections are closed, a read runs again at once on a new
   one (reading twice changes nothing; a write is not repeated, lest an ``add`` or ``incr``
-  count twice: it fails, as a miss), and whether the node is up is left to that new
+  count twice: it fails, as a miss, unless it was found dropped before it was sent, as a
+  pipeline of counts looks first), and whether the node is up is left to that new
   connection. Before, each stale connection in the pool failed in its turn and skipped the
   node for ``dead_timeout`` each time, for minutes after a restart.
 - Each change of a node's state is said once, at WARNING (the ``llmgate`` logger's handler,
@@ -344,15 +345,16 @@ class MemcachedBackend:
         return result
 
     def _attempt(self, op: Callable[[], T], read: bool) -> T:
-        """``op``; a read once more when the node dropped its connection (on a new one: the
-        idle ones were closed). A write is not repeated: it fails as it is."""
+        """``op``; once more when the node dropped its connection (on a new one: the idle
+        ones were closed), if it is a read or was found dropped before it was sent. A write
+        that may have been sent is not repeated: it fails as it is."""
         try:
             return op()
         except NodeFailure as exc:
             if exc.dropped is None:
                 raise
             self._dropped(exc.node, exc.dropped, exc.__cause__)
-            if not read:
+            if not (read or exc.unsent):
                 raise
         return op()
 

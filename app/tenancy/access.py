@@ -6,6 +6,14 @@ may use, and its limits counted in the shared counters (app/tenancy/limits.py). 
 the headers the answer carries (OpenAI's ``x-ratelimit-*``), and ``settle()``, which the end
 of the call runs once with the answer's ``usage``.
 
+With a spend ledger (app/store/spend_ledger.py) every settlement also appends the call's row
+to it (app/tenancy/receipts.py), and a day's or a month's budget counter that Memcached no
+longer holds (restarted, flushed, evicted, or a new window) is made again from it before the
+call is counted: the ledger's total for the key and window, plus the call's share. The
+grant that finds it missing waits for that read (the ledger's timeout at most); a ledger
+that cannot say leaves the count unreachable, as a Memcached that cannot answer does
+(LLMGATE_LIMITS_FAIL). docs/security.md states what a rebuild can miss.
+
 The keys come from a ``KeySource`` (app/tenancy/key_source.py), which re-reads the keys file
 when it changes, so a revoked key stops working everywhere within a quarter of a second.
 """
@@ -15,18 +23,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
 
 from app.core.errors import LimitsUnavailable, ModelNotPriced, RateLimited
 from app.request import bounds
+from app.request.call import Trace
 from app.request.routes import PASSTHROUGH, Route
 from app.request.usage import Usage
+from app.store.spend_rows import SpendRow
 from app.tenancy import limits
+from app.tenancy.budgets import PER, Want, amount, cost_budgets, token_budgets, too_large
 from app.tenancy.key_source import KeySource
 from app.tenancy.keyring import GatewayKey
-from app.tenancy.limits import Count, Counters, Window
-from app.tenancy.prices import Price, PriceTable, to_pico, usd
+from app.tenancy.limits import MISSING, Count, Counters, Window
+from app.tenancy.prices import Price, PriceTable, usd
+from app.tenancy.receipts import spend_row
 
 log = logging.getLogger("llmgate.access")
 _WARN_EVERY_S = 10.0
@@ -48,21 +60,17 @@ class Grant:
     request_window: Window | None = None
     stream_window: Window | None = None
     settled: bool = False
+    at: float = 0.0  # when it was admitted: the day and month it counts in
+    model: str | None = None
     calls: int = 1  # upstream calls reserved for: more when a stream is continued
 
 
-@dataclass(frozen=True)
-class _Want:
-    """The call's share of one limit: ``delta`` taken from ``window``'s counter."""
+class Ledger(Protocol):
+    """The spend ledger as Access uses it (app/store/spend_ledger.py)."""
 
-    window: Window
-    limit: int
-    delta: int
-    quota: bool = False  # a day's or a month's budget: spent until it resets, hours away
+    def append(self, row: SpendRow) -> None: ...
 
-    def count(self, name: str, now: float) -> Count:
-        window = self.window
-        return Count(window.key(name), self.delta, window.ttl(now), renew=bool(window.hold))
+    def total(self, key_name: str, what: str, start: float, end: float) -> int | None: ...
 
 
 class Access:
@@ -79,6 +87,7 @@ class Access:
         default_output_tokens: int = 16384,
         on_usage: Callable[[GatewayKey, Usage | None, int], None] | None = None,
         on_counter_error: Callable[[], None] | None = None,
+        ledger: Ledger | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.source = source
@@ -89,6 +98,7 @@ class Access:
         self.default_output_tokens = default_output_tokens
         self._on_usage = on_usage
         self._on_counter_error = on_counter_error
+        self.ledger = ledger
         self._clock = clock
         self._warned = float("-inf")
 
@@ -117,7 +127,8 @@ class Access:
         now = self._clock()
         if model is not None or body is not None:
             key.check_request(model, body)
-        grant = Grant(key, price=self.prices.price_of(model) if self.prices else None)
+        price = self.prices.price_of(model) if self.prices else None
+        grant = Grant(key, price=price, at=now, model=model)
         if key.counts_money and grant.price is None:
             raise ModelNotPriced(
                 f"The key {key.name!r} has a budget in money and the gateway has no price "
@@ -129,8 +140,11 @@ class Access:
         wanted = self._wanted(grant, stream, now)
         if not wanted:
             return grant
-        counts = [want.count(key.name, now) for want in wanted]
+        rebuilt = self.ledger is not None
+        counts = [want.count(key.name, now, rebuilt=rebuilt) for want in wanted]
         values = self.counters.apply(counts)
+        if MISSING in values:
+            values = self._rebuilt(key.name, wanted, counts, values)
         try:
             for want, value in zip(wanted, values, strict=True):
                 if value is None:
@@ -146,23 +160,46 @@ class Access:
             raise
         return grant
 
-    def _wanted(self, grant: Grant, stream: bool, now: float) -> list[_Want]:
+    def _rebuilt(
+        self, name: str, wanted: list[Want], counts: list[Count], values: list[int | None]
+    ) -> list[int | None]:
+        """``values`` with each budget's counter found missing made again from the ledger:
+        what the key was charged in that window, plus this call's share (one read per window
+        of the key in the worker at a time: the ledger shares it). None where the ledger
+        cannot say: that count is unreachable."""
+        assert self.ledger is not None
+        made: list[tuple[int, Count]] = []
+        for i, (want, count) in enumerate(zip(wanted, counts, strict=True)):
+            if values[i] != MISSING:
+                continue
+            window = want.window
+            what = "cost" if window.what.startswith("usd") else "tokens"
+            spent = self.ledger.total(name, what, window.start, window.end)
+            values[i] = None
+            if spent is not None:
+                made.append((i, replace(count, create=True, start=spent)))
+        if made:
+            for (i, _), value in zip(made, self.counters.apply([c for _, c in made]), strict=True):
+                values[i] = value
+        return values
+
+    def _wanted(self, grant: Grant, stream: bool, now: float) -> list[Want]:
         """What the call takes, from each limit its key has (none: nothing is counted), in
         the order a refusal names them. A call that could never fit a budget is refused here,
         before anything is counted."""
         key = grant.key
         wanted = []
         if stream and key.max_streams:
-            wanted.append(_Want(limits.streams(self.stream_hold_s), key.max_streams, 1))
+            wanted.append(Want(limits.streams(self.stream_hold_s), key.max_streams, 1))
         if key.requests_per_minute:
-            wanted.append(_Want(limits.minute("requests", now), key.requests_per_minute, 1))
-        budgets = _token_budgets(key, now, grant.tokens) + _cost_budgets(key, now, grant.cost)
+            wanted.append(Want(limits.minute("requests", now), key.requests_per_minute, 1))
+        budgets = token_budgets(key, now, grant.tokens) + cost_budgets(key, now, grant.cost)
         for budget in budgets:
             if budget.delta > budget.limit:
-                raise _too_large(key.name, budget.window, budget.limit, budget.delta)
+                raise too_large(key.name, budget.window, budget.limit, budget.delta)
         return wanted + budgets
 
-    def _check(self, grant: Grant, want: _Want, value: int, now: float) -> None:
+    def _check(self, grant: Grant, want: Want, value: int, now: float) -> None:
         """One limit's count after the call's share: RateLimited when over; else the grant
         remembers the window (given back or settled at the end) and its headers."""
         key, window, limit = grant.key, want.window, want.limit
@@ -189,9 +226,9 @@ class Access:
             # Refused: a call that would cross the limit, or any once it is reached.
             if value > limit or (want.delta == 0 and value >= limit):
                 raise RateLimited(
-                    f"{_PER[window.what]} reached for key {key.name!r}: "
-                    f"{_amount(window, limit)} ({_amount(window, value - want.delta)} used, "
-                    f"{_amount(window, want.delta)} held for this call).",
+                    f"{PER[window.what]} reached for key {key.name!r}: "
+                    f"{amount(window, limit)} ({amount(window, value - want.delta)} used, "
+                    f"{amount(window, want.delta)} held for this call).",
                     kind="tokens",
                     retry_after_s=int(reset + 0.999),
                     quota=want.quota,
@@ -230,10 +267,17 @@ class Access:
             grant.cost = price.bound(prompt, output)
 
     def settle(
-        self, grant: Grant, usage: Usage | None, billed: bool, *, served: bool = True
+        self,
+        grant: Grant,
+        usage: Usage | None,
+        billed: bool,
+        *,
+        served: bool = True,
+        trace: Trace | None = None,
     ) -> None:
         """The call is over: count its real tokens and cost (none when nothing was billed, a
-        cache hit say) in place of the reservation, and free its stream slot. Runs once.
+        cache hit say) in place of the reservation, and free its stream slot; with a ledger,
+        append the call's row (``trace``: its facts, the receipt's). Runs once.
 
         A billed call whose usage never came (the caller left mid-stream, before the usage
         chunk) keeps its reservation: leaving early must not make a call free. A call not
@@ -254,8 +298,11 @@ class Access:
             (grant.token_windows, spent - grant.tokens),
             (grant.cost_windows, cost - grant.cost),
         )
+        # A budget's counter gone since the grant stays gone: the ledger's row below holds
+        # this call, and the next grant makes the counter again from the ledger.
+        keep = self.ledger is None
         counts = [
-            Count(window.key(name), delta, window.ttl(now))
+            Count(window.key(name), delta, window.ttl(now), create=keep or not window.budget)
             for windows, delta in changes
             for window in windows
             if delta
@@ -268,6 +315,12 @@ class Access:
             self.counters.apply(counts)  # all at once; what they come to, nobody reads
         if self._on_usage is not None:
             self._on_usage(grant.key, usage if billed else None, cost)
+        if self.ledger is not None:
+            basis = ("usage" if usage else "reservation") if billed else "none"
+            version = self.prices.version if self.prices is not None else None
+            bill = usage if billed and usage else None
+            row = spend_row(name, grant.at, grant.model, bill, (spent, cost, basis), trace, version)
+            self.ledger.append(row)
 
     def usage(self) -> dict[str, Any]:
         """Every key's counts in the current windows, with its limits (GET /admin/usage). A
@@ -300,56 +353,6 @@ class Access:
             "prices_version": None if self.prices is None else self.prices.version,
             "keys": keys,
         }
-
-
-_PER = {
-    "tokens": "Token limit per minute",
-    "tokens_day": "Token budget per day",
-    "tokens_month": "Token budget per month",
-    "usd_day": "Budget per day",
-    "usd_month": "Budget per month",
-}
-
-
-# Each window is built only for a limit the key has: a calendar month is two timegm calls
-# and a money limit a Decimal conversion, on every call of the key.
-def _token_budgets(key: GatewayKey, now: float, want: int) -> list[_Want]:
-    budgets: list[_Want] = []
-    if key.tokens_per_minute:
-        budgets.append(_Want(limits.minute("tokens", now), key.tokens_per_minute, want))
-    if key.tokens_per_day:
-        budgets.append(_Want(limits.day("tokens_day", now), key.tokens_per_day, want, quota=True))
-    if key.tokens_per_month:
-        month = limits.month("tokens_month", now)
-        budgets.append(_Want(month, key.tokens_per_month, want, quota=True))
-    return budgets
-
-
-def _cost_budgets(key: GatewayKey, now: float, want: int) -> list[_Want]:
-    budgets: list[_Want] = []
-    if key.usd_per_day and (limit := to_pico(key.usd_per_day)):
-        budgets.append(_Want(limits.day("usd_day", now), limit, want, quota=True))
-    if key.usd_per_month and (limit := to_pico(key.usd_per_month)):
-        budgets.append(_Want(limits.month("usd_month", now), limit, want, quota=True))
-    return budgets
-
-
-def _amount(window: Window, value: int) -> str:
-    """A count of the window's unit, as a person reads it."""
-    return f"{usd(value):.6f} USD" if window.what.startswith("usd") else f"{value} tokens"
-
-
-def _too_large(name: str, window: Window, limit: int, want: int) -> RateLimited:
-    """A call that could never fit: however long the caller waits, the answer stays no."""
-    error = RateLimited(
-        f"Request too large for key {name!r}: it may cost up to {_amount(window, want)} "
-        f"(its prompt's bound and its output's, docs/security.md), more than the whole "
-        f"{_PER[window.what].lower()} of {_amount(window, limit)}. Send a shorter prompt or "
-        f"a smaller max_tokens.",
-        kind="tokens",
-        retry_after_s=None,  # no wait makes it fit
-    )
-    return error
 
 
 def _trio(what: str, limit: int, remaining: int, reset_s: float) -> list[tuple[str, str]]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.request import schema
+from app.request.call import Trace
 from app.request.metering import with_output_cap, with_usage_requested
 from app.request.routes import Route
 from app.request.usage import Usage
@@ -22,17 +23,19 @@ from app.tenancy.reserve_again import reserve_again
 
 @dataclass(frozen=True)
 class KeySettlement:
-    """A key's grant, settled by its ``Access`` when the call ends (the call's Trace)."""
+    """A key's grant, settled by its ``Access`` when the call ends (the call's Trace, whose
+    facts its receipt in the spend ledger holds)."""
 
     access: Access
     grant: Grant
+    trace: Trace | None = None
 
     @property
     def headers(self) -> list[tuple[str, str]]:
         return self.grant.headers
 
     def settle(self, usage: Usage | None, billed: bool, served: bool) -> None:
-        self.access.settle(self.grant, usage, billed, served=served)
+        self.access.settle(self.grant, usage, billed, served=served, trace=self.trace)
 
     def reserve_again(self) -> bool:
         return reserve_again(self.access, self.grant)

@@ -39,23 +39,35 @@ from typing import Protocol
 PREFIX = "llmgate:rl:v1:"
 
 
+# A count's value when its counter was missing and the count was not to make it (``create``
+# False): nothing was counted. A counter's own value is never below 0.
+MISSING = -1
+# The windows of a day's or a month's budget: counters the spend ledger can make again.
+BUDGETS = frozenset({"tokens_day", "tokens_month", "usd_day", "usd_month"})
+
+
 @dataclass(frozen=True)
 class Count:
     """One change to one counter: ``delta`` added, or taken off when negative (a counter stops
-    at 0, and one that is gone stays gone). A counter this count creates lives ``ttl``
-    seconds; ``renew``: an existing one's TTL starts again too (the stream slots')."""
+    at 0, and one that is gone stays gone). A counter this count creates starts at ``start``
+    and lives ``ttl`` seconds; ``renew``: an existing one's TTL starts again too (the stream
+    slots'). ``create`` False: a missing counter is left missing and the count's value is
+    ``MISSING`` (a day's or month's budget, made again from the spend ledger first)."""
 
     key: str
     delta: int
     ttl: int = 0
     renew: bool = False
+    create: bool = True
+    start: int = 0
 
 
 class Counters(Protocol):
     """Shared integer counters; None for a value: the store could not be reached."""
 
     def apply(self, counts: Sequence[Count]) -> list[int | None]:
-        """Each count's new value, in order (0 for one taken off a counter that is gone), sent
+        """Each count's new value, in order (0 for one taken off a counter that is gone,
+        ``MISSING`` for one added to a counter that is gone and was not to be made), sent
         together: one round trip to each node they live on."""
         ...
 
@@ -73,6 +85,11 @@ class Window:
 
     def key(self, name: str) -> str:
         return f"{PREFIX}{name}:{self.what}:{self.start}"
+
+    @property
+    def budget(self) -> bool:
+        """A day's or a month's budget (tokens or money)."""
+        return self.what in BUDGETS
 
     def ttl(self, now: float) -> int:
         """How long the counter must live: to the window's end, plus a margin for clocks."""
@@ -103,6 +120,25 @@ def month(what: str, now: float) -> Window:
     return Window(what, start, calendar.timegm((year, mon, 1, 0, 0, 0)))
 
 
+def period(text: str) -> tuple[int, int]:
+    """A UTC day (``2026-01-31``) or month (``2026-01``) as [start, end) in Unix seconds;
+    ValueError for anything else."""
+    parts = text.strip().split("-")
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+        raise ValueError(f"{text!r} is not a day (YYYY-MM-DD) or a month (YYYY-MM)")
+    numbers = [int(p) for p in parts]
+    if not 1 <= numbers[1] <= 12:
+        raise ValueError(f"{text!r} is not a day (YYYY-MM-DD) or a month (YYYY-MM)")
+    if len(numbers) == 2:
+        window = month("", calendar.timegm((numbers[0], numbers[1], 1, 0, 0, 0)))
+    else:
+        year, mon, mday = numbers
+        if not 1 <= mday <= calendar.monthrange(year, mon)[1]:
+            raise ValueError(f"{text!r} is not a day (YYYY-MM-DD)")
+        window = day("", calendar.timegm((year, mon, mday, 0, 0, 0)))
+    return window.start, window.end
+
+
 def streams(longest_s: float) -> Window:
     """Concurrent streams: one counter that never rolls over. ``longest_s`` is the longest a
     stream can last; the counter is kept a minute beyond it after each start (``renew``), so
@@ -131,18 +167,16 @@ class MemoryCounters:
         self._values: dict[str, tuple[int, float]] = {}
 
     def apply(self, counts: Sequence[Count]) -> list[int | None]:
-        return [
-            self._incr(c.key, c.delta, c.ttl, c.renew)
-            if c.delta >= 0
-            else self._decr(c.key, -c.delta)
-            for c in counts
-        ]
+        return [self._incr(c) if c.delta >= 0 else self._decr(c.key, -c.delta) for c in counts]
 
-    def _incr(self, key: str, delta: int, ttl: int, renew: bool) -> int:
+    def _incr(self, count: Count) -> int:
+        key, delta, ttl, renew = count.key, count.delta, count.ttl, count.renew
         now = self._clock()
-        value, expires = self._values.get(key, (0, now + ttl))
+        value, expires = self._values.get(key, (0, 0.0))
         if expires <= now:
-            value, expires = 0, now + ttl
+            if not count.create:
+                return MISSING
+            value, expires = count.start, now + ttl
         if renew:
             expires = now + ttl
         value += delta

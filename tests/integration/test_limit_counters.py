@@ -19,7 +19,7 @@ from pymemcache.client.base import Client
 
 from app.store.counters import MemcachedCounters
 from app.store.memcached import MemcachedBackend
-from app.tenancy.limits import Count, MemoryCounters
+from app.tenancy.limits import MISSING, Count, MemoryCounters
 from runner.procs import free_port
 from tests.conftest import ROOT
 from tests.support.faultproxy import FaultProxy
@@ -119,6 +119,39 @@ def test_a_batch_gives_each_count_its_own_value_in_order(counters, request) -> N
              Count(b, 0, 60)]  # fmt: skip
     assert counters.apply(batch) == [5, 7, 0, 3, 7]
     assert counters.read([a, b, gone]) == {a: 3, b: 7}  # a decr makes no counter
+
+
+def test_a_budget_count_leaves_a_missing_counter_missing_until_made_at_its_start(
+    counters, request
+) -> None:
+    """A day's or month's budget is counted with ``create`` False, so that a counter Memcached
+    lost is made again from the spend ledger (app/tenancy/access.py), at its ``start``."""
+    key = f"llmgate:rl:v1:t:{request.node.callspec.id}:tokens_month:0"
+    assert counters.apply([Count(key, 5, 60, create=False)]) == [MISSING]
+    assert counters.read([key]) == {}  # nothing was made, nothing counted
+    assert counters.apply([Count(key, 5, 60, start=100)]) == [105]
+    assert counters.apply([Count(key, 1, 60, create=False)]) == [106]
+    # A second maker finds it made (its add fails) and only counts: one start, never two.
+    assert counters.apply([Count(key, 1, 60, start=900)]) == [107]
+
+
+def test_counts_after_a_restart_go_on_a_new_connection_and_count(tmp_path) -> None:
+    """A restarted node leaves the pooled connection closed on its side. A batch of counts
+    looks before it writes, so it goes on a new connection instead of failing (which let the
+    first call of each worker after a restart pass its limits uncounted)."""
+    proc, port = start_memcached(tmp_path)
+    counters = _counters(port, timeout=1.0)
+    key = "llmgate:rl:v1:t:restart:tokens_month:0"
+    try:
+        assert counters.apply([Count(key, 3, 60)]) == [3]  # the connection is pooled now
+        proc.kill()
+        proc, _ = start_memcached(tmp_path, port=port)  # empty, where the old one was
+        assert counters.apply([Count(key, 2, 60), Count(key + "x", 1, 60)]) == [2, 1]
+        stats = memcached_stats(port)
+        assert stats["incr_misses"] == 2 and stats["incr_hits"] == 2  # each sent once
+    finally:
+        counters.close()
+        proc.kill()
 
 
 @pytest.fixture

@@ -103,3 +103,9 @@ def start_stack_memcached(stack: Stack, port: int) -> None:
     proc = Proc("memcached", stack.memcached_argv(port), log_path=log)
     stack.procs.append(proc)
     proc.wait_port(port)
+
+
+def flush_memcached(port: int, host: str = "127.0.0.1") -> None:
+    """Memcached's own ``flush_all``: every item gone at once, the node still up (what an
+    operator's flush, or an eviction of everything, leaves)."""
+    assert _command(port, b"flush_all\r\n", b"\r\n", host) == b"OK\r\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -122,3 +123,23 @@ def test_the_pool_keeps_a_connection_for_every_stream_a_worker_may_hold() -> Non
     assert Settings.from_env({"LLMGATE_POOL_SIZE": "7"}).pool_size == 7
     no_limits = {"LLMGATE_MAX_STREAMS_PER_WORKER": "0", "LLMGATE_MAX_REQUESTS_PER_WORKER": "0"}
     assert Settings.from_env(no_limits).pool_size == 100
+
+
+def test_the_ledger_settings() -> None:
+    assert Settings.from_env({}).ledger == ""
+    assert Settings.from_env({"LLMGATE_LEDGER_URL": " OFF "}).ledger == ""
+    url = "postgresql://spend:pw@db:5432/llmgate"
+    assert Settings.from_env({"LLMGATE_LEDGER_URL": url}).ledger == url
+    assert Settings.from_env({"LLMGATE_LEDGER_URL": "/var/spend.db"}).ledger == "/var/spend.db"
+    bad = [
+        ({"LLMGATE_LEDGER_URL": "mysql://db/x"}, "LLMGATE_LEDGER_URL must be"),
+        ({"LLMGATE_LEDGER_FLUSH_S": "0"}, "LLMGATE_LEDGER_FLUSH_S"),
+        ({"LLMGATE_LEDGER_READ_TIMEOUT_S": "-1"}, "LLMGATE_LEDGER_READ_TIMEOUT_S"),
+        ({"LLMGATE_LEDGER_BATCH": "0"}, "LLMGATE_LEDGER_BATCH must be >= 1"),
+        ({"LLMGATE_LEDGER_BATCH": "100", "LLMGATE_LEDGER_QUEUE": "99"}, "<= LLMGATE_LEDGER_QUEUE"),
+        ({"LLMGATE_LEDGER_RETENTION_DAYS": "31"}, "at least 32, got 31"),
+    ]
+    for env, words in bad:
+        with pytest.raises(SettingsError, match=re.escape(words)):
+            Settings.from_env(env)
+    assert Settings.from_env({"LLMGATE_LEDGER_RETENTION_DAYS": "0"}).ledger_retention_days == 0

@@ -196,3 +196,34 @@ def test_two_settings_on_one_port_are_refused_naming_both(tmp_path: Path) -> Non
     assert str(caught.value) == (
         f"LLMGATE_PORT and LLMGATE_SIMULATOR_PORT are both {port}; set one of them to another port"
     )
+
+
+def test_the_gateway_is_given_the_ledger_set_else_its_own(tmp_path: Path, monkeypatch) -> None:
+    """`make run` keeps spend in a SQLite file of its run directory unless LLMGATE_LEDGER_URL
+    says otherwise (off included); `make run-cluster` in its own PostgreSQL where installed."""
+    from runner import __main__ as run_main
+    from runner import postgres
+    from runner.stack import Stack, StackOptions
+
+    def given(**env: str) -> str:
+        stack = Stack(StackOptions(run_dir=tmp_path, env=env))
+        return stack.gateway_env(8000)["LLMGATE_LEDGER_URL"]
+
+    assert given() == str(tmp_path.absolute() / "spend.sqlite3")
+    assert given(LLMGATE_LEDGER_URL="postgresql://db/x") == "postgresql://db/x"
+    assert given(LLMGATE_LEDGER_URL="off") == "off"
+    own = Stack(StackOptions(run_dir=tmp_path))
+    own.postgres_url = postgres.url(5433)
+    assert own.gateway_env(8000)["LLMGATE_LEDGER_URL"] == postgres.url(5433)
+
+    monkeypatch.setattr(postgres, "installed", lambda: True)
+    for var in [k for k in __import__("os").environ if k.startswith("LLMGATE_")]:
+        monkeypatch.delenv(var)
+    cluster = run_main.options_from_env(run_main.parse_args(["--instances", "3"]))
+    alone = run_main.options_from_env(run_main.parse_args([]))
+    assert (cluster.postgres, alone.postgres) == (True, False)
+    monkeypatch.setenv("LLMGATE_LEDGER_URL", "/var/lib/spend.sqlite3")
+    assert run_main.options_from_env(run_main.parse_args(["--instances", "3"])).postgres is False
+    monkeypatch.delenv("LLMGATE_LEDGER_URL")
+    monkeypatch.setattr(postgres, "installed", lambda: False)
+    assert run_main.options_from_env(run_main.parse_args(["--instances", "3"])).postgres is False
