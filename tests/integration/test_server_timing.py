@@ -94,7 +94,9 @@ def test_the_stages_add_up_to_nginxs_time_of_the_call(gw) -> None:
         parts = sum(v for k, v in timing.items() if k != "gateway")
         assert timing["work"] >= -0.3  # each figure is rounded to a tenth of a ms
         assert timing["gateway"] == pytest.approx(parts - timing["upstream"], abs=0.3)
-        assert 200 <= timing["upstream"] < 200 + 150
+        # The simulator times its 200 ms on its loop's clock, read at the loop's turn: by
+        # the gateway's clock its wait may end a few milliseconds early.
+        assert 200 - 10 <= timing["upstream"] < 200 + 150
         nginx_ms = float(_nginx_line(gw, rid)["upstream_response_time"]) * 1000
         assert nginx_ms - 25 <= parts <= nginx_ms + 2
 
