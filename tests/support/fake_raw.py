@@ -10,7 +10,9 @@ import urllib3
 class PieceRaw:
     """urllib3's answer as ``Translated`` reads it: pieces of body, then its end."""
 
-    def __init__(self, pieces: list[bytes], ctype: str, status: int = 200) -> None:
+    def __init__(
+        self, pieces: list[bytes], ctype: str = "text/event-stream", status: int = 200
+    ) -> None:
         self.pieces = list(pieces)
         self.status = status
         self.headers = urllib3.HTTPHeaderDict({"content-type": ctype})

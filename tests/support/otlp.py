@@ -7,7 +7,8 @@ opentelemetry-proto's own classes, not the gateway's code), answers an empty
 count is asked for: a collector runs elsewhere, not on the cores of the gateway it measures.
 
 ``BlackHole`` is the collector that never answers: it accepts connections and reads what
-they send, and that is all.
+they send, and that is all. ``SpansKept`` is an exporter that keeps what the SDK hands it, in
+memory, for a test of the spans without a socket.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 
@@ -214,3 +216,14 @@ class BlackHole:
                 with suppress(OSError):  # already shut by its peer
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
+
+
+class SpansKept(SpanExporter):
+    """An exporter of the SDK's that keeps every span it is handed (``spans``)."""
+
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+
+    def export(self, spans: Any) -> SpanExportResult:
+        self.spans += spans
+        return SpanExportResult.SUCCESS

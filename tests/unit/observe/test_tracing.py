@@ -20,6 +20,7 @@ from app.upstream.exchange import Upstream, UpstreamRequest
 from app.upstream.retry import Deadline
 from app.upstream.transport import Transport
 from tests.conftest import ROOT
+from tests.support.otlp import SpansKept
 
 # -- off: nothing imported -----------------------------------------------------------------
 
@@ -131,20 +132,11 @@ def test_a_queued_span_is_a_few_objects_for_the_garbage_collector(monkeypatch) -
     to reach the generation every full collection walks while the worker stands still: it
     waits as a plain ``ReadableSpan`` of a few objects, not as the SDK's live span (15 to 20
     tracked objects each)."""
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
     from app.observe.otel import build_tracer
 
-    class Keep(SpanExporter):
-        def __init__(self) -> None:
-            self.spans: list[Any] = []
-
-        def export(self, spans: Any) -> SpanExportResult:
-            self.spans += spans
-            return SpanExportResult.SUCCESS
-
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")  # nothing leaves before shutdown
-    exporter = Keep()
+    exporter = SpansKept()
     tracer = build_tracer(Settings(otel_endpoint="http://127.0.0.1:9/v1/traces"), exporter)
     headers = [("traceparent", f"00-{'a' * 32}-{'b' * 16}-01")]
     attributes: dict[str, tracing.Value] = {"llmgate.route": "chat", "url.path": "/v1/chat", "n": 1}
@@ -171,17 +163,8 @@ def test_a_calls_spans_are_recorded_without_checking_each_attribute(monkeypatch)
     over off followed that CPU. A span is recorded in plain fields and handed over as one
     ``ReadableSpan`` at its end: no attribute goes through the SDK's checks on the way."""
     from opentelemetry import attributes as sdk_attributes
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
     from app.observe.otel import build_tracer
-
-    class Keep(SpanExporter):
-        def __init__(self) -> None:
-            self.spans: list[Any] = []
-
-        def export(self, spans: Any) -> SpanExportResult:
-            self.spans += spans
-            return SpanExportResult.SUCCESS
 
     checked: list[Any] = []
     check = sdk_attributes._clean_attribute_value
@@ -190,7 +173,7 @@ def test_a_calls_spans_are_recorded_without_checking_each_attribute(monkeypatch)
         checked.append(value)
         return check(value, *args)
 
-    exporter = Keep()
+    exporter = SpansKept()
     tracer = build_tracer(Settings(otel_endpoint="http://127.0.0.1:9/v1/traces"), exporter)
     monkeypatch.setattr(sdk_attributes, "_clean_attribute_value", counted)  # once it is built
     now = time.monotonic()

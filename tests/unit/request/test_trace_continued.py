@@ -4,11 +4,11 @@ line's ``continuations``, and an event on the request's span, as the OTLP export
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from app.core.config import Settings
 from app.observe.tracing import Value
 from app.request.call import Trace
+from tests.support.otlp import SpansKept
 
 FACT: dict[str, Value] = {
     "upstream": "first",
@@ -29,20 +29,10 @@ def test_each_try_is_kept_for_the_log_line_without_its_empty_facts() -> None:
 
 
 def test_each_try_is_an_event_on_the_request_span(monkeypatch) -> None:
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
     from app.observe.otel import build_tracer
 
-    class Keep(SpanExporter):
-        def __init__(self) -> None:
-            self.spans: list[Any] = []
-
-        def export(self, spans: Any) -> SpanExportResult:
-            self.spans += spans
-            return SpanExportResult.SUCCESS
-
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")  # nothing leaves before shutdown
-    exporter = Keep()
+    exporter = SpansKept()
     tracer = build_tracer(Settings(otel_endpoint="http://127.0.0.1:9/v1/traces"), exporter)
     span = tracer.request("chat m", [], start=time.monotonic(), attributes={})
     Trace(span=span).continued(FACT)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-import urllib3
 
 from app.core.errors import ModelNotServed, UpstreamReset
 from app.dialects import anthropic_door, gemini
@@ -18,6 +17,7 @@ from app.upstream.catalog import ConfigError, UpstreamSpec, load
 from app.upstream.spans import upstream_attributes
 from app.upstream.translation import Chained, Translated, _respelt, translation_for
 from tests.conftest import ROOT
+from tests.support.fake_raw import PieceRaw
 
 ANTHROPIC = """
 [[upstreams]]
@@ -136,29 +136,6 @@ def test_the_callers_credential_moves_to_the_upstreams_header() -> None:
     assert _respelt({"X-Trace": "t"}, "x-api-key") == {"X-Trace": "t"}  # none brought
 
 
-class FakeRaw:
-    """urllib3's answer as ``Translated`` reads it: pieces of body, then its end."""
-
-    def __init__(self, pieces: list[bytes], status: int = 200) -> None:
-        self.pieces = list(pieces)
-        self.status = status
-        self.headers = urllib3.HTTPHeaderDict({"content-type": "text/event-stream"})
-        self.closed = False
-        self.released = False
-
-    def read1(self, amt: int | None = None) -> bytes:
-        return self.pieces.pop(0) if self.pieces else b""
-
-    def read(self) -> bytes:
-        return b"".join(self.pieces)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def release_conn(self) -> None:
-        self.released = True
-
-
 class Upper:
     """A translator that holds bytes until a blank line ends an event, then gives it upper
     cased; at the end, a last word."""
@@ -178,7 +155,7 @@ class Upper:
 
 
 def test_a_translated_stream_reads_on_until_an_event_is_whole_and_ends_with_close() -> None:
-    raw = FakeRaw([b"a", b"b\n", b"\nc", b"\n\n"])
+    raw = PieceRaw([b"a", b"b\n", b"\nc", b"\n\n"])
     translated = Translated(raw, 200, raw.headers, stream=Upper(), limit=100)
     assert translated.read1() == b"AB\n\n"  # three reads of the upstream, one of ours
     assert translated.read1() == b"C\n\n"
@@ -189,10 +166,10 @@ def test_a_translated_stream_reads_on_until_an_event_is_whole_and_ends_with_clos
 
 
 def test_a_whole_answer_is_translated_once_at_its_end_and_bounded() -> None:
-    raw = FakeRaw([b'{"a":', b"1}"])
+    raw = PieceRaw([b'{"a":', b"1}"])
     whole = Translated(raw, 200, raw.headers, whole=lambda b: b"<" + b + b">", limit=100)
     assert (whole.read1(), whole.read1()) == (b'<{"a":1}>', b"")
-    raw = FakeRaw([b"x" * 60, b"y" * 60])
+    raw = PieceRaw([b"x" * 60, b"y" * 60])
     big = Translated(raw, 200, raw.headers, whole=lambda b: b, limit=100)
     with pytest.raises(UpstreamReset, match="exceeds 100 bytes"):
         big.read1()
@@ -212,7 +189,7 @@ def test_a_translated_stream_says_whether_its_usage_is_the_providers(usage: bool
     them): the usage is Gemini's own only when Gemini sent one; a whole answer says None."""
     door = anthropic_door.ChatToStream(message_id="msg_1", model="m", input_tokens=3)
     first = gemini.StreamToChat(include_usage=True, created=1, fallback_id="f")
-    raw = FakeRaw([_gemini_chunk("Hi", usage)])
+    raw = PieceRaw([_gemini_chunk("Hi", usage)])
     translated = Translated(raw, 200, raw.headers, stream=Chained(first, door), limit=10_000)
     assert translated.usage_reported is False
     out = translated.read()
@@ -220,7 +197,7 @@ def test_a_translated_stream_says_whether_its_usage_is_the_providers(usage: bool
     assert (translated.usage_reported, first.usage_reported, door.usage_reported) == (
         usage, usage, usage
     )  # fmt: skip
-    whole = Translated(FakeRaw([b"{}"]), 200, raw.headers, whole=lambda b: b, limit=100)
+    whole = Translated(PieceRaw([b"{}"]), 200, raw.headers, whole=lambda b: b, limit=100)
     assert whole.usage_reported is None
 
 
