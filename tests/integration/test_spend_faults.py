@@ -5,9 +5,9 @@ docs/operations.md states.
   load: no call fails or waits for it (a generous bound, not a timing race: a call that
   waited on the database would wait for its whole outage), and when it is back every row is
   in it, except those past the workers' bounded queues, which are counted dropped: rows in
-  the database + dropped == calls answered. The outage is 8 s, not
-  the issue's 30: the writer's retries reach their 2 s cap in under 4 s and the queue fills
-  in the first seconds, so a longer outage only drops more rows of the same count.
+  the database + dropped == calls answered. The outage is 30 s, as issue 46 asks: the
+  writer's retries reach their 2 s cap in under 4 s and the queue fills in the first
+  seconds; the rest holds the retry cap and the drops steady.
 - A worker killed with SIGKILL loses at most the rows of its last flush window: the calls
   it answered within LLMGATE_LEDGER_FLUSH_S (plus a write in flight) before the kill.
 - A worker stopped with SIGTERM writes every row it still held (gunicorn's worker_exit).
@@ -44,7 +44,7 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.slow
 KEYS = [("steady", "tokens_per_month = 1000000000\nusd_per_month = 100000")]
 QUEUE, BATCH = 40, 10  # each worker's bound: QUEUE rows waiting and BATCH in hand
-OUTAGE_S = 8.0
+OUTAGE_S = 30.0
 FLUSH_S = 1.0  # the SIGKILL test's flush window
 http = urllib3.PoolManager(retries=False, maxsize=8, timeout=urllib3.Timeout(total=30))
 
