@@ -10,8 +10,8 @@ Among the upstreams of one priority that serve the call and whose breakers let i
   each to its own next choice; the others keep theirs. Upstreams that share a provider's
   prompt cache (one ``cache_group``) are scored as one, with their weights together, and
   follow one another: a key's warm cache is its group's.
-- **Bounded load** (consistent hashing with bounded loads, Mirrokni, Thorup and
-  Zadimoghaddam, 2016): with ``total`` calls in flight among these upstreams, an upstream of
+- **Bounded load** (consistent hashing with bounded loads): with ``total`` calls in
+  flight among these upstreams, an upstream of
   weight ``w`` out of ``W`` may take the call only while it has fewer than
   ``ceil((1 + epsilon) * (total + 1) * w / W)`` in flight; else the key's next choice that
   has room takes it. The caps add up to more than the calls, so one always has room; a hot
