@@ -12,11 +12,12 @@ It can be continued when (``Continuation._continue``, in this order, the first f
 naming the ``outcome`` of ``llmgate_stream_continuations_total``): the answer shows no
 thinking, no tool call, no finish and one choice (app/upstream/transcript.py); the deadline
 has time left and the stream has continuations left (``LLMGATE_RETRIES`` a stream); an
-upstream may continue it (its ``continuation`` is not ``off`` and it serves the model); the
-worker's retry budget has room (the one the retries and the hedges share,
-app/upstream/retry_budget.py); the caller's key, if it has budgets, takes the continuation's
-reservation (``Hooks.reserve_again``). Then each candidate is tried once, in turn, the
-upstream that broke last; the first whose stream starts goes on.
+upstream may continue it (its ``continuation`` is not ``off`` and it serves the model, or
+its ``continues_models`` names it: then it is asked with its own); the worker's retry
+budget has room (the one the retries and the hedges share, app/upstream/retry_budget.py);
+the caller's key, if it has budgets, takes the continuation's reservation
+(``Hooks.reserve_again``). Then each candidate is tried once, in turn, the upstream that
+broke last; the first whose stream starts goes on.
 
 What it costs until then: nothing is parsed. The batches relayed are kept (a reference each,
 one list append a read; read into a ``Transcript`` only at a cut, or once FOLD events are
@@ -319,12 +320,16 @@ class Continuation:
         not start (or the request cannot be continued there). It is opened in a greenlet of
         its own, so a stream read with patience still gets its heartbeats (an empty batch
         each time the patience runs out)."""
+        model = spec.continued_as(self._req.model)  # another only where the file allows it
         try:
-            body = continued_chat(json.loads(self._req.body or b""), partial, spec.continuation)
-        except (CannotContinue, ValueError):
+            doc = json.loads(self._req.body or b"")
+            if model != self._req.model:
+                doc["model"] = model
+            body = continued_chat(doc, partial, spec.continuation)
+        except (CannotContinue, ValueError, TypeError):
             return None
         raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        req = dataclasses.replace(self._req, body=raw, upstreams=None)
+        req = dataclasses.replace(self._req, body=raw, upstreams=None, model=model)
         job = gevent.spawn(self._start_at, spec, req)
         taken = False
         try:

@@ -8,6 +8,8 @@ first is cut (its connection reset, or its own error event) after a few tokens, 
 continues its own words deterministically: simulator/continuing.py). The caller's joined
 text must be the uncut answer's, with one ``[DONE]``, and the simulators' counts show each
 call once. A third upstream in the plan, ``off``, has no ``continuation``: it is never asked.
+A garbled event (the simulator's ``malformed-after``) is a cut too; where no upstream
+continues, it is what it was. Another model continues only where ``continues_models`` says.
 """
 
 from __future__ import annotations
@@ -449,3 +451,48 @@ def test_without_continuation_a_malformed_event_is_relayed_as_before(still_gw, s
         rest = [e for e in got if e.raw not in bad]
         assert text(rest) == "".join(lost) and [e.data for e in got].count(sse.DONE) == 1
         assert asked(sims) == {"first": 0, "second": 0, "plain": 1}
+
+
+@pytest.fixture(scope="module")
+def models_gw(make_stack, tmp_path_factory, sims):
+    """``first`` serves ``m`` and ``k`` and does not continue; ``second`` serves ``n`` only,
+    and may continue ``m``'s answers with it (``continues_models``), not ``k``'s."""
+    plan = f"""
+[[upstreams]]
+name = "first"
+base_url = "{sims["first"]}/v1"
+models = ["m", "k"]
+headers = {{ "x-sim-fail-times" = "1" }}
+
+[[upstreams]]
+name = "second"
+base_url = "{sims["second"]}/v1"
+models = ["n"]
+continuation = "prefix"
+continues_models = ["m"]
+headers = {{ "x-sim-fail-times" = "0" }}
+"""
+    return file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-models"), plan,
+        keys=keys_toml(KEYS.items(), secret), env=ENV, workers=1, upstream_url=NOWHERE,
+    )  # fmt: skip
+
+
+def test_another_model_continues_only_where_the_operator_allows_it(models_gw, sims) -> None:
+    """A cut ``k`` stream is not continued at ``second`` (it may continue ``m`` only): it
+    ends with its error, and ``second`` is never asked. A cut ``m`` stream is continued
+    there with ``n`` (the simulator's request log says so), and the caller's stream keeps
+    its own ``model`` from end to end."""
+    reset(sims)
+    cut = stream(models_gw, prompt="other", model="k", **cut_once("reset"))
+    assert sse.DONE not in [e.data for e in cut] and "error" in chunks(cut)[-1]
+    assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
+    reset(sims)
+    whole = stream(models_gw, prompt="other")
+    reset(sims)
+    got = stream(models_gw, prompt="other", **cut_once("reset"))
+    assert text(got) == text(whole) and [e.data for e in got].count(sse.DONE) == 1
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    assert sim_requests(sims["second"])[0]["body"]["model"] == "n"
+    assert {c["model"] for c in chunks(got)} == {c["model"] for c in chunks(whole)} == {"m"}
+    assert continuations(models_gw, "continued") == 1

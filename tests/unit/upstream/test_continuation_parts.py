@@ -44,6 +44,32 @@ def test_a_mode_the_kind_has_not_is_refused_at_start(extra: str) -> None:
         load(TABLE + extra, {})
 
 
+def test_another_model_is_continued_only_where_the_file_allows_it() -> None:
+    table = TABLE.replace('["m"]', '["n", "n2"]') + 'continuation = "prefix"\n'
+    (spec,) = load(table, {})
+    assert not spec.continues("m") and spec.continues("n")
+    (spec,) = load(table + 'continues_models = ["m"]\n', {})
+    assert spec.continues("m") and not spec.continues("k") and spec.continues("n2")
+    assert (spec.continued_as("m"), spec.continued_as("n2")) == ("n", "n2")
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ('continuation = "prefix"\ncontinues_models = []\n', "non-empty list"),
+        ('continuation = "prefix"\ncontinues_models = [""]\n', "non-empty list"),
+        ('continues_models = ["m"]\n', "needs upstreams.continuation"),
+        ('continuation = "prefix"\ncontinues_models = "m"\n', "continues_models"),
+    ],
+)
+def test_continues_models_is_checked_at_start(extra: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why):
+        load(TABLE + extra, {})
+    anything = TABLE.replace('["m"]', '["*"]') + 'continuation = "prefix"\n'
+    with pytest.raises(ConfigError, match="named models"):
+        load(anything + 'continues_models = ["m"]\n', {})
+
+
 # -- what the caller was shown ------------------------------------------------------------------
 def test_the_transcript_reads_the_text_and_the_identity() -> None:
     t = Transcript()
