@@ -32,6 +32,7 @@ FAULTS = ERROR_FAULTS | {
     "close-delimited",
     "error-after",  # an API error part-way through a stream (a 500 for a non-stream call)
     "end-after",  # a stream's body ends cleanly after reset_after tokens, without its end
+    "malformed-after",  # a stream's event at slot error_after is cut short: not JSON
 }
 
 

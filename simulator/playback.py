@@ -131,6 +131,8 @@ def _content(
     end_slot = min(b.reset_after, n) if fault == "end-after" else -1
     stall_slot = min(b.stall_after, n) if fault == "stall-after" else -1
     error_slot = min(b.error_after, n) if fault == "error-after" else -1
+    # "malformed-after": the piece at error_after goes out cut short, and the stream goes on.
+    bad_slot = b.error_after if fault == "malformed-after" else -1
     gap = b.token_gap
     peer = wait.peer
     start = time.monotonic()
@@ -152,8 +154,22 @@ def _content(
             wait(b.stall_ms / 1000)
             start = time.monotonic() - slot * gap  # the schedule resumes after the stall
         if slot < n:
-            body.write(framer.piece(slot))
+            piece = framer.piece(slot)
+            body.write(cut_short(piece) if slot == bad_slot else piece)
     return framer.closing()
+
+
+def cut_short(piece: bytes) -> bytes:
+    """``piece`` with its last event's data line cut in half: an event whose data is not
+    JSON (a strict prefix of a JSON object never is), as a server that garbled one writes
+    it. The events before it in the piece go out whole."""
+    at = piece.rfind(b"data: ")
+    if at < 0:
+        return piece
+    start = at + len(b"data: ")
+    end = piece.find(b"\n", start)
+    data = piece[start : end if end >= 0 else len(piece)]
+    return piece[:start] + data[: len(data) // 2] + b"\n\n"
 
 
 def play_full(

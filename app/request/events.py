@@ -122,6 +122,19 @@ def data_of(raw: bytes) -> Any:
     return None
 
 
+def malformed_chunk(data: str | None) -> bool:
+    """Whether an event's data cannot be a chat chunk: it is neither ``[DONE]`` nor a JSON
+    object's text, judged by its first and last characters only (no parse: each event of a
+    stream that may be continued is looked at, app/upstream/continuation.py). A garbled or
+    cut-short chunk, plain text, an array or a string are; an object that is not JSON
+    inside its braces is not (it is read only at a cut, app/upstream/transcript.py), nor
+    an empty one (a keep-alive)."""
+    if not data:
+        return False
+    text = data.strip()
+    return text != sse.DONE and not (text[:1] == "{" and text[-1:] == "}")
+
+
 def is_error_event(event: sse.Event) -> bool:
     """An error event: named ``error``, or a data object whose ``error`` is an object (how
     OpenAI-compatible servers end a stream that failed)."""

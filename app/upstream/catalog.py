@@ -83,6 +83,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "hedge_min_ms": (int, float),
     "hedge_max_ms": (int, float),
     "continuation": str,
+    "continues_models": list,
     "prompt_cache": str,
     "cache_group": str,
 }
@@ -126,6 +127,7 @@ class UpstreamSpec:
     # How it continues a stream cut after it started (app/dialects/continuation.py; off:
     # never, the default; docs/streams.md).
     continuation: str = OFF
+    continues_models: tuple[str, ...] = ()  # other models' answers it continues (``continues``)
     prompt_cache: str = "off"  # PROMPT_CACHE
     cache_group: str = ""  # "": its base URL and key (``group``)
 
@@ -151,8 +153,13 @@ class UpstreamSpec:
 
     def continues(self, model: str | None) -> bool:
         """Whether this upstream may continue an answer of ``model``: it has a way to, and it
-        serves that model (another model never continues an answer)."""
-        return self.continuation != OFF and self.serves(model)
+        serves that model, or the file lets it continue that model's answers with its own
+        (``continues_models``)."""
+        return self.continuation != OFF and (self.serves(model) or model in self.continues_models)
+
+    def continued_as(self, model: str | None) -> str | None:
+        """The model it continues ``model``'s answer with: that one, else its own first."""
+        return model if self.serves(model) else self.models[0]
 
     def model_for(self, model: str) -> str:
         """The model's name at this upstream (an alias, or the name as asked)."""
@@ -254,6 +261,7 @@ def _spec(
     if mode not in CONTINUATION_MODES[kind]:
         modes = ", ".join(CONTINUATION_MODES[kind])
         raise fail("continuation", f"of a {kind} upstream must be one of {modes}, got {mode!r}")
+    _continues_models(table, mode, models, fail)
     if table.get("prompt_cache", "off") not in PROMPT_CACHE:
         raise fail("prompt_cache", f"must be off or auto, got {table['prompt_cache']!r}")
     if "cache_group" in table and not NAME.match(table["cache_group"]):
@@ -274,9 +282,23 @@ def _spec(
         kind=kind,
         max_tokens=table.get("max_tokens", 4096),
         continuation=mode,
+        continues_models=tuple(table.get("continues_models", ())),
         prompt_cache=table.get("prompt_cache", "off"),
         cache_group=table.get("cache_group", ""),
     )
+
+
+def _continues_models(table: dict[str, Any], mode: str, models: list[str], fail: _Fail) -> None:
+    """``continues_models``: names, for an upstream that continues and names its models."""
+    if "continues_models" not in table:
+        return
+    names = table["continues_models"]
+    if not names or not all(isinstance(m, str) and m for m in names):
+        raise fail("continues_models", "must be a non-empty list of model names")
+    if mode == OFF:
+        raise fail("continues_models", "needs upstreams.continuation (it continues nothing)")
+    if "*" in models:  # it serves every model: it continues them all already
+        raise fail("continues_models", 'is for an upstream with named models, not ["*"]')
 
 
 def _key(table: dict[str, Any], environ: Mapping[str, str], fail: _Fail) -> str:

@@ -1,26 +1,29 @@
 """A stream that outlives its upstream: continued on another upstream call when it breaks.
 
 The rule: a chat stream (the route's ``continues``) whose upstream fails after it started (a
-reset, an idle stall, the upstream's own error event, a clean end without ``[DONE]``) is
-continued when it can be: the same request is sent again, to an upstream that may continue
-it, with the answer so far as a partial assistant turn (app/dialects/continuation.py), and
-its events go on in the same stream (app/upstream/splice.py). The caller reads one answer.
+reset, an idle stall, the upstream's own error event, a clean end without ``[DONE]``, an
+event that is not a chunk: it is not relayed) is continued when it can be: the same request
+is sent again, to an upstream that may continue it, with the answer so far as a partial
+assistant turn (app/dialects/continuation.py), and its events go on in the same stream
+(app/upstream/splice.py). The caller reads one answer.
 What cannot be continued is said as before, never faked: the stream ends with its error.
 
 It can be continued when (``Continuation._continue``, in this order, the first failing one
 naming the ``outcome`` of ``llmgate_stream_continuations_total``): the answer shows no
 thinking, no tool call, no finish and one choice (app/upstream/transcript.py); the deadline
 has time left and the stream has continuations left (``LLMGATE_RETRIES`` a stream); an
-upstream may continue it (its ``continuation`` is not ``off`` and it serves the model); the
-worker's retry budget has room (the one the retries and the hedges share,
-app/upstream/retry_budget.py); the caller's key, if it has budgets, takes the continuation's
-reservation (``Hooks.reserve_again``). Then each candidate is tried once, in turn, the
-upstream that broke last; the first whose stream starts goes on.
+upstream may continue it (its ``continuation`` is not ``off`` and it serves the model, or
+its ``continues_models`` names it: then it is asked with its own); the worker's retry
+budget has room (the one the retries and the hedges share, app/upstream/retry_budget.py);
+the caller's key, if it has budgets, takes the continuation's reservation
+(``Hooks.reserve_again``). Then each candidate is tried once, in turn, the upstream that
+broke last; the first whose stream starts goes on.
 
 What it costs until then: nothing is parsed. The batches relayed are kept (a reference each,
 one list append a read; read into a ``Transcript`` only at a cut, or once FOLD events are
-kept, to bound the memory of a very long stream), and each read's last event is looked at
-(is it an error event?) before it goes; the request is kept for the stream's life. A
+kept, to bound the memory of a very long stream), each event's data has its first and last
+characters looked at (could it be a chunk?) and each read's last event is looked at (is it
+an error event?) before it goes; the request is kept for the stream's life. A
 call that cannot be continued (not a stream of a route that continues, no upstream that
 continues its model) reads its stream as it did before this module: app/upstream/exchange.py
 hands it none.
@@ -39,13 +42,14 @@ import gevent
 from app.core.errors import (
     GatewayError,
     UpstreamError,
+    UpstreamProtocolError,
     UpstreamReset,
     UpstreamTimeout,
 )
 from app.dialects.continuation import PREFILL, CannotContinue, Partial, continued_chat
 from app.observe import tracing
 from app.observe.tracing import Value
-from app.request.events import is_error_event
+from app.request.events import is_error_event, malformed_chunk
 from app.upstream.attempt import READ, READING
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.reading import Patience, ReadRules, Start
@@ -86,11 +90,18 @@ def may_continue(upstream: Upstream, req: UpstreamRequest) -> bool:
     return any(spec.continues(req.model) for spec in upstream.continuers)
 
 
-def _bad(event: sse.Event) -> GatewayError | None:
-    """The failure a read's last event is, if it is one: the upstream's own error event
-    (which ends its stream: nothing comes after it but the end of the body)."""
-    if is_error_event(event):
-        return UpstreamError("The upstream ended its stream with an error.", code="upstream_error")
+def _bad(batch: Batch) -> tuple[int, GatewayError] | None:
+    """Where a read's events fail, if they do, and how: the first event that is not a chat
+    chunk (``malformed_chunk``, app/request/events.py), else the last, if it is the
+    upstream's own error event (which ends its stream: nothing comes after it but the end
+    of the body)."""
+    for at, event in enumerate(batch):
+        data = event.data  # a chunk's braces looked at inline first: the common case
+        if data and not (data[0] == "{" and data[-1] == "}") and malformed_chunk(data):
+            return at, UpstreamProtocolError("The upstream sent an event that is not a chunk.")
+    if is_error_event(batch[-1]):
+        why = "The upstream ended its stream with an error."
+        return len(batch) - 1, UpstreamError(why, code="upstream_error")
     return None
 
 
@@ -160,8 +171,9 @@ class Continuation:
                     raise
                 source, splice = nxt
                 continue
-            if batch and (bad := _bad(batch[-1])) is not None:
-                front = self._out(batch[:-1], splice)
+            if batch and (found := _bad(batch)) is not None:
+                at, bad = found
+                front = self._out(batch[:at], splice)
                 if front:
                     yield front
                 nxt = yield from self._continue(bad, patience, source)
@@ -170,9 +182,9 @@ class Continuation:
                     continue
                 # Not continued: relayed as it came, and the stream goes on (or, when its
                 # upstream was let go of for continuations that all failed, ends there).
-                batch = batch[-1:]
+                batch = batch[at:]
                 if self._abandoned:
-                    yield self._out(batch, splice)
+                    yield self._out(batch[:1], splice)
                     return
             if batch:
                 batch = self._out(batch, splice)
@@ -308,12 +320,16 @@ class Continuation:
         not start (or the request cannot be continued there). It is opened in a greenlet of
         its own, so a stream read with patience still gets its heartbeats (an empty batch
         each time the patience runs out)."""
+        model = spec.continued_as(self._req.model)  # another only where the file allows it
         try:
-            body = continued_chat(json.loads(self._req.body or b""), partial, spec.continuation)
-        except (CannotContinue, ValueError):
+            doc = json.loads(self._req.body or b"")
+            if model != self._req.model:
+                doc["model"] = model
+            body = continued_chat(doc, partial, spec.continuation)
+        except (CannotContinue, ValueError, TypeError):
             return None
         raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        req = dataclasses.replace(self._req, body=raw, upstreams=None)
+        req = dataclasses.replace(self._req, body=raw, upstreams=None, model=model)
         job = gevent.spawn(self._start_at, spec, req)
         taken = False
         try:

@@ -27,8 +27,10 @@ import urllib3
 from app.core.errors import UpstreamReset
 from app.dialects import anthropic, anthropic_door, gemini
 from app.dialects.chat import dumps
+from app.dialects.continuation import OFF
 from app.patches import chunked_reads
 from app.request.affinity import Affinity
+from app.request.events import malformed_chunk
 from app.request.headers import AUTH_HEADERS, with_upstream_key
 from app.request.routes import Route
 from app.upstream import prompt_cache
@@ -64,6 +66,9 @@ class Outgoing:
     stream: bool
     model: str  # its name at the upstream
     include_usage: bool  # the caller's side asked for the usage chunk
+    # The upstream continues streams (its ``continuation`` is set): an event of its stream
+    # that is not JSON passes to the continuation, which takes it for a cut (``Garbled``).
+    continues: bool = False
 
 
 def translation_for(kind: str, route: Route) -> Translation | None:
@@ -112,7 +117,8 @@ class Translation:
             path, query = gemini.target(model, stream)
             sent = gemini.request_body(chat)
         out["Content-Type"] = "application/json"
-        return Outgoing(path, query, out, dumps(sent), stream, model, include_usage)
+        continues = spec.continuation != OFF
+        return Outgoing(path, query, out, dumps(sent), stream, model, include_usage, continues)
 
     # -- the answer -------------------------------------------------------------------------
     def answer(
@@ -143,7 +149,8 @@ class Translation:
         usage = sent.include_usage
         chat: Translator | None = None
         if self.kind == "anthropic":
-            chat = anthropic.StreamToChat(usage, created, max_event_bytes=max_event)
+            translator = Garbled if sent.continues else anthropic.StreamToChat
+            chat = translator(usage, created, max_event_bytes=max_event)
         elif self.kind == "gemini":
             chat = gemini.StreamToChat(include_usage=usage, created=created, fallback_id=rid)
         if self.door == "openai":
@@ -174,6 +181,18 @@ class Translation:
         if self.door == "anthropic":
             body = anthropic_door.error_from_chat(status, body)
         return body
+
+
+class Garbled(anthropic.StreamToChat):
+    """Anthropic's stream as chat chunks, but an event whose data is not a JSON object
+    (garbled, cut short) passes as a chat event of the same data, where the translation
+    would drop it: the continuation (app/upstream/continuation.py) takes it for a cut and
+    continues the answer from before it, instead of the caller missing what it carried."""
+
+    def _event(self, event: sse.Event) -> bytes:
+        if event.data is not None and malformed_chunk(event.data):
+            return b"data: " + event.data.replace("\n", "\ndata: ").encode() + b"\n\n"
+        return super()._event(event)
 
 
 class Chained:

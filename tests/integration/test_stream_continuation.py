@@ -8,6 +8,8 @@ first is cut (its connection reset, or its own error event) after a few tokens, 
 continues its own words deterministically: simulator/continuing.py). The caller's joined
 text must be the uncut answer's, with one ``[DONE]``, and the simulators' counts show each
 call once. A third upstream in the plan, ``off``, has no ``continuation``: it is never asked.
+A garbled event (the simulator's ``malformed-after``) is a cut too; where no upstream
+continues, it is what it was. Another model continues only where ``continues_models`` says.
 """
 
 from __future__ import annotations
@@ -129,10 +131,12 @@ def reset(sims: dict[str, str]) -> None:
         http.request("POST", url + "/sim/reset")
 
 
-def stream(gw, key: str = "meter", prompt: str = "go on", **sim: str) -> list[sse.Event]:
+def stream(
+    gw, key: str = "meter", prompt: str = "go on", model: str = "m", **sim: str
+) -> list[sse.Event]:
     """Every event of one chat stream (comments included), as the caller's bytes decode."""
     body = {
-        "model": "m",
+        "model": model,
         "max_tokens": MAX_TOKENS,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -163,6 +167,18 @@ def chunks(events: list[sse.Event]) -> list[dict]:
     return [json.loads(e.data) for e in events if e.data and e.data != sse.DONE]
 
 
+def garbled(events: list[sse.Event]) -> list[bytes]:
+    """The raw bytes of each data event that is not JSON (nor ``[DONE]``)."""
+    out = []
+    for e in events:
+        if e.data is not None and e.data != sse.DONE:
+            try:
+                json.loads(e.data)
+            except ValueError:
+                out.append(e.raw)
+    return out
+
+
 def text(events: list[sse.Event]) -> str:
     return "".join(
         c["delta"].get("content") or ""
@@ -178,7 +194,7 @@ def cut_once(fault: str) -> dict[str, str]:
         "fault": fault,
         "reset-after": "4",
         "error-after": "4",
-        "stall-after": "4",
+        "stall-after": "4",  # error-after's slot is malformed-after's too
         "fail-key": uuid.uuid4().hex,
     }
 
@@ -217,7 +233,9 @@ def continued_turn(sims: dict[str, str], kind: str = "openai") -> str:
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-@pytest.mark.parametrize("fault", ["reset", "error-after", "stall-after", "end-after"])
+@pytest.mark.parametrize(
+    "fault", ["reset", "error-after", "stall-after", "end-after", "malformed-after"]
+)
 def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(
     request, sims, fault, kind
 ) -> None:
@@ -228,6 +246,7 @@ def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(
     was = continuations(gw, "continued")
     tried = {name: attempts(gw, name) for name in ("first", "second")}
     cut = stream(gw, prompt="uncut", **cut_once(fault))
+    assert garbled(cut) == []  # the caller's bytes hold no event that is not JSON
     assert text(cut) == text(whole) and len(text(whole).split()) == TOKENS
     assert [e.data for e in cut].count(sse.DONE) == 1 and cut[-1].data == sse.DONE
     got = chunks(cut)
@@ -381,3 +400,99 @@ def test_coalesced_callers_read_the_continued_stream(make_stack, tmp_path_factor
     uncut = "".join(words("share me", TOKENS))
     assert [text(events) for events in both] == [uncut, uncut]
     assert all([e.data for e in events].count(sse.DONE) == 1 for events in both)
+
+
+def test_no_fallback_tried_on_a_malformed_stream_is_not_this_gateway_s_shape(gw, sims) -> None:
+    """The field's shape: a stream that sends a garbled chunk is relayed garbled, and no
+    fallback is tried. Here the garbled chunk is a cut: the caller never gets its bytes,
+    the next upstream is asked once, and the log names the cut."""
+    reset(sims)
+    cut = stream(gw, prompt="garbled", **cut_once("malformed-after"))
+    assert garbled(cut) == [] and [e.data for e in cut].count(sse.DONE) == 1
+    assert text(cut) == "".join(words("garbled", TOKENS))  # the simulator's own words
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    assert wait_for(lambda: [r for r in gw.log_records() if r.get("continuations")], 10)
+    fact = [r for r in gw.log_records() if r.get("continuations")][-1]["continuations"]
+    assert [(f["cut"], f["outcome"]) for f in fact] == [("upstream_protocol_error", "continued")]
+
+
+@pytest.fixture(scope="module")
+def still_gw(make_stack, tmp_path_factory, sims):
+    """No upstream continues: ``m`` at an OpenAI-kind upstream, ``a`` at an Anthropic one."""
+    plan = f"""
+[[upstreams]]
+name = "oa"
+base_url = "{sims["plain"]}/v1"
+models = ["m"]
+
+[[upstreams]]
+name = "an"
+kind = "anthropic"
+base_url = "{sims["plain"]}/v1"
+models = ["a"]
+"""
+    return file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-none"), plan,
+        keys=keys_toml(KEYS.items(), secret), env=ENV, workers=1, upstream_url=NOWHERE,
+    )  # fmt: skip
+
+
+def test_without_continuation_a_malformed_event_is_relayed_as_before(still_gw, sims) -> None:
+    """With no ``continuation`` set, a garbled chunk is what it was: an OpenAI-kind upstream's
+    is relayed as it came, and the stream goes on to its [DONE]; an Anthropic-kind one's is
+    dropped by the translation. The piece it carried is lost either way."""
+    lost = words("garbled", TOKENS)
+    del lost[4]  # the piece of slot 4, garbled
+    for model, relayed in (("m", 1), ("a", 0)):
+        reset(sims)
+        got = stream(still_gw, prompt="garbled", model=model, **cut_once("malformed-after"))
+        bad = garbled(got)
+        assert len(bad) == relayed and all(b.startswith(b"data: {") for b in bad), bad
+        rest = [e for e in got if e.raw not in bad]
+        assert text(rest) == "".join(lost) and [e.data for e in got].count(sse.DONE) == 1
+        assert asked(sims) == {"first": 0, "second": 0, "plain": 1}
+
+
+@pytest.fixture(scope="module")
+def models_gw(make_stack, tmp_path_factory, sims):
+    """``first`` serves ``m`` and ``k`` and does not continue; ``second`` serves ``n`` only,
+    and may continue ``m``'s answers with it (``continues_models``), not ``k``'s."""
+    plan = f"""
+[[upstreams]]
+name = "first"
+base_url = "{sims["first"]}/v1"
+models = ["m", "k"]
+headers = {{ "x-sim-fail-times" = "1" }}
+
+[[upstreams]]
+name = "second"
+base_url = "{sims["second"]}/v1"
+models = ["n"]
+continuation = "prefix"
+continues_models = ["m"]
+headers = {{ "x-sim-fail-times" = "0" }}
+"""
+    return file_stack(
+        make_stack, tmp_path_factory.mktemp("continue-models"), plan,
+        keys=keys_toml(KEYS.items(), secret), env=ENV, workers=1, upstream_url=NOWHERE,
+    )  # fmt: skip
+
+
+def test_another_model_continues_only_where_the_operator_allows_it(models_gw, sims) -> None:
+    """A cut ``k`` stream is not continued at ``second`` (it may continue ``m`` only): it
+    ends with its error, and ``second`` is never asked. A cut ``m`` stream is continued
+    there with ``n`` (the simulator's request log says so), and the caller's stream keeps
+    its own ``model`` from end to end."""
+    reset(sims)
+    cut = stream(models_gw, prompt="other", model="k", **cut_once("reset"))
+    assert sse.DONE not in [e.data for e in cut] and "error" in chunks(cut)[-1]
+    assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
+    reset(sims)
+    whole = stream(models_gw, prompt="other")
+    reset(sims)
+    got = stream(models_gw, prompt="other", **cut_once("reset"))
+    assert text(got) == text(whole) and [e.data for e in got].count(sse.DONE) == 1
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    assert sim_requests(sims["second"])[0]["body"]["model"] == "n"
+    assert {c["model"] for c in chunks(got)} == {c["model"] for c in chunks(whole)} == {"m"}
+    assert continuations(models_gw, "continued") == 1

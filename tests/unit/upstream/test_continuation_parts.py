@@ -8,10 +8,12 @@ import json
 
 import pytest
 
+from app.request.events import malformed_chunk
 from app.upstream.catalog import ConfigError, load
 from app.upstream.splice import Before, Splice, add_usage
 from app.upstream.transcript import Transcript
 from llmgate_wire import sse
+from simulator.playback import cut_short
 
 TABLE = '[[upstreams]]\nname = "a"\nbase_url = "http://x/v1"\nmodels = ["m"]\n'
 
@@ -40,6 +42,32 @@ def test_continuation_is_off_unless_set() -> None:
 def test_a_mode_the_kind_has_not_is_refused_at_start(extra: str) -> None:
     with pytest.raises(ConfigError, match="continuation"):
         load(TABLE + extra, {})
+
+
+def test_another_model_is_continued_only_where_the_file_allows_it() -> None:
+    table = TABLE.replace('["m"]', '["n", "n2"]') + 'continuation = "prefix"\n'
+    (spec,) = load(table, {})
+    assert not spec.continues("m") and spec.continues("n")
+    (spec,) = load(table + 'continues_models = ["m"]\n', {})
+    assert spec.continues("m") and not spec.continues("k") and spec.continues("n2")
+    assert (spec.continued_as("m"), spec.continued_as("n2")) == ("n", "n2")
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ('continuation = "prefix"\ncontinues_models = []\n', "non-empty list"),
+        ('continuation = "prefix"\ncontinues_models = [""]\n', "non-empty list"),
+        ('continues_models = ["m"]\n', "needs upstreams.continuation"),
+        ('continuation = "prefix"\ncontinues_models = "m"\n', "continues_models"),
+    ],
+)
+def test_continues_models_is_checked_at_start(extra: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why):
+        load(TABLE + extra, {})
+    anything = TABLE.replace('["m"]', '["*"]') + 'continuation = "prefix"\n'
+    with pytest.raises(ConfigError, match="named models"):
+        load(anything + 'continues_models = ["m"]\n', {})
 
 
 # -- what the caller was shown ------------------------------------------------------------------
@@ -121,3 +149,32 @@ def test_after_a_prefill_the_whitespace_the_caller_has_is_not_sent_twice() -> No
         {"content": "world"},
         {"content": " again"},
     ]
+
+
+# -- a malformed event ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("data", "bad"),
+    [
+        ('{"id":"c-1","choices":[]}', False),
+        (' {"id":"c-1"}\n', False),  # whitespace around an object
+        (sse.DONE, False),
+        ("", False),  # a keep-alive
+        (None, False),  # a comment
+        ('{"id":"c-1","choi', True),  # cut short
+        ("upstream hiccup", True),
+        ('["a"]', True),  # JSON, but no chunk
+        ('"a"', True),
+    ],
+)
+def test_a_malformed_chunk_is_told_by_its_braces(data: str | None, bad: bool) -> None:
+    assert malformed_chunk(data) is bad
+
+
+def test_the_simulator_cuts_a_piece_short_into_an_event_that_is_not_json() -> None:
+    piece = b'data: {"a":1}\n\nevent: x\ndata: {"id":"c-1","choices":[]}\n\n'
+    out = cut_short(piece)
+    assert out.startswith(b'data: {"a":1}\n\nevent: x\ndata: ') and out.endswith(b"\n\n")
+    events = sse.Decoder().feed(out)
+    assert len(events) == 2 and events[0].data == '{"a":1}'
+    with pytest.raises(ValueError):
+        json.loads(events[1].data or "")
