@@ -32,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import astuple
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from app.store.spend_rows import COLUMNS, TOTALS, SpendRow
 
@@ -85,8 +86,28 @@ def sqlite_path(url: str) -> Path:
 
 
 def redacted(url: str) -> str:
-    """The URL without its password, for a log line."""
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+    """The URL without its password (``user:password@`` or ``password=``), for a log line."""
+    url = re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+    return re.sub(r"(password=)[^&\s]+", r"\1***", url, flags=re.IGNORECASE)
+
+
+def scrubbed(text: str, url: str) -> str:
+    """``text`` (a driver's message about ``url``) without ``url``'s password, wherever the
+    driver quoted it: as the URL, or the password alone, plain or percent-encoded."""
+    text = redacted(text)
+    secrets = set(re.findall(r"password=([^&\s]+)", url, flags=re.IGNORECASE))
+    with contextlib.suppress(ValueError):
+        if password := urlsplit(url).password:
+            secrets.add(password)
+    for secret in sorted(secrets | {unquote(s) for s in secrets}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def failure(exc: BaseException, url: str) -> str:
+    """A driver's failure about ``url`` in one line (its first), without the password."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {scrubbed(text, url)}" if text else type(exc).__name__
 
 
 class SpendDatabase:

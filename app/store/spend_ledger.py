@@ -43,7 +43,7 @@ from gevent.monkey import get_original
 
 from app.observe.metrics import Metrics
 from app.observe.outbox import Outbox
-from app.store.spend_db import SpendDatabase, redacted
+from app.store.spend_db import SpendDatabase, failure, redacted
 from app.store.spend_rows import SpendRow
 
 _allocate_lock = get_original("_thread", "allocate_lock")
@@ -146,7 +146,9 @@ class SpendLedger:
             return pending.get(timeout=self.read_timeout_s)
         except (Exception, gevent.Timeout) as exc:  # the wait's end, or the query's error
             self._unreadable_until = time.monotonic() + UNREADABLE_S
-            log.warning("spend ledger: cannot read %s: %s", redacted(self.url), _why(exc))
+            log.warning(
+                "spend ledger: cannot read %s: %s", redacted(self.url), failure(exc, self.url)
+            )
             return None
         finally:
             if self._reading.get(query) is pending:
@@ -229,7 +231,9 @@ class SpendLedger:
         if now - self._warned_writes >= WARN_EVERY_S:
             self._warned_writes = now
             log.warning(
-                "spend ledger: writing to %s failed, will retry: %s", redacted(self.url), _why(exc)
+                "spend ledger: writing to %s failed, will retry: %s",
+                redacted(self.url),
+                failure(exc, self.url),
             )
 
     def _prune_when_due(self) -> None:
@@ -274,7 +278,7 @@ class SpendLedger:
         try:
             db = self._ready(SpendDatabase(self.url, connect_timeout_s=self.read_timeout_s))
         except Exception as exc:
-            log.info("spend ledger: not ready at start: %s", _why(exc))
+            log.info("spend ledger: not ready at start: %s", failure(exc, self.url))
             return
         self._readers.append(db)
 
@@ -297,9 +301,3 @@ class SpendLedger:
     def _release(lock: Any) -> None:
         with contextlib.suppress(RuntimeError):  # released already
             lock.release()
-
-
-def _why(exc: BaseException) -> str:
-    """A failure in one line, without the URL a driver may quote."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -32,7 +32,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
-from app.store.spend_db import SpendDatabase, is_postgres, redacted, sqlite_path
+from app.store.spend_db import SpendDatabase, failure, is_postgres, redacted, sqlite_path
 from app.store.spend_rows import COLUMNS, SpendRow
 from app.tenancy.limits import period
 from app.tenancy.prices import PICO_PER_USD
@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     try:
         db = SpendDatabase(url)
     except Exception as exc:
-        print(f"spend: cannot open the ledger {redacted(url)}: {exc}", file=sys.stderr)
+        why = failure(exc, url)
+        print(f"spend: cannot open the ledger {redacted(url)}: {why}", file=sys.stderr)
         return 1
     try:
         if args.command == "migrate":
@@ -139,7 +140,10 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         else:
             write_export(db.rows(args.start, args.end), out, args.csv)
     except Exception as exc:
-        print(f"spend: {args.command} failed on {redacted(url)}: {exc}", file=sys.stderr)
+        print(
+            f"spend: {args.command} failed on {redacted(url)}: {failure(exc, url)}",
+            file=sys.stderr,
+        )
         return 1
     finally:
         db.close()
