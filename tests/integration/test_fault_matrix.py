@@ -278,13 +278,17 @@ def test_a_worker_killed_under_load_fails_only_its_in_flight_calls(make_stack) -
             threads[-1].start()
         assert wait_for(lambda: gw.sim_stats()["streams_started"] == len(threads), 10)
 
-    # A worker of a fresh stack may still be loading the app: top up until both hold streams.
+    # A worker of a fresh stack may still be loading the app (seconds on a busy machine):
+    # top up, a second apart, until both hold streams; counted after the last top-up.
     open_streams(16)
-    for _ in range(4):
+    for _ in range(8):
         in_flight = {pid: connections_to([pid], sim_port) for pid in workers}
         if all(in_flight.values()):
             break
+        time.sleep(1.0)
         open_streams(8)
+    else:
+        in_flight = {pid: connections_to([pid], sim_port) for pid in workers}
     n_streams = len(threads)
     assert sum(in_flight.values()) == n_streams, in_flight  # one upstream connection each
     assert all(in_flight.values()), f"every stream landed on one worker: {in_flight}"
