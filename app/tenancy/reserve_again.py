@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from app.tenancy.access import Access, Grant
 from app.tenancy.keyring import GatewayKey
-from app.tenancy.limits import Count, Window
+from app.tenancy.limits import MISSING, Count, Window
 from app.tenancy.prices import to_pico
 
 # The key's limit each window counts against (the money ones in USD, counted in picodollars).
@@ -28,8 +28,8 @@ _LIMITS = {
 
 def reserve_again(access: Access, grant: Grant) -> bool:
     """Reserve one more call's bound on ``grant``; False, with nothing left counted, when a
-    budget has no room (or limits fail closed and the counters are down), or the call is
-    settled already."""
+    budget has no room, or its counter is gone and a ledger is to make it again, or limits
+    fail closed and the counters are down, or the call is settled already."""
     if grant.settled:
         return False
     tokens, cost = grant.tokens // grant.calls, grant.cost // grant.calls
@@ -37,16 +37,23 @@ def reserve_again(access: Access, grant: Grant) -> bool:
     wanted += [(window, cost) for window in grant.cost_windows if cost]
     if wanted:
         name, now = grant.key.name, access.now()
-        counts = [Count(window.key(name), delta, window.ttl(now)) for window, delta in wanted]
+        # With a ledger, a day's or month's counter gone since the call began (Memcached
+        # restarted) is not made again here from this call alone: it stays missing for the
+        # next grant to rebuild from the ledger, and the continuation is not made.
+        keep = access.ledger is not None
+        counts = [
+            Count(window.key(name), delta, window.ttl(now), create=not (keep and window.budget))
+            for window, delta in wanted
+        ]
         values = access.counters.apply(counts)
-        down = any(value is None for value in values)
+        down, missing = None in values, MISSING in values
         over = any(
             value is not None and value > _limit_of(grant.key, window)
             for (window, _), value in zip(wanted, values, strict=True)
         )
-        if over or (down and not access.fail_open):
+        if over or missing or (down and not access.fail_open):
             taken = zip(counts, values, strict=True)
-            back = [Count(c.key, -c.delta) for c, value in taken if value is not None]
+            back = [Count(c.key, -c.delta) for c, value in taken if value not in (None, MISSING)]
             if back:
                 access.counters.apply(back)
             return False

@@ -25,6 +25,7 @@ from app.tenancy.key_source import KeySource
 from app.tenancy.keyring import GatewayKey, KeyRing, hash_key
 from app.tenancy.prices import Price, PriceTable
 from app.tenancy.receipts import spend_row
+from app.tenancy.reserve_again import reserve_again
 from tests.support.clock import Clock
 
 SECRET = "llmg-test-secret"
@@ -279,3 +280,23 @@ def test_cache_writes_are_none_where_the_usage_has_none() -> None:
             spend_row("team", T0, "m", Usage(sent), (1, 2, "usage"), None, None).tokens_written
             is None
         )
+
+
+def test_a_continuations_reservation_never_makes_a_lost_counter() -> None:
+    """A stream continued after Memcached lost the key's month (app/tenancy/reserve_again.py):
+    its second reservation leaves the counter missing for the next grant to make from the
+    ledger, and the continuation is not made; without the loss it is counted as any."""
+    book = Book()
+    access = gate(book, key(tokens_per_month=10_000))
+    k = access.source.current().keys[0]
+    month = limits.month("tokens_month", T0)
+    grant = access.admit(k, "m", BODY, stream=True, route=routes.CHAT, size=SIZE)
+    assert reserve_again(access, grant) and counted(access, month) == 2 * 200
+    access.settle(grant, USAGE, True)
+    grant = access.admit(k, "m", BODY, stream=True, route=routes.CHAT, size=SIZE)
+    access.counters = limits.MemoryCounters()  # a restarted Memcached: empty
+    assert not reserve_again(access, grant)
+    assert counted(access, month) is None  # not made at one call's 200
+    access.settle(grant, USAGE, True)
+    call(access, k)  # the next grant makes it from the ledger: three calls' rows
+    assert counted(access, month) == 3 * 80
