@@ -193,6 +193,8 @@ class Continuation:
                     return
             if batch:
                 batch = self._out(batch, splice)
+                if not batch:  # all held, or spliced away: an empty batch would be a ping
+                    continue
             yield batch
 
     def _source(self, patience: Patience | None) -> Iterator[Batch]:
