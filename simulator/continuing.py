@@ -8,6 +8,11 @@ word sequence (text.py), so it can continue deterministically: when the turn is 
 that sequence, the answer is the rest of it, and the caller who joins the two has the uncut
 answer. A turn that is not (another model's words) is continued with words seeded by it.
 
+A scripted chat answer (scripts.py) continues the same way: when the turn is its leading
+text pieces joined, the answer is the script without them (its calls, its finish), so a
+stream cut inside a tool call is answered with that call again, whole; other text changes
+nothing. Its usage is the script's, less one output token a piece left out.
+
 How much is written: an answer of natural length (the ``tokens`` control, or the default)
 stops where the uncut answer would have; an answer bounded by the request's
 ``max_tokens`` writes that many more (the gateway sends what is left of the caller's bound).
@@ -19,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from . import text
+from . import scripts, text
 from .responses import Completion
 
 
@@ -58,3 +63,18 @@ def continued(c: Completion, messages: list[Any], partial: str, natural: bool) -
     """``c`` (the answer as counted for the whole request) as the rest of ``partial``."""
     rest = rest_of(text.chat_prompt(messages[:-1]), partial, len(c.tokens), natural)
     return replace(c, tokens=tuple(rest))
+
+
+def script_rest(script: scripts.Script, partial: str | None) -> scripts.Script:
+    """``script`` without the leading text pieces ``partial`` holds (as it is, when it holds
+    none, or other text)."""
+    first = script.blocks[0] if script.blocks else None
+    if not partial or first is None or first.kind != "text":
+        return script
+    for k in range(1, len(first.pieces) + 1):
+        if "".join(first.pieces[:k]) == partial:
+            rest = replace(first, pieces=first.pieces[k:])
+            blocks = ((rest,) if rest.pieces else ()) + script.blocks[1:]
+            usage = replace(script.usage, output=max(0, script.usage.output - k))
+            return replace(script, blocks=blocks, usage=usage)
+    return script

@@ -146,10 +146,11 @@ def chat(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) ->
         raise _bad("'messages' must be a non-empty array.", "messages")
     length = _length(body, behaviour, ("max_completion_tokens", "max_tokens"))
     prompt = text.chat_prompt(messages)
-    if behaviour.script is not None:
-        return _chat_script(body, script_of(behaviour), new_id, now)
-    c = _completion(body, behaviour, prompt, length, "chatcmpl-", new_id, now)
     partial = continuing.partial_turn(body, messages)
+    if behaviour.script is not None:
+        script = continuing.script_rest(script_of(behaviour), partial)
+        return _chat_script(body, script, new_id, now)
+    c = _completion(body, behaviour, prompt, length, "chatcmpl-", new_id, now)
     if partial is not None:
         c = continuing.continued(c, messages, partial, natural=length[1] == "stop")
     whole = r.chat_completion(c)

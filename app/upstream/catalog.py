@@ -84,6 +84,7 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "hedge_max_ms": (int, float),
     "continuation": str,
     "continues_models": list,
+    "hold_tool_calls": bool,
     "prompt_cache": str,
     "cache_group": str,
 }
@@ -117,16 +118,14 @@ class UpstreamSpec:
     models: tuple[str, ...] = ("*",)
     aliases: tuple[tuple[str, str], ...] = ()
     max_connections: int = 0  # 0: LLMGATE_POOL_SIZE
-    hedge: HedgePolicy | None = (
-        None  # streams sent here first may get a backup (app/upstream/hedge.py)
-    )
+    # Streams sent here first may get a backup (app/upstream/hedge.py).
+    hedge: HedgePolicy | None = None
     kind: str = "openai"  # the dialect it speaks: openai, anthropic or gemini (KINDS)
     # The output bound sent to an Anthropic upstream for a call that names none: its API
     # requires one, and a model's own ceiling is not known here.
     max_tokens: int = 4096
-    # How it continues a stream cut after it started (app/dialects/continuation.py; off:
-    # never, the default; docs/streams.md).
-    continuation: str = OFF
+    continuation: str = OFF  # how it continues a cut stream (dialects/continuation.py)
+    hold_tool_calls: bool = False  # its streams' tool calls held until whole (upstream/hold.py)
     continues_models: tuple[str, ...] = ()  # other models' answers it continues (``continues``)
     prompt_cache: str = "off"  # PROMPT_CACHE
     cache_group: str = ""  # "": its base URL and key (``group``)
@@ -283,6 +282,7 @@ def _spec(
         max_tokens=table.get("max_tokens", 4096),
         continuation=mode,
         continues_models=tuple(table.get("continues_models", ())),
+        hold_tool_calls=table.get("hold_tool_calls", False),
         prompt_cache=table.get("prompt_cache", "off"),
         cache_group=table.get("cache_group", ""),
     )

@@ -7,6 +7,8 @@ is sent again, to an upstream that may continue it, with the answer so far as a 
 assistant turn (app/dialects/continuation.py), and its events go on in the same stream
 (app/upstream/splice.py). The caller reads one answer.
 What cannot be continued is said as before, never faked: the stream ends with its error.
+With the read upstream's ``hold_tool_calls``, tool calls wait for the finish (app/upstream/
+hold.py): a cut drops them, and the continuation, handed the text before them, writes them.
 
 It can be continued when (``Continuation._continue``, in this order, the first failing one
 naming the ``outcome`` of ``llmgate_stream_continuations_total``): the answer shows no
@@ -52,6 +54,7 @@ from app.observe.tracing import Value
 from app.request.events import is_error_event, malformed_chunk
 from app.upstream.attempt import READ, READING
 from app.upstream.catalog import UpstreamSpec
+from app.upstream.hold import ToolHold
 from app.upstream.reading import Patience, ReadRules, Start
 from app.upstream.retry import Deadline
 from app.upstream.splice import Before, Splice
@@ -147,6 +150,8 @@ class Continuation:
         self._transcript = Transcript()
         self._tail: sse.Event | None = None  # the last event not a comment, once folded
         self._abandoned = False  # the stream's upstream was let go of for a continuation
+        held = [s.hold_tool_calls for s in upstream.specs if s.name == first.resp.upstream]
+        self._hold = ToolHold(any(held))  # its tool calls held until whole (hold.py)
 
     # -- the stream --------------------------------------------------------------------------
     def events(self, patience: Patience | None) -> Iterator[Batch]:
@@ -188,6 +193,8 @@ class Continuation:
                     return
             if batch:
                 batch = self._out(batch, splice)
+                if not batch:  # all held, or spliced away: an empty batch would be a ping
+                    continue
             yield batch
 
     def _source(self, patience: Patience | None) -> Iterator[Batch]:
@@ -204,6 +211,7 @@ class Continuation:
         """A read's events as the caller gets them (spliced after a continuation), kept."""
         if splice is not None:
             batch = splice.events(batch)
+        batch = self._hold.take(batch)
         if batch:
             self._kept.append(batch)
             self._count += len(batch)
@@ -250,8 +258,8 @@ class Continuation:
             if not self._hooks.reserve_again():
                 self._told(broke, NO_RESERVATION, cut)
                 return None
-            self._abandon(source, cut)
-            before = self._before()
+            lost = self._abandon(source, cut)
+            before = self._before(lost)
             partial = Partial(t.answer, self._used())
             for i, spec in enumerate(candidates):
                 if i and not claim.retry():  # each attempt beyond the first, room again
@@ -266,6 +274,7 @@ class Continuation:
                         break
                     continue
                 self.current, self._calls = started, self._calls + 1
+                self._hold.on = spec.hold_tool_calls
                 self.estimated = self.estimated or before.estimated
                 self._told(broke, CONTINUED, cut, spec.name)
                 yield [_note(spec.name, t.shown)]
@@ -297,14 +306,17 @@ class Continuation:
                 return count
         return t.outputs
 
-    def _before(self) -> Before:
-        t = self._transcript
+    def _before(self, lost: Transcript) -> Before:
+        """The cut calls' usage: the events relayed, and the held tool calls ``lost``."""
+        t = lost if lost.outputs else self._transcript  # the last output's usage, if any
         whole = t.usage is not None and t.usage_at == t.outputs
-        return Before(self._calls, t.outputs, t.usage if whole else None)
+        return Before(
+            self._calls, self._transcript.outputs + lost.outputs, t.usage if whole else None
+        )
 
-    def _abandon(self, source: Iterator[Batch] | None, cut: GatewayError) -> None:
+    def _abandon(self, source: Iterator[Batch] | None, cut: GatewayError) -> Transcript:
         """The broken stream let go of: its reads stopped, its attempt failed (unless its
-        reader said so already) and closed."""
+        reader said so already) and closed; its held tool calls dropped (returned)."""
         self._abandoned = True
         if source is not None and hasattr(source, "close"):
             source.close()
@@ -312,6 +324,7 @@ class Continuation:
         if resp.attempt.state in (READING, READ):
             self._up.ledger.broken(resp, cut)
         self.current.close()
+        return self._hold.drop()
 
     def _open(
         self, spec: UpstreamSpec, partial: Partial, patience: Patience | None

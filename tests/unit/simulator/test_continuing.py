@@ -1,5 +1,6 @@
 """The simulator continues its own answer from a partial assistant turn (simulator/continuing.py):
-the cut answer and its continuation join into the uncut one."""
+the cut answer and its continuation join into the uncut one; a scripted one goes on after the
+text handed back."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import pytest
 
 from simulator import endpoints, provider_endpoints
 from simulator.behaviour import Behaviour
+from simulator.continuing import script_rest
+from simulator.scripts import SCRIPTS
 
 USER = {"role": "user", "content": "tell me"}
 
@@ -61,3 +64,18 @@ def test_an_anthropic_prefill_is_continued_where_it_stopped() -> None:
     assert so_far + rest == whole and continued_prompt == prompt + 4
     capped, _ = said([USER, {"role": "assistant", "content": so_far}], cap=2)
     assert len(capped.split()) == 2 and whole.startswith(so_far + capped)
+
+
+def test_the_text_handed_back_is_left_out_and_the_calls_stay_whole() -> None:
+    tools = SCRIPTS["tools"]
+    rest = script_rest(tools, "Let me check.")
+    assert rest.blocks == tools.blocks[1:] and rest.finish == tools.finish
+    assert rest.usage.output == tools.usage.output - 4
+    part = script_rest(tools, "Let me")
+    assert part.blocks[0].pieces == (" check", ".") and part.blocks[1:] == tools.blocks[1:]
+
+
+def test_other_text_or_none_changes_nothing() -> None:
+    tools = SCRIPTS["tools"]
+    assert script_rest(tools, None) is tools and script_rest(tools, "Let us") is tools
+    assert script_rest(tools, "") is tools
