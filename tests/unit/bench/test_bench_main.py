@@ -17,6 +17,7 @@ from tests.conftest import ROOT
 def test_each_part_of_the_report_is_a_module_with_run() -> None:
     assert list(report.MODULES) == [
         "overhead",
+        "features",
         "memory",
         "cache",
         "capacity",
