@@ -26,7 +26,7 @@ from llmgate_wire import sse
 from simulator.text import words
 from tests.support.keys_file import keys_toml
 from tests.support.sim import sim_requests, sim_stats, start_simulator
-from tests.support.sse_reader import drop, read_data
+from tests.support.sse_reader import chat_stream, drop, read_data
 from tests.support.stack import NOWHERE, file_stack
 from tests.support.waiting import wait_for
 
@@ -148,19 +148,7 @@ def stream(
         "x-sim-tokens": str(TOKENS),
         **{f"x-sim-{k}": v for k, v in sim.items()},
     }
-    resp = http.request(
-        "POST",
-        gw.url + "/v1/chat/completions",
-        body=json.dumps(body),
-        headers=headers,
-        preload_content=False,
-    )
-    assert resp.status == 200, resp.data
-    decoder, out = sse.Decoder(), []
-    while chunk := resp.read1(65536):
-        out += decoder.feed(chunk)
-    resp.release_conn()
-    return out
+    return chat_stream(http, gw.url, body, headers)
 
 
 def chunks(events: list[sse.Event]) -> list[dict]:

@@ -24,6 +24,7 @@ import urllib3
 from llmgate_wire import sse
 from simulator.scripts import TIME_ARGS, WEATHER_ARGS
 from tests.support.sim import sim_requests, sim_stats, start_simulator
+from tests.support.sse_reader import chat_stream
 from tests.support.stack import NOWHERE, file_stack
 
 http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=30))
@@ -93,16 +94,7 @@ def stream(gw, model: str, **sim: str) -> list[sse.Event]:
     headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-caller"}
     headers["x-sim-script"] = "tools"
     headers.update({f"x-sim-{k}": v for k, v in sim.items()})
-    resp = http.request(
-        "POST", gw.url + "/v1/chat/completions", body=json.dumps(body), headers=headers,
-        preload_content=False,
-    )  # fmt: skip
-    assert resp.status == 200, resp.data
-    decoder, out = sse.Decoder(), []
-    while chunk := resp.read1(65536):
-        out += decoder.feed(chunk)
-    resp.release_conn()
-    return out
+    return chat_stream(http, gw.url, body, headers)
 
 
 def cut(slot: int) -> dict[str, str]:

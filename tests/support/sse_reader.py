@@ -1,5 +1,6 @@
 """Reads an SSE response as the caller sees it: each event with the moment it arrived
-(``read_events``), or the events that carry data up to a count (``read_data``)."""
+(``read_events``), the events that carry data up to a count (``read_data``), or every event
+of one chat stream posted to a gateway (``chat_stream``)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,23 @@ def drop(resp: urllib3.BaseHTTPResponse) -> None:
     resp.release_conn()
     if conn is not None:
         conn.close()
+
+
+def chat_stream(
+    http: urllib3.PoolManager, base_url: str, body: dict, headers: dict[str, str]
+) -> list[sse.Event]:
+    """Every event (comments too) of the chat stream ``body`` asks ``base_url`` for, as the
+    caller's bytes decode; the answer must be a 200."""
+    resp = http.request(
+        "POST",
+        base_url + "/v1/chat/completions",
+        body=json.dumps(body),
+        headers=headers,
+        preload_content=False,
+    )
+    assert resp.status == 200, resp.data
+    decoder, out = sse.Decoder(), list[sse.Event]()
+    while chunk := resp.read1(65536):
+        out += decoder.feed(chunk)
+    resp.release_conn()
+    return out
