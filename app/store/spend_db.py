@@ -136,7 +136,10 @@ class SpendDatabase:
         # Not checked for its thread: a reader's connection passes from one thread of the
         # pool to another, used by one at a time.
         conn = sqlite3.connect(path, timeout=BUSY_S, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
+        # WAL is kept in the file: set once, by the first connection (setting it takes the
+        # database alone, which a busy timeout does not always wait for).
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
@@ -162,7 +165,13 @@ class SpendDatabase:
 
     def migrate(self, target: int = SCHEMA_VERSION) -> int:
         """Bring the schema to ``target``, each step above the version found, in one
-        transaction under a lock; the version it was at. SchemaTooNew past ``target``."""
+        transaction under a lock; the version it was at. SchemaTooNew past ``target``.
+        A schema at ``target`` already is only read: the workers of a fleet starting at once
+        take the lock one after another only while it is being made, not each for a write
+        (on a busy disk a SQLite write waits for fsyncs, and six in a row outlasted the busy
+        timeout)."""
+        if self.version() == target:
+            return target
         with self._transaction(lock=True) as cur:
             cur.execute("CREATE TABLE IF NOT EXISTS llmgate_schema (version INTEGER NOT NULL)")
             cur.execute("SELECT version FROM llmgate_schema")
