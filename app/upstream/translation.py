@@ -152,8 +152,8 @@ class Translation:
             translator = Garbled if sent.continues else anthropic.StreamToChat
             chat = translator(usage, created, max_event_bytes=max_event)
         elif self.kind == "gemini":
-            translator = GeminiGarbled if sent.continues else gemini.StreamToChat
-            chat = translator(include_usage=usage, created=created, fallback_id=rid)
+            read = GeminiGarbled if sent.continues else gemini.StreamToChat
+            chat = read(include_usage=usage, created=created, fallback_id=rid)
         if self.door == "openai":
             assert chat is not None
             return chat

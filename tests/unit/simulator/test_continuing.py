@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from app.dialects.continuation import INSTRUCTION_TEXT
 from simulator import endpoints, provider_endpoints
 from simulator.behaviour import Behaviour
 from simulator.continuing import REPEATED_CHARS, repeated, script_rest
@@ -99,7 +100,7 @@ def test_a_gemini_model_turn_is_continued_where_it_stopped() -> None:
     assert len(capped.split()) == 2 and whole.startswith(so_far + capped)
 
 
-GO_ON = "Please continue it exactly where it stopped, without repeating."
+GO_ON = INSTRUCTION_TEXT  # the gateway's words (app/dialects/continuation.py)
 
 
 @pytest.mark.parametrize("dialect", ["openai", "anthropic", "gemini"])
