@@ -37,6 +37,7 @@ from app.upstream import catalog as upstreams
 from app.upstream.breaker import BreakerPolicy
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Upstream
+from app.upstream.names import install as install_names
 
 
 def create_app(settings: Settings | None = None, environ: Mapping[str, str] | None = None) -> Flask:
@@ -45,6 +46,9 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     specs, prices = load_upstreams(settings, environ)
     # The upstream answers' headers parsed without the email package (same messages).
     http_headers.install()
+    # New connections' addresses: numbers never looked up, a name's answer kept a while
+    # (app/upstream/names.py): a burst of connects no longer waits on gevent's lookup threads.
+    install_names(settings.dns_ttl_s)
     app = Flask("llmgate")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
