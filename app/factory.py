@@ -17,6 +17,7 @@ from flask import Flask
 from app.cache import build_answer_cache
 from app.core.admission import Gate, Limits
 from app.core.config import Settings, SettingsError
+from app.core.names import install as install_names
 from app.edge import lane
 from app.edge.routes import STARTED, api, register_error_handlers, register_operator_guard
 from app.edge.status_data import history_sample, status_document
@@ -37,7 +38,6 @@ from app.upstream import catalog as upstreams
 from app.upstream.breaker import BreakerPolicy
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.exchange import Upstream
-from app.upstream.names import install as install_names
 
 
 def create_app(settings: Settings | None = None, environ: Mapping[str, str] | None = None) -> Flask:
@@ -47,7 +47,7 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     # The upstream answers' headers parsed without the email package (same messages).
     http_headers.install()
     # New connections' addresses: numbers never looked up, a name's answer kept a while
-    # (app/upstream/names.py): a burst of connects no longer waits on gevent's lookup threads.
+    # (app/core/names.py): a burst of connects no longer waits on gevent's lookup threads.
     install_names(settings.dns_ttl_s)
     app = Flask("llmgate")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes

@@ -22,7 +22,9 @@ its resolver (``install``):
 
 Every socket of the worker resolves through it: the upstreams', Memcached's, the ledger's
 PostgreSQL, the trace collector's. The names are the server config's, a handful; at most
-``MAX_NAMES`` answers are kept, the oldest dropped first.
+``MAX_NAMES`` answers are kept, the oldest dropped first. A lookup whose point is to see a
+change (Memcached's nodes found by DNS, app/store/discovery.py) asks ``looked_up_now``,
+which never takes a kept answer.
 """
 
 from __future__ import annotations
@@ -90,6 +92,10 @@ class Names:
             del self._kept[next(iter(self._kept))]
         self._kept[key] = (self._clock() + self._ttl, found)
 
+    def looked_up_now(self, host: str, port: int, type: int = 0, proto: int = 0) -> list[Any]:
+        """The inner resolver's answer, never a kept one (nor kept)."""
+        return self._inner.getaddrinfo(host, port, 0, type, proto, 0)
+
     def __getattr__(self, name: str) -> Any:
         # gethostbyname, getnameinfo, close and the rest: the inner resolver's.
         return getattr(self._inner, name)
@@ -99,9 +105,7 @@ def install(ttl: float) -> Names | None:
     """Put ``Names`` in front of this thread's hub resolver, when gevent patched the socket
     module (a gunicorn gevent worker); otherwise sockets do not ask the hub and nothing is
     done (None). Installing twice keeps one."""
-    from gevent import monkey
-
-    if not monkey.is_module_patched("socket"):
+    if not _patched():
         return None
     hub = gevent.get_hub()
     if isinstance(hub.resolver, Names):
@@ -109,3 +113,20 @@ def install(ttl: float) -> Names | None:
     names = Names(hub.resolver, ttl)
     hub.resolver = names
     return names
+
+
+def looked_up_now(host: str, port: int, type: int = 0, proto: int = 0) -> list[Any]:
+    """``socket.getaddrinfo`` asked afresh, past ``Names``' kept answers where it is
+    installed: for a lookup made to see a change."""
+    import socket
+
+    resolver = gevent.get_hub().resolver if _patched() else None
+    if isinstance(resolver, Names):
+        return resolver.looked_up_now(host, port, type, proto)
+    return socket.getaddrinfo(host, port, type=type, proto=proto)
+
+
+def _patched() -> bool:
+    from gevent import monkey
+
+    return bool(monkey.is_module_patched("socket"))

@@ -1,4 +1,4 @@
-"""app/upstream/names.py: numeric addresses never looked up, a name once per ttl, shared by
+"""app/core/names.py: numeric addresses never looked up, a name once per ttl, shared by
 the callers asking at once; and a gevent worker's hub resolving through it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import gevent
 import pytest
 
-from app.upstream.names import MAX_NAMES, Names, install
+from app.core.names import MAX_NAMES, Names, install
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -151,3 +151,35 @@ def test_a_gevent_worker_s_app_resolves_through_it() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["Names", "True"]
+
+
+def test_a_lookup_made_to_see_a_change_never_takes_a_kept_answer() -> None:
+    # Memcached's nodes found by DNS (app/store/discovery.py) ask looked_up_now.
+    inner = Lookups()
+    names = Names(inner, ttl=30)
+    names.getaddrinfo("memcached.example", 11211, 0, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    names.looked_up_now("memcached.example", 11211, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    names.looked_up_now("memcached.example", 11211, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    assert len(inner.asked) == 3
+
+
+def test_discovery_looks_its_names_up_afresh_in_a_gevent_worker() -> None:
+    code = (
+        "from gevent import monkey; monkey.patch_all()\n"
+        "import gevent\n"
+        "from app.core.names import install\n"
+        "from app.store.discovery import resolve\n"
+        "names = install(30)\n"
+        "asked = []\n"
+        "class Count:\n"
+        "    def getaddrinfo(self, host, port, *rest):\n"
+        "        asked.append(host)\n"
+        "        return [(2, 1, 6, '', ('127.0.0.%d' % len(asked), port))]\n"
+        "names._inner = Count()\n"
+        "print(resolve('memcached.example', 11211), resolve('memcached.example', 11211))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[('127.0.0.1', 11211)] [('127.0.0.2', 11211)]"
