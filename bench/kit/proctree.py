@@ -90,3 +90,17 @@ def _established(pids: list[int], port: int, side: int) -> int:
                 ):
                     count += 1
     return count
+
+
+def accept_queue(port: int) -> int:
+    """Connections waiting in the accept queue of the socket listening on ``port`` (a
+    listener's rx_queue in /proc/net/tcp: handshakes done, not yet accepted); 0 when none
+    listens there."""
+    wanted = f"{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[1].endswith(":" + wanted) and fields[3] == "0A":  # LISTEN
+                    return int(fields[4].split(":")[1], 16)
+    return 0
