@@ -27,7 +27,7 @@ DRAIN_DELAY_S = 5
 # New connections a gunicorn worker takes a turn of its loop (app/patches/accepts.py's DEFAULT
 # and MOST: tests/unit/runner/test_runner_start.py holds them equal; not imported, it would
 # bring gunicorn and gevent into the runner).
-ACCEPTS_PER_TURN, ACCEPTS_MOST = 64, 1000
+ACCEPTS_PER_TURN, ACCEPTS_MOST = 1, 1000
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 

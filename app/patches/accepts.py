@@ -9,8 +9,9 @@ chose 1 so that workers sharing one listening socket share its connections. But 
 its connections to gunicorn in bursts (a fresh stack's first load, a load beyond nginx's idle
 keep-alive connections), and one a turn left them in the kernel's accept queue while the loop
 ran hundreds of greenlets: at 800 callers a fresh stack's first round had its tail in the
-Server-Timing ``queue`` stage, past the fair bound (docs/performance.md, "The public
-method"). Measured with and without in one run: bench/HISTORY.md.
+Server-Timing ``queue`` stage (docs/performance.md, "The public method"). Off by default
+(1): measured in turns, more a turn cut that wait but split nginx's connections between the
+workers unevenly, gunicorn's reason for 1 (bench/HISTORY.md, "Accepts a turn").
 
 The swap is of the name gunicorn's ``run`` reads (``gunicorn.workers.ggevent.StreamServer``),
 in the forked worker only (``install``, called by app/edge/worker.py before gunicorn's run):
@@ -37,9 +38,11 @@ from gunicorn.workers import ggevent
 from app.patches import refuse
 
 SETTING = "LLMGATE_ACCEPTS_PER_TURN"
-# New connections a worker takes a turn of its loop (bench/HISTORY.md: the first burst at 800
-# callers measured with 1, 16 and 64; gunicorn's own is 1).
-DEFAULT = 64
+# New connections a worker takes a turn of its loop: gunicorn's own 1 unless set. More cut a
+# fresh stack's first burst's wait in the accept queue, but split nginx's connections between
+# the workers unevenly (up to 200 / 0 at 200 callers with 64), and the warm rounds were not
+# shown to be no worse (bench/HISTORY.md, "Accepts a turn").
+DEFAULT = 1
 MOST = 1000  # gevent's own default is 100; beyond this a turn is no turn at all
 
 log = logging.getLogger("llmgate.patches")

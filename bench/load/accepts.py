@@ -7,9 +7,10 @@ each alike. On each: the **first burst** (twice the callers, non-stream chat cal
 warm-up: nginx opens its connections to gunicorn as the callers arrive), its p50/p99 and the
 mean Server-Timing stages of its tail against the fair bound (bench/load/public.py's
 ``tail_stages``); how the two workers shared it, as the connections from nginx each worker
-holds after it and the CPU seconds each spent on it (/proc, bench/kit/proctree.py); gunicorn's
-accept queue meanwhile, as the kernel shows it (``QueueWatch``); then the
-public method's warm step at the same callers (its warm-up first), which must not get worse.
+holds after it and the CPU seconds each spent on it (also over the warm step: /proc,
+bench/kit/proctree.py); gunicorn's accept queue meanwhile, as the kernel shows it
+(``QueueWatch``); then the public method's warm step at the same callers (its warm-up
+first), which must not get worse.
 """
 
 from __future__ import annotations
@@ -118,14 +119,17 @@ def first_burst(accepts: int, callers: int, round_: int) -> list[list[Any]]:
                 " / ".join(f"{c:.2f}" for c in cpu),
                 str(queue),
             ]
+            before = [proctree.cpu_s([w]) for w in workers]
             warm = method.step(
                 gateway, method.chat(), callers, max(3000, callers * 10), stack.sim_url
             )
+            cpu = [proctree.cpu_s([w]) - b for w, b in zip(workers, before, strict=True)]
             errors = ", ".join(f"{k} {v}" for k, v in sorted(warm.errors.items()))
             after = [proctree.accepted_on([w], port) for w in workers]
             steady = [accepts, round_, "warm step", warm.rps, warm.p50_ms, warm.p99_ms]
             steady += [warm.fair_bound_ms, errors or "0", _stages(warm.tail_ms)]
-            steady += [" / ".join(str(c) for c in after), None, None]
+            steady += [" / ".join(str(c) for c in after), " / ".join(f"{c:.2f}" for c in cpu)]
+            steady += [None]
             return [burst, steady]
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -66,11 +66,10 @@ def test_gunicorns_server_takes_one_connection_a_turn(listener) -> None:
     assert _taken_in_one_turn(StreamServer, listener) == 1
 
 
-@pytest.mark.parametrize("setting", ["16", ""])
+@pytest.mark.parametrize("setting", ["16", "64"])
 def test_the_patched_server_takes_the_settings_connections_a_turn(listener, setting) -> None:
     accepts.install(2, {accepts.SETTING: setting})
-    expected = int(setting or accepts.DEFAULT)
-    assert _taken_in_one_turn(ggevent.StreamServer, listener) == min(expected, WAITING)
+    assert _taken_in_one_turn(ggevent.StreamServer, listener) == min(int(setting), WAITING)
 
 
 def test_gunicorns_own_run_builds_the_patched_server(listener, caplog) -> None:
@@ -95,12 +94,12 @@ def test_gunicorns_own_run_builds_the_patched_server(listener, caplog) -> None:
 
 @pytest.mark.parametrize(
     ("workers", "setting", "each_turn"),
-    [(2, "1", 1), (1, "", 100), (1, "64", 100)],
+    [(2, "1", 1), (2, "", 1), (1, "", 100), (1, "64", 100)],
 )
 def test_gunicorns_server_stays_where_the_setting_or_one_worker_says(
     workers, setting, each_turn
 ) -> None:
-    """1: gunicorn's own. One worker: gunicorn leaves gevent's own 100 a turn."""
+    """1 (the default): gunicorn's own. One worker: gunicorn leaves gevent's own 100 a turn."""
     assert accepts.install(workers, {accepts.SETTING: setting}) == each_turn
     assert ggevent.StreamServer is StreamServer
 
@@ -118,8 +117,8 @@ def test_a_worker_that_builds_its_server_otherwise_keeps_gunicorns(monkeypatch, 
 
     monkeypatch.setattr(ggevent.GeventWorker, "run", run)
     with caplog.at_level(logging.WARNING, logger="llmgate.patches"):
-        assert accepts.install(2, {}) == 1
-        assert accepts.install(2, {}) == 1
+        assert accepts.install(2, {accepts.SETTING: "64"}) == 1
+        assert accepts.install(2, {accepts.SETTING: "64"}) == 1
     assert ggevent.StreamServer is StreamServer
     assert len(caplog.records) == 1 and patches.refused() == {"accepts"}
 
@@ -136,4 +135,4 @@ def test_a_server_class_gevent_accepts_for_otherwise_is_not_swapped(monkeypatch)
     monkeypatch.setattr(baseserver.BaseServer, "_do_read", own)
     monkeypatch.setattr(ggevent, "StreamServer", object)
     assert "another server class" in (accepts.fits() or "")
-    assert accepts.install(2, {}) == 1 and ggevent.StreamServer is object
+    assert accepts.install(2, {accepts.SETTING: "64"}) == 1 and ggevent.StreamServer is object
