@@ -24,10 +24,6 @@ GRACEFUL_TIMEOUT_S = 600
 # Seconds an instance answers /readyz 503 while still serving, before its drain begins: a
 # balancer polling every 2-5 s and taking two failures sees it go (runner/drain.py).
 DRAIN_DELAY_S = 5
-# New connections a gunicorn worker takes a turn of its loop (app/patches/accepts.py's DEFAULT
-# and MOST: tests/unit/runner/test_runner_start.py holds them equal; not imported, it would
-# bring gunicorn and gevent into the runner).
-ACCEPTS_PER_TURN, ACCEPTS_MOST = 1, 1000
 TRUE, FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -46,7 +42,6 @@ class RunnerSettings:
     # LLMGATE_GRACEFUL_TIMEOUT_S, whole seconds as gunicorn takes it.
     graceful_timeout_s: int = GRACEFUL_TIMEOUT_S
     drain_delay_s: int = DRAIN_DELAY_S  # LLMGATE_DRAIN_DELAY_S, whole seconds
-    accepts_per_turn: int = ACCEPTS_PER_TURN  # LLMGATE_ACCEPTS_PER_TURN (read by each worker)
     log_level: str = "info"  # LLMGATE_LOG_LEVEL
     logs_to_stdout: bool = False  # LLMGATE_LOG_TO_STDOUT
     run_dir: Path = DEFAULT_RUN_DIR  # LLMGATE_RUN_DIR
@@ -81,13 +76,6 @@ class RunnerSettings:
             ),
             drain_delay_s=_int(
                 "LLMGATE_DRAIN_DELAY_S", raw("DRAIN_DELAY_S"), DRAIN_DELAY_S, 0, 3600
-            ),
-            accepts_per_turn=_int(
-                "LLMGATE_ACCEPTS_PER_TURN",
-                raw("ACCEPTS_PER_TURN"),
-                ACCEPTS_PER_TURN,
-                1,
-                ACCEPTS_MOST,
             ),
             log_level=_choice("LLMGATE_LOG_LEVEL", raw("LOG_LEVEL"), LOG_LEVELS, cls.log_level),
             logs_to_stdout=_flag("LLMGATE_LOG_TO_STDOUT", raw("LOG_TO_STDOUT")),

@@ -9,12 +9,8 @@ the same status as ``{"error": {"message", "type", "param", "code"}}``; gunicorn
 classification of the error, its logging and its access log line stay as they are.
 
 The master imports this module to find the class, so it imports only gunicorn, gevent
-(which gunicorn's own gevent worker imports there too), the pure ``app.core.errors`` and
-``app.patches.accepts`` (gunicorn and gevent again): nothing that opens sockets or must come
-after gevent's patching.
-
-Each worker takes up to LLMGATE_ACCEPTS_PER_TURN new connections a turn of its loop, where
-gunicorn takes one (app/patches/accepts.py): nginx opens its connections in bursts.
+(which gunicorn's own gevent worker imports there too) and the pure ``app.core.errors``:
+nothing that opens sockets or must come after gevent's patching.
 
 On SIGTERM it also starts the gateway's drain (app/streams/drain.py): unready at once, and
 no stream cut silently when gunicorn's graceful timeout runs out. Idle keep-alive
@@ -42,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import socket
 import time
 from typing import Any
@@ -54,7 +49,6 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from app.core.errors import GatewayError
 from app.edge.unread_body import Environ, counting_the_body, linger
-from app.patches import accepts
 
 # Seconds a keep-alive connection of a draining worker stays idle (counted from the start of
 # the drain or from its last answer, whichever is later) before the worker closes it: longer
@@ -224,12 +218,6 @@ class JSONErrorGeventWorker(GeventWorker):
                     _stop_reading(sock)
             later = [at for at, _ in due if at > now]
             gevent.sleep(min(later, default=now + IDLE_CLOSE_AFTER_S) - now)
-
-    def run(self) -> None:
-        # The server gunicorn builds takes LLMGATE_ACCEPTS_PER_TURN new connections a turn
-        # of the loop, not one (app/patches/accepts.py); in this worker process only.
-        accepts.install(self.cfg.workers, os.environ)
-        super().run()
 
     def init_process(self) -> None:
         self._idle = {}

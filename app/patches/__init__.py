@@ -14,8 +14,7 @@ every call (docs/performance.md). The rule every module here follows:
 
 The patches: ``http_headers`` (http.client's header parser), ``prometheus_values`` (the
 multiprocess value class), ``prometheus_labels`` (each metric's label lookup),
-``chunked_reads`` (a chunked body read beneath urllib3's response), ``accepts`` (the new
-connections a gunicorn worker accepts a turn of its loop). No I/O here.
+``chunked_reads`` (a chunked body read beneath urllib3's response). No I/O here.
 """
 
 from __future__ import annotations

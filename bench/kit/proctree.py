@@ -57,17 +57,6 @@ def children(pid: int) -> list[int]:
 def connections_to(pids: list[int], port: int) -> int:
     """TCP connections of ``pids`` established to ``port`` (on any address): what the OS
     says they hold, whoever else connects to that port meanwhile."""
-    return _established(pids, port, 2)
-
-
-def accepted_on(pids: list[int], port: int) -> int:
-    """TCP connections of ``pids`` established on their own ``port`` (a server's accepted
-    connections: a gunicorn worker's from nginx)."""
-    return _established(pids, port, 1)
-
-
-def _established(pids: list[int], port: int, side: int) -> int:
-    """Connections of ``pids`` whose local (``side`` 1) or remote (2) port is ``port``."""
     inodes: set[str] = set()
     for pid in pids:
         with contextlib.suppress(OSError):
@@ -83,24 +72,6 @@ def _established(pids: list[int], port: int, side: int) -> int:
             for line in Path(table).read_text().splitlines()[1:]:
                 fields = line.split()
                 # local, remote (hex address:port), state 01 = ESTABLISHED, ..., inode
-                if (
-                    fields[side].endswith(":" + wanted)
-                    and fields[3] == "01"
-                    and fields[9] in inodes
-                ):
+                if fields[2].endswith(":" + wanted) and fields[3] == "01" and fields[9] in inodes:
                     count += 1
     return count
-
-
-def accept_queue(port: int) -> int:
-    """Connections waiting in the accept queue of the socket listening on ``port`` (a
-    listener's rx_queue in /proc/net/tcp: handshakes done, not yet accepted); 0 when none
-    listens there."""
-    wanted = f"{port:04X}"
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(OSError):
-            for line in Path(table).read_text().splitlines()[1:]:
-                fields = line.split()
-                if fields[1].endswith(":" + wanted) and fields[3] == "0A":  # LISTEN
-                    return int(fields[4].split(":")[1], 16)
-    return 0

@@ -183,23 +183,7 @@ def main() -> None:
         "comma-separated, each run --rounds times (e.g. 800: the overload's fair share)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="with --callers: runs of each")
-    parser.add_argument(
-        "--accepts",
-        default="",
-        help="with --public --callers: a fresh stack's first burst at each of these "
-        "LLMGATE_ACCEPTS_PER_TURN values in turns, then its warm step (bench/load/accepts.py)",
-    )
     args = parser.parse_args()
-    if args.public and args.callers and args.accepts:
-        from bench.kit.report import table
-        from bench.load import accepts
-
-        settings = [int(a) for a in args.accepts.split(",")]
-        for n in (int(c) for c in args.callers.split(",")):
-            print(
-                "\n".join(table(accepts.COLUMNS, accepts.compare(settings, n, args.rounds), ".1f"))
-            )
-        return
     if args.public and args.callers:
         overload([int(c) for c in args.callers.split(",")], args.rounds)
         return

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from app.core.config import SettingsError
-from app.patches import accepts
-from runner import settings
 from runner.claims import Claims, Listener
 from runner.procs import StartError, cause, free_port
 from runner.settings import DEFAULT_RUN_DIR, RunnerSettings, with_values
@@ -58,8 +56,6 @@ def test_runner_settings_defaults_and_values() -> None:
         ("LLMGATE_GRACEFUL_TIMEOUT_S", "0", ">= 1"),
         ("LLMGATE_DRAIN_DELAY_S", "-1", "between 0 and 3600"),
         ("LLMGATE_DRAIN_DELAY_S", "2.5", "a whole number between 0 and 3600"),
-        ("LLMGATE_ACCEPTS_PER_TURN", "0", "between 1 and 1000"),
-        ("LLMGATE_ACCEPTS_PER_TURN", "many", "a whole number between 1 and 1000"),
         ("LLMGATE_LOG_LEVEL", "loud", "one of debug, info, warning, error, critical"),
         ("LLMGATE_LOG_TO_STDOUT", "maybe", "true or false"),
         ("LLMGATE_BIND", "127.0.0.1", "host:port entries"),
@@ -75,12 +71,6 @@ def test_a_bad_runner_setting_names_itself_the_rule_and_the_value(
     message = str(caught.value)
     assert message.startswith(f"{name} must be ") and allowed in message, message
     assert message.endswith(f"got {value!r}") or message.endswith(f"got {int(value)}"), message
-
-
-def test_the_runner_checks_the_accepts_setting_by_the_workers_own_bounds() -> None:
-    assert (settings.ACCEPTS_PER_TURN, settings.ACCEPTS_MOST) == (accepts.DEFAULT, accepts.MOST)
-    assert RunnerSettings.from_env({}).accepts_per_turn == accepts.DEFAULT
-    assert RunnerSettings.from_env({"LLMGATE_ACCEPTS_PER_TURN": "1"}).accepts_per_turn == 1
 
 
 def test_with_values_adds_what_was_given_to_a_message_without_it() -> None:
