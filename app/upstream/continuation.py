@@ -48,12 +48,13 @@ from app.core.errors import (
     UpstreamReset,
     UpstreamTimeout,
 )
-from app.dialects.continuation import PREFILL, CannotContinue, Partial, continued_chat
+from app.dialects.continuation import PREFILL, CannotContinue, Partial
 from app.observe import tracing
 from app.observe.tracing import Value
 from app.request.events import is_error_event, malformed_chunk
 from app.upstream.attempt import READ, READING
 from app.upstream.catalog import UpstreamSpec
+from app.upstream.continued_doors import door_of
 from app.upstream.hold import ToolHold
 from app.upstream.reading import Patience, ReadRules, Start
 from app.upstream.retry import Deadline
@@ -147,11 +148,12 @@ class Continuation:
         self._left = upstream.settings.retries
         self._kept: list[Batch] = []
         self._count = 0
-        self._transcript = Transcript()
+        self._door = door_of(req.route)  # its dialect's reading, splice and request edit
+        self._transcript = self._door.transcript()
         self._tail: sse.Event | None = None  # the last event not a comment, once folded
         self._abandoned = False  # the stream's upstream was let go of for a continuation
         held = [s.hold_tool_calls for s in upstream.specs if s.name == first.resp.upstream]
-        self._hold = ToolHold(any(held))  # its tool calls held until whole (hold.py)
+        self._hold = ToolHold(any(held) and self._door.holds)  # calls held whole (hold.py)
 
     # -- the stream --------------------------------------------------------------------------
     def events(self, patience: Patience | None) -> Iterator[Batch]:
@@ -274,12 +276,12 @@ class Continuation:
                         break
                     continue
                 self.current, self._calls = started, self._calls + 1
-                self._hold.on = spec.hold_tool_calls
+                self._hold.on = spec.hold_tool_calls and self._door.holds
                 self.estimated = self.estimated or before.estimated
                 self._told(broke, CONTINUED, cut, spec.name)
                 yield [_note(spec.name, t.shown)]
                 space = spec.continuation == PREFILL and partial.prefill != partial.text
-                return self._source(patience), Splice(t, before, relayed_space=space)
+                return self._source(patience), self._door.splice(t, before, space)
         return None
 
     def _candidates(self, broke: str) -> list[UpstreamSpec]:
@@ -338,11 +340,11 @@ class Continuation:
             doc = json.loads(self._req.body or b"")
             if model != self._req.model:
                 doc["model"] = model
-            body = continued_chat(doc, partial, spec.continuation)
+            body = self._door.request(doc, partial, spec.continuation)
         except (CannotContinue, ValueError, TypeError):
             return None
         raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        req = dataclasses.replace(self._req, body=raw, upstreams=None, model=model)
+        req = dataclasses.replace(self._req, body=raw, upstreams=None, model=model, continuing=True)
         job = gevent.spawn(self._start_at, spec, req)
         taken = False
         try:

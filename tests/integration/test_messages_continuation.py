@@ -1,0 +1,211 @@
+"""A stream on the ``/v1/messages`` door cut after it started is continued as one Anthropic
+message: read by the real ``anthropic`` SDK as users stream, and as raw bytes; counted by the
+simulators themselves.
+
+The plan (tests/support/continuing.py): ``first`` and ``second`` serve ``m`` and continue,
+``plain`` between them does not. Of kind ``anthropic`` the door's named events are relayed as
+they come, and a continuation is a prefill; of kind ``openai`` the upstream's chat chunks are
+translated to them, and a continuation is a ``prefix: true`` assistant turn. ``first`` is cut
+once after 4 tokens (a reset, its own error event: Anthropic's ``overloaded_error``, an idle
+stall, a clean end without ``message_stop``, a garbled event); ``second`` writes the rest
+(the simulator continues its own words deterministically: simulator/continuing.py). The
+caller must read the uncut answer's text, in one message: one ``message_start``, the text
+going on in the same block, one ``message_delta`` with the stop reason and the usage of both
+calls, one ``message_stop``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import anthropic
+import pytest
+
+from llmgate_wire import sse
+from simulator.scripts import TIME_ARGS, WEATHER_ARGS
+from simulator.text import words
+from tests.support.continuing import (
+    ENV,
+    FAULTS,
+    KEYS,
+    MAX_TOKENS,
+    TOKENS,
+    asked,
+    charged,
+    continuations,
+    continued_turn,
+    cut_once,
+    http,
+    reset,
+    secret,
+    three_sims,
+    upstreams,
+)
+from tests.support.keys_file import keys_toml
+from tests.support.sdks import anthropic_sdk
+from tests.support.sse_reader import chat_stream
+from tests.support.stack import NOWHERE, file_stack
+
+KINDS = ["anthropic", "openai"]
+
+
+@pytest.fixture(scope="module")
+def sims(tmp_path_factory) -> Iterator[dict[str, str]]:
+    yield from three_sims(tmp_path_factory.mktemp("messages-continue-sims"))
+
+
+@pytest.fixture(scope="module")
+def gws(make_stack, tmp_path_factory, sims) -> dict:
+    """A gateway over the plan, of each kind."""
+    return {
+        kind: file_stack(
+            make_stack,
+            tmp_path_factory.mktemp(f"messages-continue-{kind}"),
+            upstreams(sims, kind),
+            keys=keys_toml(KEYS.items(), secret),
+            env=ENV,
+            workers=1,
+            upstream_url=NOWHERE,
+        )
+        for kind in KINDS
+    }
+
+
+def body(prompt: str, **more) -> dict:
+    return {
+        "model": "m",
+        "max_tokens": MAX_TOKENS,
+        "stream": True,
+        "messages": [{"role": "user", "content": prompt}],
+        **more,
+    }
+
+
+def headers(key: str = "meter", **sim: str) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "x-api-key": secret(key),
+        "anthropic-version": "2023-06-01",
+        "x-sim-tokens": str(TOKENS),
+        **{f"x-sim-{k}": v for k, v in sim.items()},
+    }
+
+
+def stream(gw, prompt: str = "uncut", key: str = "meter", more=None, **sim) -> list[sse.Event]:
+    """Every event of one /v1/messages stream (comments too), as the caller's bytes decode."""
+    return chat_stream(
+        http, gw.url, body(prompt, **(more or {})), headers(key, **sim), "/v1/messages"
+    )
+
+
+def named(events: list[sse.Event], kind: str | None = None) -> list[dict]:
+    """The data of each named event (of ``kind``), parsed."""
+    return [json.loads(e.data) for e in events if e.event and (kind is None or e.event == kind)]
+
+
+def text(events: list[sse.Event]) -> str:
+    return "".join(d["delta"].get("text", "") for d in named(events, "content_block_delta"))
+
+
+def sdk_stream(gw, prompt: str, **sim: str) -> tuple[str, anthropic.types.Message]:
+    """The joined text and the final message, as the SDK streams them."""
+    extra = {f"x-sim-{k}": v for k, v in sim.items()} | {"x-sim-tokens": str(TOKENS)}
+    with anthropic_sdk(gw.url, api_key=secret("meter")) as sdk:
+        with sdk.messages.stream(
+            model="m",
+            max_tokens=MAX_TOKENS,
+            messages=[{"role": "user", "content": prompt}],
+            extra_headers=extra,
+        ) as s:
+            joined = "".join(s.text_stream)
+            return joined, s.get_final_message()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_cut_message_stream_is_continued_as_one_message(gws, sims, fault, kind) -> None:
+    gw = gws[kind]
+    reset(sims)
+    whole = stream(gw)
+    uncut = text(whole)
+    assert len(uncut.split()) == TOKENS
+    reset(sims)
+    was = continuations(gw, "continued")
+    cut = stream(gw, **cut_once(fault))
+    # Raw bytes: one message, its text the uncut one's in one block, one end.
+    assert [e.event for e in cut if e.data is not None and e.event is None] == []  # no garbled
+    assert text(cut) == uncut
+    kinds = [e.event for e in cut if e.event]
+    assert kinds.count("message_start") == 1 and kinds.count("message_stop") == 1
+    assert kinds[-1] == "message_stop" and "error" not in kinds
+    assert [d["index"] for d in named(cut, "content_block_start")] == [0]
+    assert [d["index"] for d in named(cut, "content_block_stop")] == [0]
+    assert {d["index"] for d in named(cut, "content_block_delta")} == {0}
+    (delta,) = named(cut, "message_delta")
+    assert delta["delta"]["stop_reason"] == "end_turn"
+    # The usage is the two calls': each one's prompt (the continuation's has the 4 words so
+    # far in it), every output token once.
+    assert delta["usage"]["output_tokens"] == TOKENS
+    assert delta["usage"]["input_tokens"] == 1 + (1 + 4)
+    notes = [e for e in cut if e.is_comment and e.comments != ("ping",)]
+    assert len(notes) == 1 and notes[0].comments[0].startswith(
+        "llmgate: continued; upstream=second"
+    )
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    so_far = continued_turn(sims, kind)
+    assert uncut.startswith(so_far) and len(so_far.split()) == 4
+    assert continuations(gw, "continued") == was + 1
+    # The SDK, as users stream: the same text, one message, its stop reason and usage.
+    reset(sims)
+    joined, final = sdk_stream(gw, "uncut", **cut_once(fault))
+    assert joined == uncut and [b.text for b in final.content if b.type == "text"] == [uncut]
+    assert final.stop_reason == "end_turn"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (1 + (1 + 4), TOKENS)
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_both_calls_are_billed_to_the_key(gws, sims, kind) -> None:
+    """The cut call's usage is never whole on this door (Anthropic's counts come at the
+    finish): the key keeps each call's reservation, as for any answer whose usage the
+    upstream did not report. Two calls the simulators answered, two reservations (one
+    measured: a call whose upstream reports no usage, an OpenAI-kind one's, keeps it)."""
+    gw = gws[kind]
+    reset(sims)
+    before = charged(gws["openai"], "meter")
+    stream(gws["openai"], prompt="bill me", usage="none")
+    one = charged(gws["openai"], "meter") - before  # one call's reservation, standing
+    assert one > MAX_TOKENS
+    reset(sims)
+    before = charged(gw, "meter")
+    stream(gw, prompt="bill me", **cut_once("reset"))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    assert charged(gw, "meter") - before == 2 * one
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_continuation_when_the_key_has_no_room_for_another_call(gws, sims, kind) -> None:
+    reset(sims)
+    gw = gws[kind]
+    was = continuations(gw, "no_reservation")
+    cut = stream(gw, key="tight", **cut_once("reset"))
+    assert [e.event for e in cut if e.event][-1] == "error"
+    assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
+    assert continuations(gw, "no_reservation") == was + 1
+
+
+def test_no_continuation_without_room_in_the_retry_budget(make_stack, tmp_path_factory, sims):
+    """The retry budget (no retry at all, here) counts a continuation as a retry."""
+    no_room = file_stack(
+        make_stack, tmp_path_factory.mktemp("messages-no-budget"), upstreams(sims, "anthropic"),
+        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
+        env={**ENV, "LLMGATE_RETRY_BUDGET_PERCENT": "0", "LLMGATE_RETRY_BUDGET_MIN": "0"},
+    )  # fmt: skip
+    reset(sims)
+    cut = stream(no_room, **cut_once("error-after"))
+    kinds = [e.event for e in cut if e.event]
+    assert kinds[-1] == "error" and "message_stop" not in kinds
+    assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
+    assert continuations(no_room, "no_budget") == 1
+    assert continuations(no_room, "continued") == 0
