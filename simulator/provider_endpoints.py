@@ -83,6 +83,8 @@ def messages(body: dict[str, Any], behaviour: Behaviour, new_id: NewId) -> Reply
     partial = continuing.prefill(body["messages"])
     if partial is not None and behaviour.script is None:
         script = _prefilled(body, behaviour, partial, script, cap)
+    elif partial is not None:  # a script's leading text continued, as the chat endpoint does
+        script = continuing.script_rest(script, partial)
     id, model = new_id("msg_"), model_of(body)
     if flag(body, "stream"):
         return Reply(_tokens(script), {}, anthropic.MessageFramer(script, id, model))

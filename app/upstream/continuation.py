@@ -1,11 +1,13 @@
 """A stream that outlives its upstream: continued on another upstream call when it breaks.
 
-The rule: a chat stream (the route's ``continues``) whose upstream fails after it started (a
-reset, an idle stall, the upstream's own error event, a clean end without ``[DONE]``, an
-event that is not a chunk: it is not relayed) is continued when it can be: the same request
-is sent again, to an upstream that may continue it, with the answer so far as a partial
-assistant turn (app/dialects/continuation.py), and its events go on in the same stream
-(app/upstream/splice.py). The caller reads one answer.
+The rule: a stream of a route that ``continues`` (chat, /v1/messages) whose upstream fails
+after it started (a reset, an idle stall, the upstream's own error event, a clean end
+without its end mark, an event that is not a JSON object: it is not relayed) is continued
+when it can be: the same request is sent again, to an upstream that may continue it, with
+the answer so far as a partial assistant turn (app/dialects/continuation.py), and its events
+go on in the same stream (app/upstream/splice.py). The caller reads one answer. The stream
+is read in its door's dialect (app/upstream/continued_doors.py: chat chunks, or the named
+events of /v1/messages).
 What cannot be continued is said as before, never faked: the stream ends with its error.
 With the read upstream's ``hold_tool_calls``, tool calls wait for the finish (app/upstream/
 hold.py): a cut drops them, and the continuation, handed the text before them, writes them.

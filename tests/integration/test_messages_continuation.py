@@ -24,7 +24,6 @@ import pytest
 
 from llmgate_wire import sse
 from simulator.scripts import TIME_ARGS, WEATHER_ARGS
-from simulator.text import words
 from tests.support.continuing import (
     ENV,
     FAULTS,
@@ -111,15 +110,17 @@ def text(events: list[sse.Event]) -> str:
 def sdk_stream(gw, prompt: str, **sim: str) -> tuple[str, anthropic.types.Message]:
     """The joined text and the final message, as the SDK streams them."""
     extra = {f"x-sim-{k}": v for k, v in sim.items()} | {"x-sim-tokens": str(TOKENS)}
-    with anthropic_sdk(gw.url, api_key=secret("meter")) as sdk:
-        with sdk.messages.stream(
+    with (
+        anthropic_sdk(gw.url, api_key=secret("meter")) as sdk,
+        sdk.messages.stream(
             model="m",
             max_tokens=MAX_TOKENS,
             messages=[{"role": "user", "content": prompt}],
             extra_headers=extra,
-        ) as s:
-            joined = "".join(s.text_stream)
-            return joined, s.get_final_message()
+        ) as s,
+    ):
+        joined = "".join(s.text_stream)
+        return joined, s.get_final_message()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -198,10 +199,14 @@ def test_no_continuation_when_the_key_has_no_room_for_another_call(gws, sims, ki
 def test_no_continuation_without_room_in_the_retry_budget(make_stack, tmp_path_factory, sims):
     """The retry budget (no retry at all, here) counts a continuation as a retry."""
     no_room = file_stack(
-        make_stack, tmp_path_factory.mktemp("messages-no-budget"), upstreams(sims, "anthropic"),
-        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
+        make_stack,
+        tmp_path_factory.mktemp("messages-no-budget"),
+        upstreams(sims, "anthropic"),
+        keys=keys_toml(KEYS.items(), secret),
+        workers=1,
+        upstream_url=NOWHERE,
         env={**ENV, "LLMGATE_RETRY_BUDGET_PERCENT": "0", "LLMGATE_RETRY_BUDGET_MIN": "0"},
-    )  # fmt: skip
+    )
     reset(sims)
     cut = stream(no_room, **cut_once("error-after"))
     kinds = [e.event for e in cut if e.event]
@@ -209,3 +214,96 @@ def test_no_continuation_without_room_in_the_retry_budget(make_stack, tmp_path_f
     assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
     assert continuations(no_room, "no_budget") == 1
     assert continuations(no_room, "continued") == 0
+
+
+TOOLS = [
+    {"name": "get_weather", "input_schema": {"type": "object"}},
+    {"name": "get_time", "input_schema": {"type": "object"}},
+]
+IN_TEXT, IN_WEATHER = 2, 10  # the tools script's slots: 4 text pieces, then the calls' fragments
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_blocks_after_the_cut_text_follow_it(gws, sims, kind) -> None:
+    """The tools script (text, then two tool calls) cut inside its text: the continuation's
+    text goes on in block 0, its tool_use blocks are 1 and 2, whole, and the message stops
+    for its tool use."""
+    gw = gws[kind]
+    reset(sims)
+    cut = stream(
+        gw, "weather and time?", more={"tools": TOOLS}, script="tools", **cut_once("reset", IN_TEXT)
+    )
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    assert text(cut) == "Let me check."
+    starts = [(d["index"], d["content_block"]["type"]) for d in named(cut, "content_block_start")]
+    assert starts == [(0, "text"), (1, "tool_use"), (2, "tool_use")]
+    assert sorted(d["index"] for d in named(cut, "content_block_stop")) == [0, 1, 2]
+    args = {i: "" for i in (1, 2)}
+    for d in named(cut, "content_block_delta"):
+        if d["delta"]["type"] == "input_json_delta":
+            args[d["index"]] += d["delta"]["partial_json"]
+    assert [json.loads(args[i]) for i in (1, 2)] == [WEATHER_ARGS, TIME_ARGS]
+    (delta,) = named(cut, "message_delta")
+    assert delta["delta"]["stop_reason"] == "tool_use"
+    assert [e.event for e in cut if e.event].count("message_stop") == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("script", "slot", "why"), [("tools", IN_WEATHER, "tool_call"), ("thinking", 2, "thinking")]
+)
+def test_a_cut_inside_a_tool_call_or_thinking_ends_with_its_error(
+    gws, sims, kind, script, slot, why
+) -> None:
+    """What cannot be continued is said: the stream ends with its error event, no other
+    upstream is asked, and the outcome names why."""
+    gw = gws[kind]
+    reset(sims)
+    was = continuations(gw, why)
+    cut = stream(
+        gw, "weather and time?", more={"tools": TOOLS}, script=script, **cut_once("reset", slot)
+    )
+    kinds = [e.event for e in cut if e.event]
+    assert kinds[-1] == "error" and "message_stop" not in kinds
+    assert asked(sims) == {"first": 1, "second": 0, "plain": 0}
+    assert continuations(gw, why) == was + 1
+
+
+@pytest.fixture(scope="module")
+def still_gws(make_stack, tmp_path_factory, sims) -> dict:
+    """No upstream continues: ``plain`` alone, of each kind."""
+    plan = """
+[[upstreams]]
+name = "plain"
+kind = "{kind}"
+base_url = "{url}/v1"
+models = ["m"]
+"""
+    return {
+        kind: file_stack(
+            make_stack,
+            tmp_path_factory.mktemp(f"messages-still-{kind}"),
+            plan.format(kind=kind, url=sims["plain"]),
+            env=ENV,
+            workers=1,
+            upstream_url=NOWHERE,
+        )
+        for kind in KINDS
+    }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fault", ["reset", "stall-after", "end-after"])
+def test_without_continuation_a_cut_never_ends_as_a_clean_message(
+    still_gws, sims, kind, fault
+) -> None:
+    """The field's shape, a cut stream ending as a clean 200 without its end event, is not
+    this door's: with nothing to continue it, the caller's stream ends with an ``error``
+    event after the part it had, never with a ``message_stop`` it did not earn."""
+    reset(sims)
+    cut = stream(still_gws[kind], **{**cut_once(fault), "fail-times": "1"})
+    kinds = [e.event for e in cut if e.event]
+    assert kinds[0] == "message_start" and kinds[-1] == "error", kinds
+    assert "message_stop" not in kinds and "message_delta" not in kinds
+    assert len(text(cut).split()) == 4
+    assert asked(sims) == {"first": 0, "second": 0, "plain": 1}
