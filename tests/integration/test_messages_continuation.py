@@ -307,3 +307,26 @@ def test_without_continuation_a_cut_never_ends_as_a_clean_message(
     assert "message_stop" not in kinds and "message_delta" not in kinds
     assert len(text(cut).split()) == 4
     assert asked(sims) == {"first": 0, "second": 0, "plain": 1}
+
+
+def test_a_continued_message_is_cached_and_replayed_as_one(make_stack, tmp_path_factory, sims):
+    """With the cache on, the continued message is stored whole: the same call again is
+    answered from it (no upstream asked), one message with the same text and usage."""
+    cached = file_stack(
+        make_stack,
+        tmp_path_factory.mktemp("messages-cached"),
+        upstreams(sims, "anthropic"),
+        keys=keys_toml(KEYS.items(), secret),
+        workers=1,
+        upstream_url=NOWHERE,
+        env={**ENV, "LLMGATE_CACHE_MODE": "all"},
+    )
+    reset(sims)
+    first = stream(cached, prompt="cache me", **cut_once("error-after"))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    again = stream(cached, prompt="cache me", **cut_once("error-after"))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}  # nobody asked again
+    assert text(again) == text(first) and len(text(first).split()) == TOKENS
+    kinds = [e.event for e in again if e.event]
+    assert kinds.count("message_start") == 1 and kinds[-1] == "message_stop"
+    assert named(again, "message_delta") == named(first, "message_delta")
