@@ -57,7 +57,6 @@ from app.request.events import is_error_event, malformed_chunk
 from app.upstream.attempt import READ, READING
 from app.upstream.catalog import UpstreamSpec
 from app.upstream.continued_doors import door_of
-from app.upstream.hold import ToolHold
 from app.upstream.reading import Patience, ReadRules, Start
 from app.upstream.retry import Deadline
 from app.upstream.splice import Before, Splice
@@ -155,7 +154,7 @@ class Continuation:
         self._tail: sse.Event | None = None  # the last event not a comment, once folded
         self._abandoned = False  # the stream's upstream was let go of for a continuation
         held = [s.hold_tool_calls for s in upstream.specs if s.name == first.resp.upstream]
-        self._hold = ToolHold(any(held) and self._door.holds)  # calls held whole (hold.py)
+        self._hold = self._door.hold(any(held))  # its tool calls held whole (hold.py)
 
     # -- the stream --------------------------------------------------------------------------
     def events(self, patience: Patience | None) -> Iterator[Batch]:
@@ -278,7 +277,7 @@ class Continuation:
                         break
                     continue
                 self.current, self._calls = started, self._calls + 1
-                self._hold.on = spec.hold_tool_calls and self._door.holds
+                self._hold.on = spec.hold_tool_calls
                 self.estimated = self.estimated or before.estimated
                 self._told(broke, CONTINUED, cut, spec.name)
                 yield [_note(spec.name, t.shown)]

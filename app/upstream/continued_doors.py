@@ -6,11 +6,11 @@ caller's dialect (the translation of another kind's events happens beneath it, e
 call its own: app/upstream/translation.py). The route's ``events`` say which:
 
 - chat chunks (``/v1/chat/completions``): app/upstream/transcript.py, app/upstream/splice.py,
-  the request edited by app/dialects/continuation.py; tool calls may be held whole
-  (``hold_tool_calls``, app/upstream/hold.py);
+  the request edited by app/dialects/continuation.py, tool calls held whole by
+  app/upstream/hold.py (``hold_tool_calls``);
 - Anthropic's named events (``/v1/messages``): app/upstream/message_splice.py, the request
-  edited by app/dialects/continuation_messages.py. Tool calls are not held on this door: a
-  cut inside a ``tool_use`` block ends the stream with its error (docs/streams.md).
+  edited by app/dialects/continuation_messages.py, tool calls held whole by
+  app/upstream/message_hold.py.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any
 from app.dialects.continuation import Partial, continued_chat
 from app.dialects.continuation_messages import continued_message
 from app.request.routes import NAMED, Route
+from app.upstream.hold import ToolHold
+from app.upstream.message_hold import MessageToolHold
 from app.upstream.message_splice import MessageSplice, MessageTranscript
 from app.upstream.splice import Before, Splice
 from app.upstream.transcript import Transcript
@@ -34,11 +36,11 @@ class Door:
     transcript: Callable[[], Transcript]
     splice: Callable[[Any, Before, bool], Splice]
     request: Callable[[Mapping[str, Any], Partial, str], dict[str, Any]]
-    holds: bool  # an upstream's hold_tool_calls holds this door's tool calls
+    hold: Callable[[bool], ToolHold]  # its tool calls held whole (``hold_tool_calls``)
 
 
-CHAT_DOOR = Door(Transcript, Splice, continued_chat, holds=True)
-MESSAGES_DOOR = Door(MessageTranscript, MessageSplice, continued_message, holds=False)
+CHAT_DOOR = Door(Transcript, Splice, continued_chat, ToolHold)
+MESSAGES_DOOR = Door(MessageTranscript, MessageSplice, continued_message, MessageToolHold)
 
 
 def door_of(route: Route) -> Door:

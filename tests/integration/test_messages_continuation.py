@@ -29,6 +29,7 @@ from tests.support.continuing import (
     FAULTS,
     KEYS,
     MAX_TOKENS,
+    MODES,
     TOKENS,
     asked,
     charged,
@@ -330,3 +331,53 @@ def test_a_continued_message_is_cached_and_replayed_as_one(make_stack, tmp_path_
     kinds = [e.event for e in again if e.event]
     assert kinds.count("message_start") == 1 and kinds[-1] == "message_stop"
     assert named(again, "message_delta") == named(first, "message_delta")
+
+
+@pytest.fixture(scope="module")
+def held_gws(make_stack, tmp_path_factory, sims) -> dict:
+    """The plan with ``hold_tool_calls`` on the upstreams that continue, of each kind."""
+    out = {}
+    for kind in KINDS:
+        mode = f'continuation = "{MODES[kind]}"\n'
+        plan = upstreams(sims, kind).replace(mode, mode + "hold_tool_calls = true\n")
+        folder = tmp_path_factory.mktemp(f"messages-held-{kind}")
+        out[kind] = file_stack(make_stack, folder, plan, env=ENV, workers=1, upstream_url=NOWHERE)
+    return out
+
+
+def calls(events: list[sse.Event]) -> dict[int, str]:
+    """Each tool_use block's arguments as the caller received them, by block index."""
+    args = {
+        d["index"]: ""
+        for d in named(events, "content_block_start")
+        if d["content_block"]["type"] == "tool_use"
+    }
+    for d in named(events, "content_block_delta"):
+        if d["delta"]["type"] == "input_json_delta":
+            args[d["index"]] += d["delta"]["partial_json"]
+    return args
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_cut_inside_a_held_tool_call_is_continued_whole(held_gws, sims, kind) -> None:
+    """With ``hold_tool_calls``, the tools script cut inside its first call's arguments: the
+    caller never saw part of it; the continuation, handed the text, writes both calls again,
+    whole, as blocks 1 and 2 after the text's block 0."""
+    reset(sims)
+    cut = stream(
+        held_gws[kind],
+        "weather and time?",
+        more={"tools": TOOLS},
+        script="tools",
+        **cut_once("reset", IN_WEATHER),
+    )
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    assert continued_turn(sims, kind) == "Let me check."
+    assert text(cut) == "Let me check."
+    starts = [(d["index"], d["content_block"]["type"]) for d in named(cut, "content_block_start")]
+    assert starts == [(0, "text"), (1, "tool_use"), (2, "tool_use")]
+    assert {i: json.loads(a) for i, a in calls(cut).items()} == {1: WEATHER_ARGS, 2: TIME_ARGS}
+    kinds = [e.event for e in cut if e.event]
+    assert kinds.count("message_start") == kinds.count("message_stop") == 1
+    (delta,) = named(cut, "message_delta")
+    assert delta["delta"]["stop_reason"] == "tool_use"

@@ -11,6 +11,8 @@ import pytest
 
 from app.request.routes import CHAT, MESSAGES
 from app.upstream.continued_doors import CHAT_DOOR, MESSAGES_DOOR, door_of
+from app.upstream.hold import ToolHold
+from app.upstream.message_hold import MessageToolHold
 from app.upstream.message_splice import MessageSplice, MessageTranscript
 from app.upstream.splice import Before
 from llmgate_wire import sse
@@ -55,7 +57,8 @@ def data(events: list[sse.Event]) -> list[dict]:
 
 def test_each_route_is_continued_in_its_door_s_dialect() -> None:
     assert door_of(MESSAGES) is MESSAGES_DOOR and door_of(CHAT) is CHAT_DOOR
-    assert not MESSAGES_DOOR.holds and CHAT_DOOR.holds
+    assert isinstance(MESSAGES_DOOR.hold(True), MessageToolHold)
+    assert type(CHAT_DOOR.hold(True)) is ToolHold
 
 
 def test_the_transcript_reads_the_text_and_the_open_block() -> None:
@@ -134,3 +137,33 @@ def test_a_message_the_caller_never_began_keeps_the_continuation_s_start() -> No
     splice = MessageSplice(read(), Before(calls=1, outputs=0), relayed_space=False)
     out = splice.events([start("msg_2"), ev("ping"), ev("message_stop")])
     assert [e.event for e in out] == ["message_start", "ping", "message_stop"]
+
+
+def test_a_held_tool_call_waits_for_the_finish_and_a_cut_drops_it() -> None:
+    """Text passes; from a tool_use block's start nothing but pings, until message_delta;
+    an error event drops the held part; a cut's drop says how much output it held."""
+    hold = MessageToolHold(True)
+    args = ev(
+        "content_block_delta", index=1, delta={"type": "input_json_delta", "partial_json": "{"}
+    )
+    opened = [block(0), text(0, "Hi"), stop(0), block(1, "tool_use"), ev("ping"), args]
+    assert [e.event for e in hold.take(opened)] == [
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "ping",
+    ]
+    assert [e.event for e in hold.take([stop(1), finish(3), ev("message_stop")])] == [
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    hold.take([block(2, "tool_use"), args])
+    lost = hold.drop()
+    assert lost.outputs == 1 and lost.tool_call and hold.held == []
+    hold.take([block(2, "tool_use")])
+    assert [e.event for e in hold.take([args, ev("error")])] == ["error"]
+    off = MessageToolHold(False)
+    assert off.take(opened) == opened
