@@ -16,8 +16,8 @@ What passes while calls are held: comments and ``ping`` events (the connection k
 and an ``error`` event, which ends the stream (the held part dropped before it). Anything
 else is held with the calls.
 
-What it costs: off, nothing. On, a look at each event's name, and at a block start's data
-for its type (parsed only when it names no text or thinking block in its first bytes).
+What it costs: off, nothing. On, a look at each event's name, and each block start's data
+parsed for its block's type.
 """
 
 from __future__ import annotations
