@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
 import pytest
 
 from llmgate_wire import sse
 from simulator.scripts import TIME_ARGS, WEATHER_ARGS
+from simulator.text import words
 from tests.support.continuing import (
     ENV,
     FAULTS,
@@ -310,10 +312,10 @@ def test_without_continuation_a_cut_never_ends_as_a_clean_message(
     assert asked(sims) == {"first": 0, "second": 0, "plain": 1}
 
 
-def test_a_continued_message_is_cached_and_replayed_as_one(make_stack, tmp_path_factory, sims):
-    """With the cache on, the continued message is stored whole: the same call again is
-    answered from it (no upstream asked), one message with the same text and usage."""
-    cached = file_stack(
+@pytest.fixture(scope="module")
+def cached(make_stack, tmp_path_factory, sims):
+    """The Anthropic-kind plan with the cache on (which coalesces identical calls too)."""
+    return file_stack(
         make_stack,
         tmp_path_factory.mktemp("messages-cached"),
         upstreams(sims, "anthropic"),
@@ -322,6 +324,11 @@ def test_a_continued_message_is_cached_and_replayed_as_one(make_stack, tmp_path_
         upstream_url=NOWHERE,
         env={**ENV, "LLMGATE_CACHE_MODE": "all"},
     )
+
+
+def test_a_continued_message_is_cached_and_replayed_as_one(cached, sims) -> None:
+    """With the cache on, the continued message is stored whole: the same call again is
+    answered from it (no upstream asked), one message with the same text and usage."""
     reset(sims)
     first = stream(cached, prompt="cache me", **cut_once("error-after"))
     assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
@@ -381,3 +388,18 @@ def test_a_cut_inside_a_held_tool_call_is_continued_whole(held_gws, sims, kind) 
     assert kinds.count("message_start") == kinds.count("message_stop") == 1
     (delta,) = named(cut, "message_delta")
     assert delta["delta"]["stop_reason"] == "tool_use"
+
+
+def test_coalesced_callers_read_the_continued_message(cached, sims) -> None:
+    """Two identical calls at once share one upstream call: both read the continued
+    message, the simulator's own words for the prompt, and each upstream was asked once."""
+    reset(sims)
+    cut = {**cut_once("reset"), "ttft-ms": "300"}  # the same headers for both: one call
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: stream(cached, prompt="share me", **cut), range(2)))
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    uncut = "".join(words("share me", TOKENS))
+    assert [text(events) for events in both] == [uncut, uncut]
+    for events in both:
+        kinds = [e.event for e in events if e.event]
+        assert kinds.count("message_start") == kinds.count("message_stop") == 1
