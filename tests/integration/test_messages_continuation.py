@@ -103,7 +103,9 @@ def stream(gw, prompt: str = "uncut", key: str = "meter", more=None, **sim) -> l
 
 def named(events: list[sse.Event], kind: str | None = None) -> list[dict]:
     """The data of each named event (of ``kind``), parsed."""
-    return [json.loads(e.data) for e in events if e.event and (kind is None or e.event == kind)]
+    return [
+        json.loads(e.data or "") for e in events if e.event and (kind is None or e.event == kind)
+    ]
 
 
 def text(events: list[sse.Event]) -> str:

@@ -4,13 +4,16 @@ OpenAI-kind upstream, that turn marked as its mode says once translated."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from app.dialects.anthropic_door import chat_body
 from app.dialects.continuation import CONTINUE_FINAL, OFF, PREFILL, PREFIX, CannotContinue, Partial
 from app.dialects.continuation_messages import continued_message, partial_chat
 
-ASKED = {"model": "m", "max_tokens": 40, "messages": [{"role": "user", "content": "hi"}]}
+USER = {"role": "user", "content": "hi"}
+ASKED: dict[str, Any] = {"model": "m", "max_tokens": 40, "messages": [USER]}
 
 
 def test_a_prefill_is_the_answer_so_far_without_its_trailing_space() -> None:
@@ -20,15 +23,12 @@ def test_a_prefill_is_the_answer_so_far_without_its_trailing_space() -> None:
 
 
 def test_a_caller_s_own_prefill_goes_on_with_the_answer_so_far() -> None:
-    asked = {**ASKED, "messages": [*ASKED["messages"], {"role": "assistant", "content": "{"}]}
+    asked = {**ASKED, "messages": [USER, {"role": "assistant", "content": "{"}]}
     doc = continued_message(asked, Partial('"a": 1 ', used=2), PREFILL)
     assert doc["messages"][1:] == [{"role": "assistant", "content": '{"a": 1'}]
     blocks = {
         **ASKED,
-        "messages": [
-            *ASKED["messages"],
-            {"role": "assistant", "content": [{"type": "text", "text": "{"}]},
-        ],
+        "messages": [USER, {"role": "assistant", "content": [{"type": "text", "text": "{"}]}],
     }
     doc = continued_message(blocks, Partial('"a": 1 ', used=2), PREFILL)
     assert doc["messages"][-1]["content"] == [{"type": "text", "text": '{"a": 1'}]
