@@ -46,8 +46,9 @@ from tests.support.continuing import (
 )
 from tests.support.keys_file import keys_toml
 from tests.support.sdks import anthropic_sdk
-from tests.support.sse_reader import chat_stream
+from tests.support.sse_reader import chat_stream, drop, read_data
 from tests.support.stack import NOWHERE, file_stack
+from tests.support.waiting import wait_for
 
 KINDS = ["anthropic", "openai"]
 
@@ -162,6 +163,12 @@ def test_a_cut_message_stream_is_continued_as_one_message(gws, sims, fault, kind
     so_far = continued_turn(sims, kind)
     assert uncut.startswith(so_far) and len(so_far.split()) == 4
     assert continuations(gw, "continued") == was + 1
+    # The log line names the try: the upstream that broke, where, and which took over.
+    assert wait_for(lambda: [r for r in gw.log_records() if r.get("continuations")], 10)
+    fact = [r for r in gw.log_records() if r.get("continuations")][-1]["continuations"]
+    assert [(f["upstream"], f["after_chars"], f["outcome"], f["to"]) for f in fact] == [
+        ("first", len(so_far), "continued", "second")
+    ]
     # The SDK, as users stream: the same text, one message, its stop reason and usage.
     reset(sims)
     joined, final = sdk_stream(gw, "uncut", **cut_once(fault))
@@ -405,3 +412,45 @@ def test_coalesced_callers_read_the_continued_message(cached, sims) -> None:
     for events in both:
         kinds = [e.event for e in events if e.event]
         assert kinds.count("message_start") == kinds.count("message_stop") == 1
+
+
+def test_a_resumed_caller_reads_the_continued_message(make_stack, tmp_path_factory, sims):
+    """A resumable message stream whose caller left is read to its end for a resume: the
+    cut and the continuation happen meanwhile, and the caller who comes back gets the
+    continued rest, one message_stop."""
+    resumable = file_stack(
+        make_stack,
+        tmp_path_factory.mktemp("messages-resumable"),
+        upstreams(sims, "anthropic"),
+        keys=keys_toml(KEYS.items(), secret),
+        workers=1,
+        upstream_url=NOWHERE,
+        env={**ENV, "LLMGATE_RESUME_WINDOW_S": "30"},
+    )
+    reset(sims)
+    uncut = text(stream(resumable, prompt="resume me"))
+    reset(sims)
+    lines = len(resumable.log_records())
+    sent = {**headers(**cut_once("reset"), tps="50"), "X-LLMGate-Resumable": "true"}
+    resp = http.request(
+        "POST",
+        resumable.url + "/v1/messages",
+        body=json.dumps(body("resume me")),
+        headers=sent,
+        preload_content=False,
+    )
+    sid = resp.headers["X-LLMGate-Stream-ID"]
+    seen = read_data(resp, 4, cut=True)
+    drop(resp)
+    assert wait_for(lambda: len(resumable.log_records()) > lines, 10)
+    back = http.request(
+        "GET",
+        resumable.url + f"/v1/streams/{sid}",
+        headers={"Last-Event-ID": f"{sid}:4", "x-api-key": secret("meter")},
+        preload_content=False,
+    )
+    assert back.status == 200, back.data
+    rest = read_data(back, None)
+    assert text(seen) + text(rest) == uncut and len(uncut.split()) == TOKENS
+    assert [e.event for e in seen + rest].count("message_stop") == 1
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
