@@ -50,7 +50,8 @@ from app.core.errors import (
     UpstreamReset,
     UpstreamTimeout,
 )
-from app.dialects.continuation import PREFILL, CannotContinue, Partial
+from app.dialects import continuation as modes
+from app.dialects.continuation import CannotContinue, Partial
 from app.observe import tracing
 from app.observe.tracing import Value
 from app.request.events import is_error_event, malformed_chunk
@@ -281,8 +282,9 @@ class Continuation:
                 self.estimated = self.estimated or before.estimated
                 self._told(broke, CONTINUED, cut, spec.name)
                 yield [_note(spec.name, t.shown)]
-                space = spec.continuation == PREFILL and partial.prefill != partial.text
-                return self._source(patience), self._door.splice(t, before, space)
+                space = spec.continuation == modes.PREFILL and partial.prefill != partial.text
+                trim = spec.continuation == modes.INSTRUCTION
+                return self._source(patience), self._door.splice(t, before, space, trim)
         return None
 
     def _candidates(self, broke: str) -> list[UpstreamSpec]:

@@ -34,7 +34,7 @@ class Door:
     """How one door's streams are continued (see the module docstring)."""
 
     transcript: Callable[[], Transcript]
-    splice: Callable[[Any, Before, bool], Splice]
+    splice: Callable[[Any, Before, bool, bool], Splice]  # (transcript, before, space, trim)
     request: Callable[[Mapping[str, Any], Partial, str], dict[str, Any]]
     hold: Callable[[bool], ToolHold]  # its tool calls held whole (``hold_tool_calls``)
 

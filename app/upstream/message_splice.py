@@ -114,8 +114,14 @@ class MessageTranscript(Transcript):
 class MessageSplice(Splice):
     """One continuation's events into the caller's message (see the module docstring)."""
 
-    def __init__(self, transcript: MessageTranscript, before: Before, relayed_space: bool):
-        super().__init__(transcript, before, relayed_space)
+    def __init__(
+        self,
+        transcript: MessageTranscript,
+        before: Before,
+        relayed_space: bool = False,
+        trim: bool = False,
+    ):
+        super().__init__(transcript, before, relayed_space, trim)
         self.m = transcript
         self._shift: int | None = None  # the continuation's block index to the caller's
         self._started: dict[str, Any] = {}  # the continuation's message_start usage
