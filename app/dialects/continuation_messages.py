@@ -9,7 +9,11 @@ dialect, the door's, before the translation, if any, turns it into the upstream'
 - to an ``openai`` one (``prefix``, ``continue_final_message``) the translation makes it a
   chat request whose last message is that assistant turn, and ``partial_chat`` then marks it
   as the mode says (the chat door's own edit, ``continued_chat``, with nothing more to take
-  off the bound: it was taken off here).
+  off the bound: it was taken off here);
+- to a ``gemini`` one (``model_turn``) the translation sends that turn as the request's last
+  content, a model turn;
+- ``instruction`` (any kind): the answer so far as a whole assistant turn, then a user turn
+  asking to go on without repeating it (the chat door's ``INSTRUCTION_TEXT``).
 
 A caller's own prefill (its request ends with an assistant turn) is the start of the answer:
 the answer so far goes on in that turn, not in another one after it. The output bound
@@ -24,6 +28,9 @@ from typing import Any
 
 from app.dialects.continuation import (
     CONTINUE_FINAL,
+    INSTRUCTION,
+    INSTRUCTION_TEXT,
+    MODEL_TURN,
     PREFILL,
     PREFIX,
     CannotContinue,
@@ -31,14 +38,17 @@ from app.dialects.continuation import (
     continued_chat,
 )
 
+# The modes that hand the model its own turn to write on from (a thinking model cannot).
+_OPEN_TURN = (PREFILL, MODEL_TURN)
+
 
 def continued_message(body: Mapping[str, Any], partial: Partial, mode: str) -> dict[str, Any]:
     """A Messages request continuing ``partial`` in ``mode``; CannotContinue when it cannot
     be (no output bound left, thinking asked of a prefill, a mode with no edit)."""
-    if mode not in (CONTINUE_FINAL, PREFIX, PREFILL):
+    if mode not in (CONTINUE_FINAL, PREFIX, PREFILL, MODEL_TURN, INSTRUCTION):
         raise CannotContinue(f"continuation {mode!r} continues nothing")
     thinking = body.get("thinking")
-    if mode == PREFILL and isinstance(thinking, Mapping) and thinking.get("type") != "disabled":
+    if mode in _OPEN_TURN and isinstance(thinking, Mapping) and thinking.get("type") != "disabled":
         raise CannotContinue("a prefill cannot follow thinking")
     doc = copy.deepcopy(dict(body))
     messages = doc.get("messages")
@@ -51,6 +61,8 @@ def continued_message(body: Mapping[str, Any], partial: Partial, mode: str) -> d
             last["content"] = _extended(last.get("content"), said, mode == PREFILL)
         else:
             messages.append({"role": "assistant", "content": said})
+        if mode == INSTRUCTION:
+            messages.append({"role": "user", "content": INSTRUCTION_TEXT})
     bound = doc.get("max_tokens")
     if isinstance(bound, int) and not isinstance(bound, bool):
         if bound - partial.used < 1:
@@ -78,8 +90,11 @@ def _extended(content: Any, said: str, strip: bool) -> Any:
 
 def partial_chat(chat: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """The translation of a continuing Messages request (its last message the answer so
-    far, an assistant's) as ``mode`` hands a partial turn to an OpenAI-kind server."""
+    far, an assistant's) as ``mode`` hands a partial turn to an OpenAI-kind server (an
+    ``instruction`` is a whole turn and its user turn: nothing to mark)."""
     doc = dict(chat)
+    if mode not in (PREFIX, CONTINUE_FINAL):
+        return doc
     messages = list(doc.get("messages") or ())
     last = messages.pop() if messages else None
     if not isinstance(last, dict) or last.get("role") != "assistant":

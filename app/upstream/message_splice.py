@@ -2,7 +2,7 @@
 cut, and a continuation's events as the rest of the caller's one message. No I/O here.
 
 The continuation (app/upstream/continuation.py) reads the door's dialect: what an
-``anthropic`` upstream sends as it is, or what the translation of an ``openai`` one's chunks
+``anthropic`` upstream sends as it is, or what the translation of another kind's events
 made of them (app/upstream/translation.py). Each upstream call is its own message; the
 caller reads one.
 
@@ -24,6 +24,9 @@ call's is always estimated.
   ended first; the continuation's block indexes are shifted to follow;
 - after a prefill, which could not carry the answer's trailing whitespace, the
   continuation's leading whitespace is dropped (the caller has it already);
+- after an instruction to go on, the continuation's repeat of the answer's end is dropped
+  (``Trim``, app/upstream/overlap.py: its text is held until the repeat is known, and let
+  go of, trimmed, at the first event that is not more of its text);
 - its ``message_delta`` carries the usage of every call (docs/streams.md): its
   ``input_tokens`` each call's prompt (the cut calls' estimated as the chat door's are: the
   continuation's less the output events shown), its ``output_tokens`` every output once.
@@ -125,6 +128,7 @@ class MessageSplice(Splice):
         self.m = transcript
         self._shift: int | None = None  # the continuation's block index to the caller's
         self._started: dict[str, Any] = {}  # the continuation's message_start usage
+        self._text_at = 0  # the caller's index of the text block a held text goes in
 
     def _event(self, event: sse.Event) -> list[sse.Event]:
         if event.data is None:
@@ -136,6 +140,13 @@ class MessageSplice(Splice):
         kind = data.get("type") if isinstance(data, dict) else None
         if not isinstance(data, dict) or not isinstance(kind, str):
             return [event]
+        if self._trim is not None and self._trim.held and kind not in ("ping", "message_start"):
+            delta = _dict(data.get("delta"))
+            if kind != "content_block_delta" or delta.get("type") != "text_delta":
+                return [*self._let_go(), *self._named(kind, data, event)]
+        return self._named(kind, data, event)
+
+    def _named(self, kind: str, data: dict[str, Any], event: sse.Event) -> list[sse.Event]:
         if kind == "message_start":
             self._started = _dict(_dict(data.get("message")).get("usage"))
             return [] if self.m.id is not None else [event]
@@ -187,10 +198,26 @@ class MessageSplice(Splice):
         if self._shift is None:  # a block that did not start: taken for the open one's
             out, _ = self._first(index, True)
         delta = _dict(data.get("delta"))
+        data["index"] = index + (self._shift or 0)
         if self._skip_space and delta.get("type") == "text_delta":
             text = str(delta.get("text") or "").lstrip()
             delta["text"], self._skip_space = text, not text
             if not text:
                 return out
-        data["index"] = index + (self._shift or 0)
+        if self._trim is not None and not self._trim.done and delta.get("type") == "text_delta":
+            self._text_at = data["index"]
+            delta["text"] = self._trim.feed(str(delta.get("text") or ""))
+            if not delta["text"]:
+                return out  # held: it may yet be the start of a repeat
         return [*out, named(kind, data)]
+
+    def _let_go(self) -> list[sse.Event]:
+        """The held start of an instructed continuation's text, trimmed of its repeat of
+        the answer, let go of as the stream says something else."""
+        assert self._trim is not None
+        text = self._trim.feed("", end=True)
+        if not text:
+            return []
+        delta = {"type": "text_delta", "text": text}
+        data = {"type": "content_block_delta", "index": self._text_at, "delta": delta}
+        return [named("content_block_delta", data)]

@@ -162,7 +162,7 @@ class Translation:
         if self.door == "openai":
             assert chat is not None
             return chat
-        to_door = GarbledDoor if sent.continues and chat is None else anthropic_door.ChatToStream
+        to_door = GarbledDoor if sent.continues else anthropic_door.ChatToStream
         door = to_door(
             message_id=f"msg_{rid}", model=sent.model, input_tokens=max(1, prompt_bytes // 4)
         )
@@ -205,7 +205,8 @@ class Garbled(anthropic.StreamToChat):
 class GarbledDoor(anthropic_door.ChatToStream):
     """A chat stream as the Anthropic door's events (``ChatToStream``), but a chunk whose data
     is not a JSON object passes as an event of the same data, where the translation would
-    drop it: as ``Garbled``, for the continuation to take it for a cut."""
+    drop it: as ``Garbled``, for the continuation to take it for a cut (a Gemini upstream's,
+    passed on by ``GeminiGarbled``, too)."""
 
     def _translate(self, item: sse.Event) -> bytes:
         if item.data is not None and malformed_chunk(item.data):

@@ -46,6 +46,7 @@ from tests.support.continuing import (
 )
 from tests.support.keys_file import keys_toml
 from tests.support.sdks import anthropic_sdk
+from tests.support.sim import sim_requests
 from tests.support.sse_reader import chat_stream, drop, read_data
 from tests.support.stack import NOWHERE, file_stack
 from tests.support.waiting import wait_for
@@ -454,3 +455,50 @@ def test_a_resumed_caller_reads_the_continued_message(make_stack, tmp_path_facto
     assert text(seen) + text(rest) == uncut and len(uncut.split()) == TOKENS
     assert [e.event for e in seen + rest].count("message_stop") == 1
     assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+
+
+# The other modes on this door: Gemini's own way, and the instruction (its repeat trimmed).
+PLANS = [("gemini", "model_turn"), ("openai", "instruction"), ("anthropic", "instruction")]
+
+
+@pytest.fixture(scope="module")
+def mode_gws(make_stack, tmp_path_factory, sims) -> dict:
+    return {
+        (kind, mode): file_stack(
+            make_stack,
+            tmp_path_factory.mktemp(f"messages-{kind}-{mode}"),
+            upstreams(sims, kind, mode),
+            keys=keys_toml(KEYS.items(), secret),
+            env=ENV,
+            workers=1,
+            upstream_url=NOWHERE,
+        )
+        for kind, mode in PLANS
+    }
+
+
+@pytest.mark.parametrize(("kind", "mode"), PLANS)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_the_other_modes_continue_a_message_as_one(mode_gws, sims, kind, mode, fault) -> None:
+    """A Gemini-kind upstream continues from a model turn; any kind from an instruction,
+    after which the simulator repeats the answer's last words: not relayed twice."""
+    gw = mode_gws[kind, mode]
+    reset(sims)
+    uncut = text(stream(gw))
+    assert len(uncut.split()) == TOKENS
+    reset(sims)
+    cut = stream(gw, **cut_once(fault))
+    assert text(cut) == uncut
+    kinds = [e.event for e in cut if e.event]
+    assert kinds.count("message_start") == kinds.count("message_stop") == 1
+    assert kinds[-1] == "message_stop" and "error" not in kinds
+    assert {d["index"] for d in named(cut, "content_block_delta")} == {0}
+    (delta,) = named(cut, "message_delta")
+    assert delta["delta"]["stop_reason"] == "end_turn"
+    assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
+    turns = sim_requests(sims["second"])[0]["body"]
+    if mode == "instruction":
+        assert turns["messages"][-1]["role"] == "user"
+    else:
+        usage = delta["usage"]
+        assert (usage["input_tokens"], usage["output_tokens"]) == (1 + (1 + 4), TOKENS)

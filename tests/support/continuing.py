@@ -26,7 +26,7 @@ MAX_TOKENS = 40  # the caller's bound: what a call reserves for its output
 # room for one such reservation, not two.
 TIGHT = 400
 # How each kind of upstream continues (docs/streams.md).
-MODES = {"openai": "prefix", "anthropic": "prefill"}
+MODES = {"openai": "prefix", "anthropic": "prefill", "gemini": "model_turn"}
 IDLE_S = 1  # a stall (the simulator's stall-after) past it is a cut
 # Every test cuts ``first`` once: more than half of its calls fail, and its breaker opens
 # (app/upstream/breaker.py), which would send the next call to ``plain``. A breaker that
@@ -46,14 +46,16 @@ def secret(name: str) -> str:
     return f"llmg-{name}-continue-secret"
 
 
-def upstreams(sims: dict[str, str], kind: str = "openai") -> str:
-    """``first``, ``plain`` and ``second``, of ``kind``; all but ``plain`` continue."""
-    mode = MODES[kind]
+def upstreams(sims: dict[str, str], kind: str = "openai", mode: str | None = None) -> str:
+    """``first``, ``plain`` and ``second``, of ``kind``; all but ``plain`` continue (as
+    ``mode`` says, else as the kind does by its own way)."""
+    mode = mode or MODES[kind]
+    root = "/v1beta" if kind == "gemini" else "/v1"
     return f"""
 [[upstreams]]
 name = "first"
 kind = "{kind}"
-base_url = "{sims["first"]}/v1"
+base_url = "{sims["first"]}{root}"
 models = ["m"]
 priority = 0
 continuation = "{mode}"
@@ -62,7 +64,7 @@ headers = {{ "x-sim-fail-times" = "1" }}
 [[upstreams]]
 name = "plain"
 kind = "{kind}"
-base_url = "{sims["plain"]}/v1"
+base_url = "{sims["plain"]}{root}"
 models = ["m"]
 priority = 1
 headers = {{ "x-sim-fail-times" = "0" }}
@@ -70,7 +72,7 @@ headers = {{ "x-sim-fail-times" = "0" }}
 [[upstreams]]
 name = "second"
 kind = "{kind}"
-base_url = "{sims["second"]}/v1"
+base_url = "{sims["second"]}{root}"
 models = ["m"]
 priority = 2
 continuation = "{mode}"

@@ -9,7 +9,17 @@ from typing import Any
 import pytest
 
 from app.dialects.anthropic_door import chat_body
-from app.dialects.continuation import CONTINUE_FINAL, OFF, PREFILL, PREFIX, CannotContinue, Partial
+from app.dialects.continuation import (
+    CONTINUE_FINAL,
+    INSTRUCTION,
+    INSTRUCTION_TEXT,
+    MODEL_TURN,
+    OFF,
+    PREFILL,
+    PREFIX,
+    CannotContinue,
+    Partial,
+)
 from app.dialects.continuation_messages import continued_message, partial_chat
 
 USER = {"role": "user", "content": "hi"}
@@ -56,3 +66,16 @@ def test_what_cannot_be_continued_is_refused() -> None:
         partial_chat(chat_body(ASKED), PREFIX)  # no assistant turn last
     doc = continued_message({**ASKED, "thinking": {"type": "disabled"}}, Partial("", 0), PREFILL)
     assert doc["messages"] == ASKED["messages"]  # nothing said yet: the request as it was
+
+
+def test_an_instruction_is_a_whole_turn_then_the_user_s_ask_and_a_model_turn_the_text() -> None:
+    doc = continued_message(ASKED, Partial("Hello wor ", used=3), INSTRUCTION)
+    assert doc["messages"][1:] == [
+        {"role": "assistant", "content": "Hello wor "},
+        {"role": "user", "content": INSTRUCTION_TEXT},
+    ]
+    assert partial_chat(chat_body(doc), INSTRUCTION)["messages"][-1]["role"] == "user"
+    doc = continued_message(ASKED, Partial("Hello wor ", used=3), MODEL_TURN)
+    assert doc["messages"][-1] == {"role": "assistant", "content": "Hello wor "}
+    with pytest.raises(CannotContinue):
+        continued_message({**ASKED, "thinking": {"type": "enabled"}}, Partial("x", 1), MODEL_TURN)

@@ -167,3 +167,22 @@ def test_a_held_tool_call_waits_for_the_finish_and_a_cut_drops_it() -> None:
     assert [e.event for e in hold.take([args, ev("error")])] == ["error"]
     off = MessageToolHold(False)
     assert off.take(opened) == opened
+
+
+def test_after_an_instruction_the_repeat_is_trimmed_and_a_held_start_let_go() -> None:
+    """The continuation's repeat of the answer's end is not relayed; a start held as a
+    possible repeat goes, before the event that shows it was none."""
+    t = read(start(), block(0), text(0, "Hello there world"))
+    splice = MessageSplice(t, Before(calls=1, outputs=1), trim=True)
+    out = splice.events([start(), block(0), text(0, " there"), text(0, " world"), text(0, " ok")])
+    assert [d["delta"]["text"] for d in data(out)] == [" ok"]
+    splice = MessageSplice(t, Before(calls=1, outputs=1), trim=True)
+    out = splice.events([start(), block(0), text(0, " there wor"), ev("ping"), stop(0)])
+    assert [
+        (e.event, d.get("delta", {}).get("text")) for e, d in zip(out, data(out), strict=True)
+    ] == [
+        ("ping", None),
+        ("content_block_delta", " there wor"),
+        ("content_block_stop", None),
+    ]
+    assert [d["index"] for d in data(out)[1:]] == [0, 0]
