@@ -133,6 +133,9 @@ def sdk_stream(gw, prompt: str, **sim: str) -> tuple[str, anthropic.types.Messag
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_cut_message_stream_is_continued_as_one_message(gws, sims, fault, kind) -> None:
+    """Each cut of each kind: the field's shape (no fallback tried on a cut, stalled or
+    malformed stream) is not this door's: the next upstream that continues is asked once,
+    and the caller reads the uncut text in one message, raw and through the SDK."""
     gw = gws[kind]
     reset(sims)
     whole = stream(gw)
