@@ -3,12 +3,13 @@ bench.load.keyed_few`.
 
 Issue 45's fourth point: with few callers a key's Memcached round trips are on the call's
 path. Two stacks run side by side (two gevent workers behind nginx each, the simulator
-answering at once, the cache off, one Memcached): one with bench/load/compare.py's keys file
-(a key with four limits, counted in Memcached), one without keys. Their rounds alternate,
-the first side changing each round, so both see the same machine (shared: only same-run
-ratios mean anything); each round is ``--calls`` non-stream chat calls by ``--callers``
-callers. Beside p50 and calls/s: the CPU each call cost (gunicorn, nginx and Memcached) and
-how busy the cores were (every process's use, from /proc/stat).
+answering at once, the cache off, one Memcached): one with a keys file of two keys,
+bench/load/compare.py's with four limits counted in Memcached and one with none, the other
+without keys. The three calls' rounds take turns (the order turned each round), so they see
+the same machine (shared: only same-run ratios mean anything); each round is ``--calls``
+non-stream chat calls by ``--callers`` callers. Beside p50 and calls/s: the CPU each call
+cost (gunicorn and nginx, Memcached's own apart) and how busy the cores were (every
+process's use, from /proc/stat).
 
 Then a third stack, keyed, whose Memcached sits behind a fault proxy
 (tests/support/faultproxy.py) that delays every reply by ``--delay-ms``: how much longer a
@@ -24,6 +25,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from app.tenancy.keyring import hash_key
 from bench.kit import loadgen, proctree
 from bench.kit.machine import _ticks
 from bench.load.compare import INSTANT, request, write_keys
@@ -32,12 +34,25 @@ from tests.support.faultproxy import FaultProxy
 from tests.support.memcached import start_memcached
 
 SECRET = "llmg-bench-keyed-few"
+BARE = "llmg-bench-keyed-few-bare"  # a key without limits: nothing counted
 AUTH = {"Authorization": f"Bearer {SECRET}"}
 
 
+def _keys(run_dir: Path) -> Path:
+    keys = write_keys(run_dir, SECRET)
+    with keys.open("a") as out:
+        out.write(f'\n[[keys]]\nname = "bare"\nsha256 = "{hash_key(BARE)}"\n')
+    return keys
+
+
 def _start(run_dir: Path, env: dict[str, str]) -> Stack:
-    options = StackOptions(run_dir=run_dir, workers=2, simulator_args=INSTANT, memcached=False,
-                           env={"LLMGATE_CACHE_MODE": "off", **env})  # fmt: skip
+    options = StackOptions(
+        run_dir=run_dir,
+        workers=2,
+        simulator_args=INSTANT,
+        memcached=False,
+        env={"LLMGATE_CACHE_MODE": "off", **env},
+    )
     return Stack(options).start()
 
 
@@ -53,8 +68,10 @@ def _pids(stack: Stack) -> list[int]:
 def waits_on_path(run_dir: Path, keys: Path, mc_port: int, delay_s: float) -> float:
     """Sequential keyed calls' p50 with Memcached's replies delayed, less without, in delays."""
     with FaultProxy("127.0.0.1", mc_port) as proxy:
-        stack = _start(run_dir, {"LLMGATE_KEYS_FILE": str(keys),
-                                 "LLMGATE_MEMCACHED": f"127.0.0.1:{proxy.port}"})  # fmt: skip
+        stack = _start(
+            run_dir,
+            {"LLMGATE_KEYS_FILE": str(keys), "LLMGATE_MEMCACHED": f"127.0.0.1:{proxy.port}"},
+        )
         try:
             address, call = _address(stack), request("chat", False, AUTH)
             loadgen.run(*address, call, 1, 20)
@@ -67,6 +84,34 @@ def waits_on_path(run_dir: Path, keys: Path, mc_port: int, delay_s: float) -> fl
     return (slow - plain) / (delay_s * 1000)
 
 
+def _stage(kept: list[tuple[float, str]], stage: str) -> float:
+    """The median of one Server-Timing stage over the answers (ms; 0 where it is absent)."""
+    found = []
+    for _, header in kept:
+        durations = dict(part.strip().partition(";dur=")[::2] for part in header.split(","))
+        found.append(float(durations.get(stage) or 0))
+    return statistics.median(found) if found else 0.0
+
+
+def _round(
+    address: tuple[str, int], call: bytes, pids: list[int], mc_pid: int, args: argparse.Namespace
+) -> tuple[tuple[float, ...], str]:
+    """One round of one call: (p50 ms, calls/s, µs CPU a call, Memcached's µs), its line."""
+    cpu, mc_cpu, ticks = proctree.cpu_s(pids), proctree.cpu_s([mc_pid]), _ticks()
+    done = loadgen.run(*address, call, args.callers, args.calls, keep="Server-Timing")
+    used, after = proctree.cpu_s(pids) - cpu, _ticks()
+    cached = proctree.cpu_s([mc_pid]) - mc_cpu
+    busy = (after[0] - ticks[0]) / max(1, after[1] - ticks[1])
+    n = max(1, len(done.total))
+    row = (loadgen.pct(done.total, 0.5), done.rps, used / n * 1e6, cached / n * 1e6)
+    errors = f" {len(done.errors)} errors: {done.errors[0]}" if done.errors else ""
+    said = (
+        f"{row[0]:.2f} | {row[1]:.0f} | {row[2]:.0f} + {row[3]:.0f} | "
+        f"{_stage(done.kept, 'auth'):.1f} | {busy:.0%} |{errors}"
+    )
+    return row, said
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.load.keyed_few", description=__doc__)
     parser.add_argument("--callers", type=int, default=10)
@@ -76,53 +121,54 @@ def main() -> None:
     args = parser.parse_args()
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-keyed-few-"))
     mc, mc_port = start_memcached(run_dir)
-    keys = write_keys(run_dir, SECRET)
+    keys = _keys(run_dir)
     memcached = f"127.0.0.1:{mc_port}"
     stacks: list[Stack] = []
     try:
-        keyed = _start(run_dir / "keyed", {"LLMGATE_KEYS_FILE": str(keys), "LLMGATE_MEMCACHED": memcached})
+        keyed = _start(
+            run_dir / "keyed", {"LLMGATE_KEYS_FILE": str(keys), "LLMGATE_MEMCACHED": memcached}
+        )
         stacks.append(keyed)
         plain = _start(run_dir / "plain", {"LLMGATE_MEMCACHED": memcached})
         stacks.append(plain)
+        bare = {"Authorization": f"Bearer {BARE}"}
         sides = {
-            "keyed": (_address(keyed), request("chat", False, AUTH), _pids(keyed) + [mc.popen.pid]),
+            "keyed": (_address(keyed), request("chat", False, AUTH), _pids(keyed)),
+            "no limits": (_address(keyed), request("chat", False, bare), _pids(keyed)),
             "no key": (_address(plain), request("chat", False, {}), _pids(plain)),
-        }  # fmt: skip
+        }
         for address, call, _ in sides.values():
             loadgen.run(*address, call, args.callers, 300)
-        seen: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in sides}
-        print(f"{args.callers} callers, {args.calls} non-stream chat calls a round; CPU: gunicorn,"
-              " nginx (and Memcached, keyed) per call; busy: every core, every process")  # fmt: skip
-        print("| round | keyed p50 ms | calls/s | µs CPU | busy | no key p50 ms | calls/s | "
-              "µs CPU | busy | p50 × | calls/s × |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        seen: dict[str, list[tuple[float, ...]]] = {name: [] for name in sides}
+        print(
+            f"{args.callers} callers, {args.calls} non-stream chat calls a round; µs CPU a call:"
+            " gunicorn and nginx, + Memcached's; auth: Server-Timing's, the key and its grant;"
+            " busy: every core, every process"
+        )
+        print("| round | call | p50 ms | calls/s | µs CPU | auth ms | busy |")
+        print("|---|---|---|---|---|---|---|")
         for turn in range(args.rounds):
-            order = list(sides) if turn % 2 == 0 else list(reversed(sides))
-            for name in order:
-                address, call, pids = sides[name]
-                cpu, ticks = proctree.cpu_s(pids), _ticks()
-                done = loadgen.run(*address, call, args.callers, args.calls)
-                used, after = proctree.cpu_s(pids) - cpu, _ticks()
-                busy = (after[0] - ticks[0]) / max(1, after[1] - ticks[1])
-                n = max(1, len(done.total))
-                seen[name].append((loadgen.pct(done.total, 0.5), done.rps, used / n * 1e6, busy))
-                if done.errors:
-                    print(f"{name}: {len(done.errors)} errors, e.g. {done.errors[0]}")
-            k, p = seen["keyed"][-1], seen["no key"][-1]
-            print(f"| {turn + 1} | {k[0]:.2f} | {k[1]:.0f} | {k[2]:.0f} | {k[3]:.0%} | {p[0]:.2f} "
-                  f"| {p[1]:.0f} | {p[2]:.0f} | {p[3]:.0%} | {k[0] / p[0]:.2f} | {k[1] / p[1]:.2f} |")  # fmt: skip
-        pairs = list(zip(seen["keyed"], seen["no key"], strict=True))
-        p50 = statistics.median(k[0] / p[0] for k, p in pairs)
-        rate = statistics.median(k[1] / p[1] for k, p in pairs)
-        cpu = statistics.median(k[2] / p[2] for k, p in pairs)
-        print(f"median of the rounds: keyed p50 {p50:.2f}×, calls/s {rate:.2f}×, CPU a call "
-              f"{cpu:.2f}× the call without a key")  # fmt: skip
+            for name in list(sides)[turn % 3 :] + list(sides)[: turn % 3]:
+                row, said = _round(*sides[name], mc.popen.pid, args)
+                seen[name].append(row)
+                print(f"| {turn + 1} | {name} | {said}")
+        for name in ("keyed", "no limits"):
+            pairs = list(zip(seen[name], seen["no key"], strict=True))
+            p50 = statistics.median(k[0] / p[0] for k, p in pairs)
+            rate = statistics.median(k[1] / p[1] for k, p in pairs)
+            cpu = statistics.median((k[2] + k[3]) / (p[2] + p[3]) for k, p in pairs)
+            print(
+                f"{name}, the median of the rounds' ratios to no key: p50 {p50:.2f}x, "
+                f"calls/s {rate:.2f}x, CPU a call {cpu:.2f}x"
+            )
         for stack in stacks:
             stack.stop()
         stacks.clear()
         waits = waits_on_path(run_dir / "delayed", keys, mc_port, args.delay_ms / 1000)
-        print(f"a keyed call waits for Memcached {waits:.2f} times before its caller has the "
-              f"answer ({args.delay_ms:.0f} ms a reply, one caller)")  # fmt: skip
+        print(
+            f"a keyed call waits for Memcached {waits:.2f} times before its caller has the "
+            f"answer ({args.delay_ms:.0f} ms a reply, one caller)"
+        )
     finally:
         for stack in stacks:
             stack.stop()
