@@ -17,6 +17,7 @@ from flask import Flask
 from app.cache import build_answer_cache
 from app.core.admission import Gate, Limits
 from app.core.config import Settings, SettingsError
+from app.core.names import install as install_names
 from app.edge import lane
 from app.edge.routes import STARTED, api, register_error_handlers, register_operator_guard
 from app.edge.status_data import history_sample, status_document
@@ -45,6 +46,9 @@ def create_app(settings: Settings | None = None, environ: Mapping[str, str] | No
     specs, prices = load_upstreams(settings, environ)
     # The upstream answers' headers parsed without the email package (same messages).
     http_headers.install()
+    # New connections' addresses: numbers never looked up, a name's answer kept a while
+    # (app/core/names.py): a burst of connects no longer waits on gevent's lookup threads.
+    install_names(settings.dns_ttl_s)
     app = Flask("llmgate")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]

@@ -95,6 +95,7 @@ class Settings(InstanceSettings, CallSettings):
             "cache_ttl_jitter_s",
             "cache_lease_s",
             "cache_early_refresh_beta",
+            "dns_ttl_s",
         )
         above_0 = (
             "cache_ttl_s",

@@ -91,6 +91,13 @@ class CallSettings:
         "spares behind it (TCP and TLS done, idle in the pool) up to this share of the "
         "connections in use: the next busier moment finds them ready. 0: no spares.",
     )
+    dns_ttl_s: float = setting(
+        "LLMGATE_DNS_TTL_S",
+        30.0,
+        "Seconds a worker keeps a host name's addresses for new connections (upstreams, "
+        "Memcached, the ledger, the trace collector); an address written as numbers is never "
+        "looked up. 0: every new connection looks its name up.",
+    )
     connect_timeout_s: float = setting(
         "LLMGATE_CONNECT_TIMEOUT_S", 5.0, "Seconds to open a TCP (+TLS) connection upstream."
     )

@@ -18,6 +18,8 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 
+from app.core.names import looked_up_now
+
 # Under the gateway's logger: its handler (app/factory.py) is the one the worker's log has.
 log = logging.getLogger("llmgate.memcached")
 
@@ -27,7 +29,8 @@ Resolver = Callable[[str, int], list[Node]]
 
 def resolve(name: str, port: int) -> list[Node]:
     """Every address of ``name`` (A and AAAA), with ``port``, sorted; OSError when none."""
-    infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    # Afresh, never the worker's kept answer (app/core/names.py): the point is to see a change.
+    infos = looked_up_now(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     return sorted({(str(info[4][0]), port) for info in infos})
 
 

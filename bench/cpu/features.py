@@ -31,7 +31,7 @@ from typing import Any
 from app.tenancy.keyring import hash_key
 from bench.cpu import features_table as table
 from bench.cpu.ab import KEY_LIMITS
-from bench.cpu.features_call import KEY_SECRET, KEYS_FILES
+from bench.cpu.features_call import KEY_SECRET, KEYS_FILES, UPSTREAMS_FILES, upstreams_toml
 from bench.kit.report import Config, Section
 from bench.tracing.trace_latency import Sink
 from runner.procs import Proc, free_port
@@ -89,6 +89,8 @@ def run(cfg: Config) -> Section:
         argv += ["-u", "nobody"] if os.geteuid() == 0 else []
         procs.append(Proc("memcached", argv, log_path=run_dir / "memcached.log"))
         procs[-1].wait_port(mc_port)
+        for continuation, name in UPSTREAMS_FILES.items():
+            (run_dir / name).write_text(upstreams_toml(f"{sim}/v1", continuation))
         sink = Sink()
         where = {"upstream": f"{sim}/v1", "memcached": f"127.0.0.1:{mc_port}",
                  "otlp": sink.url, "keys_dir": str(run_dir)}  # fmt: skip

@@ -25,6 +25,9 @@ Each feature switched on alone (bench/cpu/features_table.py's names):
   in Memcached (docs/streams.md);
 - ``traces``: LLMGATE_OTEL_ENDPOINT, every call's spans exported to a receiver in another
   process;
+- ``file``: the upstream named by an upstreams file (LLMGATE_CONFIG) instead of
+  LLMGATE_UPSTREAM_URL; ``continuation``: that upstream's ``continuation = "prefix"``, which
+  no stream here uses (none is cut): issue 44's "costs nothing until used";
 - ``floor``: bench/floor/app.py in place of the gateway (it ignores the others).
 """
 
@@ -45,6 +48,13 @@ from bench.cpu.hit_cpu import BODY, NGINX_HEADERS, App, call_once
 FAST_TPS = 1_000_000.0
 KEY_SECRET = "sk-bench-features"
 KEYS_FILES = {False: "keys-no-limits.toml", True: "keys-limits.toml"}  # by limits
+UPSTREAMS_FILES = {False: "upstreams.toml", True: "upstreams-continuing.toml"}  # by continuation
+
+
+def upstreams_toml(upstream: str, continuation: bool) -> str:
+    """The one upstream, the simulator, serving the bench's model (and any other)."""
+    mode = 'continuation = "prefix"\n' if continuation else ""
+    return f'[[upstreams]]\nname = "sim"\nbase_url = "{upstream}"\nmodels = ["*"]\n{mode}'
 
 
 def environment(
@@ -62,6 +72,9 @@ def environment(
         env["LLMGATE_RESUME_WINDOW_S"] = "30"
     if "traces" in features:
         env["LLMGATE_OTEL_ENDPOINT"] = otlp
+    if features & {"file", "continuation"}:
+        name = UPSTREAMS_FILES["continuation" in features]
+        env["LLMGATE_CONFIG"] = str(Path(keys_dir) / name)
     return env
 
 

@@ -24,6 +24,8 @@ from bench.kit.report import Cell, Check
 KINDS = ("non-stream", "stream")
 FLOOR = "floor"  # the floor app in place of the gateway (not a feature of the gateway)
 FEATURES = ("metrics", "log", "key", "limits", "resumable", "traces")
+# Not among every feature's: the upstream named by a file (the continuation's setting lives
+# there) instead of LLMGATE_UPSTREAM_URL, and a continuation set that no stream uses.
 ON = frozenset({"metrics", "log", "key", "limits"})  # issue 45: "features on"
 TARGET = 1.10  # issue 45: features on, at most this many times the call's CPU without them
 COLUMNS = ["call", "over", "non-stream µs", "non-stream x", "stream µs", "stream x",
@@ -52,6 +54,8 @@ VARIANTS = (
     Variant("key's limits", frozenset({"key", "limits"}), "key, no limits"),
     Variant("resumable", frozenset({"resumable"}), "none", stream_only=True),
     Variant("traces", frozenset({"traces"}), "none"),
+    Variant("upstreams file", frozenset({"file"}), "none"),
+    Variant("continuation, unused", frozenset({"file", "continuation"}), "upstreams file"),
     Variant("features on", ON, "none"),
     Variant("every feature", frozenset(FEATURES), "none"),
 )

@@ -26,6 +26,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,11 +164,25 @@ def warm_up(cfg: Config, kind: Kind, callers: int, path: str, route: Route, sim_
     # are warmed alike.
     pooled = path in ("floor", "gateway", "gateway+keys") and not cfg.smoke
     rounds, quiet_needed = (WARM_ROUNDS, QUIET_ROUNDS) if pooled else (1, 1)
+    call = kind.request(route.headers)
+    return warm_until_quiet(
+        lambda: loadgen.run(host, int(port), call, callers, warm), sim_url, rounds, quiet_needed
+    )
+
+
+def warm_until_quiet(
+    run_round: Callable[[], object],
+    sim_url: str,
+    rounds: int = WARM_ROUNDS,
+    quiet_needed: int = QUIET_ROUNDS,
+) -> int:
+    """Warm-up rounds until ``quiet_needed`` in a row opened no upstream connection (the
+    simulator's count), at most ``rounds``; the rounds it took."""
     done = quiet = 0
     while done < rounds and quiet < quiet_needed:
         done += 1
         accepted = sim_accepted(sim_url)
-        loadgen.run(host, int(port), kind.request(route.headers), callers, warm)
+        run_round()
         quiet = quiet + 1 if sim_accepted(sim_url) == accepted else 0
     return done
 

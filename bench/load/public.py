@@ -9,7 +9,8 @@ gateways (issue 45; docs/performance.md, "Against peers"), on this machine, feat
   a warm-up at that load); the figure is the highest req/s of a step with p99 under 1 s and
   under 0.1 % errors. Each step also says whether the queue is fair (p99 within twice
   callers ÷ req/s, the time a caller waits when every caller gets its turn in order), its
-  errors by status, and the upstream connections opened per 1,000 calls after the warm-up.
+  errors by status, and the upstream connections opened per 1,000 calls after the warm-up
+  (rounds of two calls a caller until two in a row open none).
 - **Stall-free streams held at once**: N streams opened through `make run`'s shape and held
   (pings only) until all are open, then paced at one token a second for ten tokens; a
   stream is stall-free when it got its 200, every token and [DONE], and no gap between two
@@ -43,7 +44,7 @@ from bench.kit import loadgen
 from bench.kit.loadgen import pct
 from bench.kit.report import Check, Config, Section
 from bench.load.capacity import stack_options
-from bench.load.overhead import sim_accepted
+from bench.load.overhead import sim_accepted, warm_until_quiet
 from runner.stack import Stack, StackOptions
 from tests.support.calls import raw_chat_request
 from tests.support.held import HOLD_BODY, HeldStreams, raise_fd_limit
@@ -130,10 +131,17 @@ def added_latency(
     }
 
 
-def step(addr: Address, call: bytes, callers: int, count: int, sim_url: str) -> Step:
-    """One load, after a warm-up at it (two calls a caller): its figures, and the upstream
-    connections the simulator accepted meanwhile."""
-    loadgen.run(*addr, call, callers, callers * 2)
+def step(
+    addr: Address, call: bytes, callers: int, count: int, sim_url: str, smoke: bool = False
+) -> Step:
+    """One load, after a warm-up at it: its figures, and the upstream connections the
+    simulator accepted meanwhile. The warm-up's rounds (two calls a caller each) go on until
+    two in a row opened no upstream connection (at most eight, as the overhead section's):
+    a fresh stack's first burst meets gunicorn accepting nginx's new connections, so the
+    gateway's pools see the load's full concurrency only in a later round."""
+    warm_until_quiet(
+        lambda: loadgen.run(*addr, call, callers, callers * 2), sim_url, *((1, 1) if smoke else ())
+    )
     accepted = sim_accepted(sim_url)
     result = loadgen.run(*addr, call, callers, count, keep="Server-Timing")
     opened = sim_accepted(sim_url) - accepted
@@ -171,7 +179,7 @@ def sustained(
     for callers in steps:
         count = 50 if cfg.smoke else max(3000, callers * 10)
         cfg.progress(f"public: {what}, {callers} callers, {count} calls")
-        out.append(step(addr, call, callers, count, sim_url))
+        out.append(step(addr, call, callers, count, sim_url, cfg.smoke))
     return out
 
 

@@ -18,7 +18,15 @@ import pytest
 
 from bench.cpu import features_table as table
 from bench.cpu.features import section
-from bench.cpu.features_call import KEY_SECRET, KEYS_FILES, build, environment, headers
+from bench.cpu.features_call import (
+    KEY_SECRET,
+    KEYS_FILES,
+    UPSTREAMS_FILES,
+    build,
+    environment,
+    headers,
+    upstreams_toml,
+)
 from bench.kit.report import Part, problems
 
 # Best CPU µs per call of each variant: non-stream, stream.
@@ -31,6 +39,8 @@ BEST = {
     "key's limits": (812.5, 2700.0),  # over the key: 1.25, 1.0976; over none: 1.354, 1.125
     "resumable": (math.nan, 2880.0),
     "traces": (690.0, 3120.0),
+    "upstreams file": (606.0, 2424.0),
+    "continuation, unused": (612.06, 2496.72),  # over the file: 1.01, 1.03; over none: more
     "features on": (870.0, 2616.0),  # over none: 1.45, 1.09
     "every feature": (960.0, 3600.0),
 }
@@ -70,6 +80,9 @@ def test_each_row_is_over_the_call_without_its_own_feature() -> None:
     assert by_name["floor"][1:] == [None, 500.0, None, 2000.0, None, None, None]
     resumable = by_name["resumable"]
     assert resumable[2:4] == [None, None] and resumable[5] == pytest.approx(1.2)
+    unused = by_name["continuation, unused"]
+    assert unused[1] == "upstreams file"
+    assert unused[3] == pytest.approx(1.01) and unused[5] == pytest.approx(1.03)
 
 
 def test_the_target_is_the_features_on_over_none_for_each_kind() -> None:
@@ -131,6 +144,11 @@ def test_each_feature_switches_on_its_own_settings_only() -> None:
     assert added("key", "limits")["LLMGATE_KEYS_FILE"] == "/keys/" + KEYS_FILES[True]
     assert added("resumable") == {"LLMGATE_RESUME_WINDOW_S": "30", "LLMGATE_MEMCACHED": "mc:1"}
     assert added("traces") == {"LLMGATE_OTEL_ENDPOINT": "http://otlp/v1/traces"}
+    assert added("file") == {"LLMGATE_CONFIG": "/keys/" + UPSTREAMS_FILES[False]}
+    assert added("file", "continuation") == {"LLMGATE_CONFIG": "/keys/" + UPSTREAMS_FILES[True]}
+    # The two files differ by the continuation alone.
+    plain, continuing = (upstreams_toml("http://sim/v1", c) for c in (False, True))
+    assert continuing.replace('continuation = "prefix"\n', "") == plain != continuing
     # The caller: the key in Authorization; the resumable offer on streams only.
     assert headers(frozenset({"key"}), "stream", 300)["HTTP_AUTHORIZATION"] == (
         f"Bearer {KEY_SECRET}"
