@@ -147,12 +147,16 @@ def chat(body: dict[str, Any], behaviour: Behaviour, new_id: NewId, now: int) ->
     length = _length(body, behaviour, ("max_completion_tokens", "max_tokens"))
     prompt = text.chat_prompt(messages)
     partial = continuing.partial_turn(body, messages)
+    told = partial is None and behaviour.script is None
+    if told:  # an instruction to go on, maybe
+        partial = continuing.instructed(continuing.chat_turns(messages))
+        told = partial is not None
     if behaviour.script is not None:
         script = continuing.script_rest(script_of(behaviour), partial)
         return _chat_script(body, script, new_id, now)
     c = _completion(body, behaviour, prompt, length, "chatcmpl-", new_id, now)
     if partial is not None:
-        c = continuing.continued(c, messages, partial, natural=length[1] == "stop")
+        c = continuing.continued(c, messages, partial, natural=length[1] == "stop", told=told)
     whole = r.chat_completion(c)
     if behaviour.usage == "none":
         del whole["usage"]

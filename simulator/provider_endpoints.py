@@ -80,9 +80,14 @@ def messages(body: dict[str, Any], behaviour: Behaviour, new_id: NewId) -> Reply
     prompt = _messages_prompt(body)
     cap = _cap(body.get("max_tokens"), "max_tokens", required=True)
     script = _answer(behaviour, prompt, cap)
-    partial = continuing.prefill(body["messages"])
+    turns, told = body["messages"], False
+    partial = continuing.prefill(turns)
+    if partial is None:
+        partial = continuing.instructed(continuing.chat_turns(turns))
+        told = partial is not None
     if partial is not None and behaviour.script is None:
-        script = _prefilled(body, behaviour, partial, script, cap)
+        before = text.messages_prompt(body.get("system"), turns[: -2 if told else -1])
+        script = _prefilled(before, behaviour, partial, script, cap, told)
     id, model = new_id("msg_"), model_of(body)
     if flag(body, "stream"):
         return Reply(_tokens(script), {}, anthropic.MessageFramer(script, id, model))
@@ -92,18 +97,20 @@ def messages(body: dict[str, Any], behaviour: Behaviour, new_id: NewId) -> Reply
 
 
 def _prefilled(
-    body: dict[str, Any],
+    before: str,
     behaviour: Behaviour,
     partial: str,
     script: scripts.Script,
     cap: int | None,
+    told: bool,
 ) -> scripts.Script:
-    """The answer that continues a prefill (simulator/continuing.py): the rest of the answer to
-    the prompt without it, to its natural length, or as many more words as the cap allows. Its
-    prompt tokens count the prefill, as the provider bills it."""
-    before = text.messages_prompt(body.get("system"), body["messages"][:-1])
+    """The answer that continues a prefill, a model turn or, ``told``, an instruction
+    (simulator/continuing.py): the rest of the answer to the prompt ``before`` them, to its
+    natural length, or as many more words as the cap allows. Its prompt tokens count the
+    partial turn, as the provider bills it."""
     wanted = min(DEFAULT_TOKENS if behaviour.tokens is None else behaviour.tokens, MAX_TOKENS)
-    words, finish = continuing.rest_of(before, partial, wanted, natural=True), scripts.STOP
+    words = continuing.rest_of(before, partial, wanted, natural=True)
+    words, finish = (continuing.repeated(partial) if told else []) + words, scripts.STOP
     if cap is not None and cap < len(words):
         words, finish = words[:cap], scripts.LENGTH
     prompt = script.usage.input + script.usage.cache_read
@@ -126,8 +133,18 @@ def generate(
     if config is not None and not isinstance(config, dict):
         raise _bad("Invalid value at 'generation_config': expected an object", "generationConfig")
     cap = _cap((config or {}).get("maxOutputTokens"), "maxOutputTokens", required=False)
-    prompt = text.gemini_prompt(body.get("systemInstruction"), contents)
-    script = _answer(behaviour, prompt, cap)
+    system = body.get("systemInstruction")
+    script = _answer(behaviour, text.gemini_prompt(system, contents), cap)
+    partial, told = continuing.model_turn(contents), False
+    if partial is None:
+        turns = [
+            (c.get("role"), text.gemini_prompt(None, [c])) for c in contents if isinstance(c, dict)
+        ]
+        partial = continuing.instructed(turns)
+        told = partial is not None
+    if partial is not None and behaviour.script is None:
+        before = text.gemini_prompt(system, contents[: -2 if told else -1])
+        script = _prefilled(before, behaviour, partial, script, cap, told)
     id = new_id("")
     if stream:
         return Reply(_tokens(script), {}, gemini.GenerateFramer(script, id, model))

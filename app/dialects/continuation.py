@@ -17,6 +17,14 @@ the question again, not continue. The modes built (docs/streams.md):
   refuses trailing whitespace there, so it goes without (``Partial.prefill``), and the
   continuation's leading whitespace is not relayed twice (app/upstream/splice.py). Not with
   thinking asked for: a prefill cannot follow it (``CannotContinue``).
+- ``model_turn`` (Gemini): the assistant turn last, which the translation sends as the
+  ``generateContent`` request's last content, a ``model`` turn; Gemini writes on from its
+  text. Not with thinking asked for, as for a prefill.
+- ``instruction`` (any kind; for servers that take no partial turn, OpenAI's own): the
+  answer so far as a whole assistant turn, then a user turn asking to go on exactly where it
+  stopped without repeating it (``INSTRUCTION``). An approximation: the model writes on from
+  an instruction, not from its own open turn, and may repeat the end of the answer so far;
+  the repeat is trimmed before it is relayed (app/upstream/overlap.py).
 - ``off``: never continued there.
 
 The edit is made on a Chat Completions request (the chat door's), before the translation,
@@ -35,9 +43,23 @@ OFF = "off"
 CONTINUE_FINAL = "continue_final_message"
 PREFIX = "prefix"
 PREFILL = "prefill"
+MODEL_TURN = "model_turn"
+INSTRUCTION = "instruction"
 
-# The modes an upstream of each kind may have (the others' are not built yet: off).
-MODES = {"openai": (OFF, CONTINUE_FINAL, PREFIX), "anthropic": (OFF, PREFILL), "gemini": (OFF,)}
+# The modes an upstream of each kind may have.
+MODES = {
+    "openai": (OFF, CONTINUE_FINAL, PREFIX, INSTRUCTION),
+    "anthropic": (OFF, PREFILL, INSTRUCTION),
+    "gemini": (OFF, MODEL_TURN, INSTRUCTION),
+}
+# The modes that hand the model its own turn to write on from (a thinking model cannot).
+_OPEN_TURN = (PREFILL, MODEL_TURN)
+# The user turn of ``instruction``: to write only the rest, from the very character after.
+INSTRUCTION_TEXT = (
+    "Your previous answer was cut off. Continue it exactly where it stopped, even in the "
+    "middle of a word or sentence. Do not repeat any of it and do not add any preface: "
+    "write only the rest."
+)
 
 # The output bound's names, in the order a chat request's are read (the newer first).
 _CHAT_BOUNDS = ("max_completion_tokens", "max_tokens")
@@ -64,9 +86,9 @@ class Partial:
 def continued_chat(body: Mapping[str, Any], partial: Partial, mode: str) -> dict[str, Any]:
     """A Chat Completions request continuing ``partial`` in ``mode``; CannotContinue when
     it cannot be (no output bound left, a mode it has no edit for)."""
-    if mode not in (CONTINUE_FINAL, PREFIX, PREFILL):
+    if mode not in (CONTINUE_FINAL, PREFIX, PREFILL, MODEL_TURN, INSTRUCTION):
         raise CannotContinue(f"continuation {mode!r} continues nothing")
-    if mode == PREFILL and (body.get("reasoning_effort") or body.get("thinking")):
+    if mode in _OPEN_TURN and (body.get("reasoning_effort") or body.get("thinking")):
         raise CannotContinue("a prefill cannot follow thinking")
     doc = copy.deepcopy(dict(body))
     messages = doc.get("messages")
@@ -78,10 +100,12 @@ def continued_chat(body: Mapping[str, Any], partial: Partial, mode: str) -> dict
             turn["prefix"] = True
         elif mode == PREFILL:
             turn["content"] = partial.prefill
-        else:
+        elif mode == CONTINUE_FINAL:
             doc["continue_final_message"] = True
             doc["add_generation_prompt"] = False
         messages.append(turn)
+        if mode == INSTRUCTION:
+            messages.append({"role": "user", "content": INSTRUCTION_TEXT})
     for name in _CHAT_BOUNDS:
         bound = doc.get(name)
         if isinstance(bound, int) and not isinstance(bound, bool):

@@ -48,7 +48,8 @@ from app.core.errors import (
     UpstreamReset,
     UpstreamTimeout,
 )
-from app.dialects.continuation import PREFILL, CannotContinue, Partial, continued_chat
+from app.dialects import continuation as modes
+from app.dialects.continuation import CannotContinue, Partial, continued_chat
 from app.observe import tracing
 from app.observe.tracing import Value
 from app.request.events import is_error_event, malformed_chunk
@@ -278,8 +279,9 @@ class Continuation:
                 self.estimated = self.estimated or before.estimated
                 self._told(broke, CONTINUED, cut, spec.name)
                 yield [_note(spec.name, t.shown)]
-                space = spec.continuation == PREFILL and partial.prefill != partial.text
-                return self._source(patience), Splice(t, before, relayed_space=space)
+                space = spec.continuation == modes.PREFILL and partial.prefill != partial.text
+                trim = spec.continuation == modes.INSTRUCTION
+                return self._source(patience), Splice(t, before, space, trim)
         return None
 
     def _candidates(self, broke: str) -> list[UpstreamSpec]:

@@ -9,6 +9,8 @@ the next chunk of the caller's one stream:
   chunk left with nothing to say;
 - after a prefill, which could not carry the answer's trailing whitespace, the
   continuation's leading whitespace is dropped (the caller has it already);
+- after an instruction to go on, the continuation's repeat of the answer's end is dropped
+  (``Trim``, app/upstream/overlap.py: its text is held until the repeat is known);
 - the usage is the sum of every upstream call's (docs/streams.md): each usage the
   continuation reports, plus the cut calls' (``Before``).
 
@@ -23,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.upstream.overlap import Trim
 from app.upstream.transcript import Transcript
 from llmgate_wire import sse
 
@@ -79,12 +82,20 @@ class Before:
 class Splice:
     """One continuation's chunks into the caller's stream (see the module docstring)."""
 
-    def __init__(self, transcript: Transcript, before: Before, relayed_space: bool = False):
+    def __init__(
+        self,
+        transcript: Transcript,
+        before: Before,
+        relayed_space: bool = False,
+        trim: bool = False,
+    ):
         self.t = transcript
         self.before = before
         # The answer so far ended in whitespace a prefill left out: the continuation's own
         # leading whitespace is not relayed (until its first other character).
         self._skip_space = relayed_space
+        # The continuation was asked by an instruction: its repeat of the answer is not.
+        self._trim = Trim(transcript.answer) if trim else None
 
     def events(self, batch: list[sse.Event]) -> list[sse.Event]:
         out: list[sse.Event] = []
@@ -93,6 +104,8 @@ class Splice:
         return out
 
     def _event(self, event: sse.Event) -> list[sse.Event]:
+        if event.data == sse.DONE and self._trim is not None and self._trim.held:
+            return [*self._rest(self._trim.feed("", end=True)), event]  # no finish came
         if event.data is None or event.data == sse.DONE:
             return [event]
         try:
@@ -102,10 +115,13 @@ class Splice:
         if not isinstance(data, dict):
             return [event]
         chunk = self._chunk(data)
-        if chunk is None:
-            return []
-        payload = json.dumps(chunk, ensure_ascii=False, separators=(",", ":"))
-        return [sse.Event(b"data: " + payload.encode() + b"\n\n", payload)]
+        return [] if chunk is None else [_written(chunk)]
+
+    def _rest(self, text: str) -> list[sse.Event]:
+        """A chunk of its own for held ``text`` let go of at the end."""
+        t, choice = self.t, {"index": 0, "delta": {"content": text}, "finish_reason": None}
+        chunk = {"id": t.id, "object": "chat.completion.chunk", "created": t.created}
+        return [_written({**chunk, "model": t.model, "choices": [choice]})] if text else []
 
     def _chunk(self, data: dict[str, Any]) -> dict[str, Any] | None:
         t = self.t
@@ -124,8 +140,20 @@ class Splice:
         if self._skip_space and isinstance(content, str) and content:
             delta["content"] = content = content.lstrip()
             self._skip_space = not content
+        if self._trim is not None and not self._trim.done:
+            said = content if isinstance(content, str) else ""
+            ends = choice.get("finish_reason") is not None or data.get("usage") is not None
+            ends = ends or any(name != "content" for name in delta)  # a call, thinking...
+            content = self._trim.feed(said, end=ends)
+            if content or "content" in delta:
+                delta["content"] = content
         if content == "":
             del delta["content"]
         if delta or choice.get("finish_reason") is not None or data.get("usage") is not None:
             return data
         return None  # nothing left of it: the role chunk
+
+
+def _written(chunk: dict[str, Any]) -> sse.Event:
+    payload = json.dumps(chunk, ensure_ascii=False, separators=(",", ":"))
+    return sse.Event(b"data: " + payload.encode() + b"\n\n", payload)

@@ -152,7 +152,8 @@ class Translation:
             translator = Garbled if sent.continues else anthropic.StreamToChat
             chat = translator(usage, created, max_event_bytes=max_event)
         elif self.kind == "gemini":
-            chat = gemini.StreamToChat(include_usage=usage, created=created, fallback_id=rid)
+            read = GeminiGarbled if sent.continues else gemini.StreamToChat
+            chat = read(include_usage=usage, created=created, fallback_id=rid)
         if self.door == "openai":
             assert chat is not None
             return chat
@@ -191,8 +192,22 @@ class Garbled(anthropic.StreamToChat):
 
     def _event(self, event: sse.Event) -> bytes:
         if event.data is not None and malformed_chunk(event.data):
-            return b"data: " + event.data.replace("\n", "\ndata: ").encode() + b"\n\n"
+            return _as_chat_event(event.data)
         return super()._event(event)
+
+
+class GeminiGarbled(gemini.StreamToChat):
+    """Gemini's stream as chat chunks, its garbled events passed on as ``Garbled`` passes
+    Anthropic's (the Gemini translation drops them too)."""
+
+    def _event(self, event: sse.Event) -> list[bytes]:
+        if event.data is not None and malformed_chunk(event.data):
+            return [_as_chat_event(event.data)]
+        return super()._event(event)
+
+
+def _as_chat_event(data: str) -> bytes:
+    return b"data: " + data.replace("\n", "\ndata: ").encode() + b"\n\n"
 
 
 class Chained:

@@ -7,6 +7,9 @@ import pytest
 
 from app.dialects.continuation import (
     CONTINUE_FINAL,
+    INSTRUCTION,
+    INSTRUCTION_TEXT,
+    MODEL_TURN,
     OFF,
     PREFILL,
     PREFIX,
@@ -14,6 +17,8 @@ from app.dialects.continuation import (
     Partial,
     continued_chat,
 )
+from app.dialects.request_to_gemini import request_body
+from app.upstream.catalog import ConfigError, load
 
 ASKED = {"model": "m", "max_tokens": 40, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -55,9 +60,58 @@ def test_nothing_said_yet_is_the_request_as_it_was() -> None:
 
 @pytest.mark.parametrize(
     ("mode", "partial"),
-    [(OFF, Partial("a", 1)), ("instruction", Partial("a", 1)), (PREFIX, Partial("a", 40))],
-    ids=["off", "not-built", "bound-used"],
+    [(OFF, Partial("a", 1)), ("sideways", Partial("a", 1)), (PREFIX, Partial("a", 40))],
+    ids=["off", "not-a-mode", "bound-used"],
 )
 def test_what_cannot_be_continued_says_so(mode: str, partial: Partial) -> None:
     with pytest.raises(CannotContinue):
         continued_chat(ASKED, partial, mode)
+
+
+def test_a_model_turn_is_gemini_s_last_content_with_its_whitespace_and_never_after_thinking():
+    """The answer so far, trailing whitespace and all (Gemini refuses none), becomes the
+    Gemini request's last content, a ``model`` turn, once translated."""
+    doc = continued_chat(ASKED, Partial("Hello \n", used=1), MODEL_TURN)
+    assert doc["messages"][-1] == {"role": "assistant", "content": "Hello \n"}
+    assert request_body(doc)["contents"] == [
+        {"role": "user", "parts": [{"text": "hi"}]},
+        {"role": "model", "parts": [{"text": "Hello \n"}]},
+    ]
+    for thinking in ({"reasoning_effort": "low"}, {"thinking": {"type": "enabled"}}):
+        with pytest.raises(CannotContinue, match="thinking"):
+            continued_chat({**ASKED, **thinking}, Partial("Hello", used=1), MODEL_TURN)
+
+
+def test_an_instruction_follows_the_answer_so_far_as_a_whole_turn() -> None:
+    """The answer so far as it was (not marked, not left open), then the user's instruction
+    to go on; thinking is no obstacle (the model answers a user turn)."""
+    asked = {**ASKED, "reasoning_effort": "low"}
+    doc = continued_chat(asked, Partial("Hello wor", used=3), INSTRUCTION)
+    assert doc["messages"] == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello wor"},
+        {"role": "user", "content": INSTRUCTION_TEXT},
+    ]
+    assert doc["max_tokens"] == 37 and "continue_final_message" not in doc
+    assert continued_chat(ASKED, Partial("", used=0), INSTRUCTION) == ASKED
+
+
+@pytest.mark.parametrize(
+    ("kind", "mode", "taken"),
+    [
+        ("gemini", MODEL_TURN, True),
+        ("gemini", INSTRUCTION, True),
+        ("openai", INSTRUCTION, True),
+        ("anthropic", INSTRUCTION, True),
+        ("openai", MODEL_TURN, False),
+        ("gemini", PREFILL, False),
+    ],
+)
+def test_each_kind_takes_its_own_modes_and_the_instruction(kind: str, mode: str, taken: bool):
+    table = f'[[upstreams]]\nname = "a"\nkind = "{kind}"\nbase_url = "http://x/v1"\n'
+    table += f'models = ["m"]\ncontinuation = "{mode}"\n'
+    if taken:
+        assert load(table, {})[0].continues("m")
+    else:
+        with pytest.raises(ConfigError, match="continuation"):
+            load(table, {})
