@@ -29,3 +29,21 @@ def test_a_stage_is_the_median_over_the_answers() -> None:
     assert keyed_few._stage(kept, "auth") == 0.3
     assert keyed_few._stage(kept, "work") == 0.2
     assert keyed_few._stage([], "auth") == 0.0
+
+
+def test_a_ratio_is_the_median_of_the_rounds_pairs_with_memcacheds_cpu_in_the_keyed_one() -> None:
+    # (p50 ms, calls/s, µs CPU, Memcached µs, auth ms, busy) a round
+    seen: dict[str, list[keyed_few.Row]] = {
+        "keyed": [
+            (2.0, 100.0, 150.0, 50.0, 1, 1),
+            (20.0, 50.0, 300.0, 100.0, 1, 1),
+            (3.0, 900.0, 100.0, 0.0, 1, 1),
+        ],
+        "no key": [
+            (1.0, 100.0, 100.0, 0.0, 0, 1),
+            (2.0, 100.0, 200.0, 0.0, 0, 1),
+            (3.0, 1000.0, 100.0, 0.0, 0, 1),
+        ],
+    }
+    p50, rate, cpu = keyed_few.ratios(seen, "keyed")
+    assert (p50, rate, cpu) == (2.0, 0.9, 2.0)  # rounds 2, 10, 1; 1, 0.5, 0.9; 2, 2, 1
