@@ -10,11 +10,12 @@ import uuid
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.support.kinds import NAMES
 from tests.support.sim import sim_stats
 
-MESSAGES = [{"role": "user", "content": "Tell me about the sea."}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me about the sea."}]
 TOKENS = 12
 
 
