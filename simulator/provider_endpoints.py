@@ -147,6 +147,8 @@ def generate(
     if partial is not None and behaviour.script is None:
         before = text.gemini_prompt(system, contents[: -2 if told else -1])
         script = _prefilled(before, behaviour, partial, script, cap, told)
+    elif partial is not None and not told:  # a script's leading text continued, as on chat
+        script = continuing.script_rest(script, partial)
     id = new_id("")
     if stream:
         return Reply(_tokens(script), {}, gemini.GenerateFramer(script, id, model))

@@ -287,13 +287,15 @@ def test_a_cut_inside_a_tool_call_or_thinking_ends_with_its_error(
 
 @pytest.fixture(scope="module")
 def still_gws(make_stack, tmp_path_factory, sims) -> dict:
-    """No upstream continues: ``plain`` alone, of each kind."""
+    """No upstream continues: ``plain`` alone, of each kind, its ``continuation`` off (an
+    Anthropic kind's default continues)."""
     plan = """
 [[upstreams]]
 name = "plain"
 kind = "{kind}"
 base_url = "{url}/v1"
 models = ["m"]
+continuation = "off"
 """
     return {
         kind: file_stack(

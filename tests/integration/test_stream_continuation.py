@@ -7,7 +7,8 @@ first is cut (its connection reset, or its own error event) after a few tokens, 
 ``fail_times``); the second writes the rest from where the cut left it (the simulator
 continues its own words deterministically: simulator/continuing.py). The caller's joined
 text must be the uncut answer's, with one ``[DONE]``, and the simulators' counts show each
-call once. A third upstream in the plan, ``off``, has no ``continuation``: it is never asked.
+call once. A third upstream in the plan, ``plain``, has ``continuation = "off"`` (its kind's
+default continues an Anthropic one): it is never asked.
 A garbled event (the simulator's ``malformed-after``) is a cut too; where no upstream
 continues, it is what it was. Another model continues only where ``continues_models`` says.
 """
@@ -316,7 +317,8 @@ def test_no_fallback_tried_on_a_malformed_stream_is_not_this_gateway_s_shape(gw,
 
 @pytest.fixture(scope="module")
 def still_gw(make_stack, tmp_path_factory, sims):
-    """No upstream continues: ``m`` at an OpenAI-kind upstream, ``a`` at an Anthropic one."""
+    """No upstream continues: ``m`` at an OpenAI-kind upstream (its kind's default), ``a`` at
+    an Anthropic one whose continuation is set ``off`` (its kind's default continues)."""
     plan = f"""
 [[upstreams]]
 name = "oa"
@@ -328,6 +330,7 @@ name = "an"
 kind = "anthropic"
 base_url = "{sims["plain"]}/v1"
 models = ["a"]
+continuation = "off"
 """
     return file_stack(
         make_stack, tmp_path_factory.mktemp("continue-none"), plan,
@@ -336,7 +339,7 @@ models = ["a"]
 
 
 def test_without_continuation_a_malformed_event_is_relayed_as_before(still_gw, sims) -> None:
-    """With no ``continuation`` set, a garbled chunk is what it was: an OpenAI-kind upstream's
+    """With no upstream that continues, a garbled chunk is what it was: an OpenAI-kind upstream's
     is relayed as it came, and the stream goes on to its [DONE]; an Anthropic-kind one's is
     dropped by the translation. The piece it carried is lost either way."""
     lost = words("garbled", TOKENS)

@@ -4,8 +4,10 @@ simulators of one kind, the cut each test makes, and the independent counts they
 simulators' own, the key's Memcached counter, the gateway's metrics). No pytest here.
 
 The plan: ``first`` and ``second`` continue (``prefix`` for an OpenAI-kind upstream, a
-``prefill`` for an Anthropic one); ``plain``, between them by priority, does not, and is never
-asked for a continuation. ``first`` fails once (its ``fail_times``), ``second`` never.
+``prefill`` for an Anthropic one, a ``model_turn`` for a Gemini one, or the mode given);
+``plain``, between them by priority, has ``continuation = "off"`` (an Anthropic or Gemini
+kind's default continues), and is never asked for a continuation. ``first`` fails once (its
+``fail_times``), ``second`` never.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ kind = "{kind}"
 base_url = "{sims["plain"]}{root}"
 models = ["m"]
 priority = 1
+continuation = "off"
 headers = {{ "x-sim-fail-times" = "0" }}
 
 [[upstreams]]
