@@ -88,6 +88,8 @@ def messages(body: dict[str, Any], behaviour: Behaviour, new_id: NewId) -> Reply
     if partial is not None and behaviour.script is None:
         before = text.messages_prompt(body.get("system"), turns[: -2 if told else -1])
         script = _prefilled(before, behaviour, partial, script, cap, told)
+    elif partial is not None and not told:  # a script's leading text continued, as on chat
+        script = continuing.script_rest(script, partial)
     id, model = new_id("msg_"), model_of(body)
     if flag(body, "stream"):
         return Reply(_tokens(script), {}, anthropic.MessageFramer(script, id, model))
@@ -145,6 +147,8 @@ def generate(
     if partial is not None and behaviour.script is None:
         before = text.gemini_prompt(system, contents[: -2 if told else -1])
         script = _prefilled(before, behaviour, partial, script, cap, told)
+    elif partial is not None and not told:  # a script's leading text continued, as on chat
+        script = continuing.script_rest(script, partial)
     id = new_id("")
     if stream:
         return Reply(_tokens(script), {}, gemini.GenerateFramer(script, id, model))

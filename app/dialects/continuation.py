@@ -2,10 +2,12 @@
 so far handed back as a partial assistant turn, as the upstream takes one. No I/O here.
 
 How an upstream continues is its ``continuation`` in the upstreams file
-(app/upstream/catalog.py), ``off`` unless the operator sets it, for every kind: the gateway
-cannot tell an OpenAI-compatible server that takes a partial turn from one that does not
-(OpenAI's own takes none), and a mode that a server does not understand would have it answer
-the question again, not continue. The modes built (docs/streams.md):
+(app/upstream/catalog.py); unset, its kind's (``DEFAULTS``): an Anthropic upstream's prefill
+and a Gemini one's model turn, the provider's own way of writing on from a partial turn, and
+``off`` for the ``openai`` kind: the gateway cannot tell an OpenAI-compatible server that
+takes a partial turn from one that does not (OpenAI's own takes none), and a mode that a
+server does not understand would have it answer the question again, not continue. The modes
+(docs/streams.md):
 
 - ``continue_final_message`` (vLLM, SGLang and other servers that render the chat template):
   the assistant turn last, with ``continue_final_message: true`` and
@@ -52,6 +54,8 @@ MODES = {
     "anthropic": (OFF, PREFILL, INSTRUCTION),
     "gemini": (OFF, MODEL_TURN, INSTRUCTION),
 }
+# Each kind's mode when its upstream sets none: the provider's own way to write on.
+DEFAULTS = {"openai": OFF, "anthropic": PREFILL, "gemini": MODEL_TURN}
 # The modes that hand the model its own turn to write on from (a thinking model cannot).
 _OPEN_TURN = (PREFILL, MODEL_TURN)
 # The user turn of ``instruction``: to write only the rest, from the very character after.

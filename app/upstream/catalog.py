@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from app.core.doors import ANTHROPIC
 from app.core.tables import NAME, check_types
+from app.dialects.continuation import DEFAULTS as CONTINUATION_DEFAULTS
 from app.dialects.continuation import MODES as CONTINUATION_MODES
 from app.dialects.continuation import OFF
 from app.request.routes import Route
@@ -256,7 +257,7 @@ def _spec(
         raise fail("models", 'must be a non-empty list of model names (or ["*"])')
     hedge = _hedge(table, fail)
     pairs = _string_pairs(table, fail)
-    mode = table.get("continuation", OFF)
+    mode = table.get("continuation", CONTINUATION_DEFAULTS[kind])
     if mode not in CONTINUATION_MODES[kind]:
         modes = ", ".join(CONTINUATION_MODES[kind])
         raise fail("continuation", f"of a {kind} upstream must be one of {modes}, got {mode!r}")

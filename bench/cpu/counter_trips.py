@@ -12,7 +12,9 @@ file's, so both numbers come from outside the gateway:
   (a command sent ``noreply``) is not a wait, and is counted under ``sends`` only.
 
 Sequential calls, one caller, after a warm-up (the windows' counters exist by then: the
-first call of a window also creates them).
+first call of a window also creates them); ``--callers N``: N callers at once, whose counts a
+worker sends together when they come while a batch is out (app/store/counters.py), so a
+call's share of the round trips falls below two.
 """
 
 from __future__ import annotations
@@ -34,14 +36,16 @@ STATS = ("incr_hits", "incr_misses", "decr_hits", "decr_misses", "cmd_touch", "c
          "cmd_get")  # fmt: skip
 
 
-def measure(stack: Stack, proxy: TripCounter, mc_port: int, body: dict, calls: int) -> str:
+def measure(
+    stack: Stack, proxy: TripCounter, mc_port: int, body: dict, calls: int, callers: int = 1
+) -> str:
     host, port = stack.url.removeprefix("http://").rsplit(":", 1)
     headers = {"Authorization": f"Bearer {SECRET}", "x-sim-ttft-ms": "0", "x-sim-tps": "100000"}
     request = loadgen.request_bytes("/v1/chat/completions", body, headers)
-    loadgen.run(host, int(port), request, 1, 10)
+    loadgen.run(host, int(port), request, callers, 10 * callers)
     time.sleep(0.5)  # the warm-up's settlements
     before, trips = memcached_stats(mc_port), proxy.counts()
-    done = loadgen.run(host, int(port), request, 1, calls)
+    done = loadgen.run(host, int(port), request, callers, calls)
     time.sleep(0.5)
     after, trips_after = memcached_stats(mc_port), proxy.counts()
     n = max(1, len(done.total))
@@ -54,6 +58,7 @@ def measure(stack: Stack, proxy: TripCounter, mc_port: int, body: dict, calls: i
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.cpu.counter_trips", description=__doc__)
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--callers", type=int, default=1)
     args = parser.parse_args()
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-trips-"))
     keys = write_keys(run_dir, SECRET)
@@ -66,7 +71,8 @@ def main() -> None:
         base = {"model": "sim-model", "messages": [{"role": "user", "content": "trips"}]}
         for kind, extra in (("non-stream", {"max_tokens": 16}),
                             ("stream", {"max_tokens": 16, "stream": True})):  # fmt: skip
-            print(f"{kind}: {measure(stack, proxy, mc_port, {**base, **extra}, args.calls)}")
+            found = measure(stack, proxy, mc_port, {**base, **extra}, args.calls, args.callers)
+            print(f"{kind}: {found}")
     finally:
         stack.stop()
         mc.stop()

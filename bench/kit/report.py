@@ -46,7 +46,8 @@ from typing import Any
 
 # Report order: each part's name (`python -m bench --only NAME`) and its module. overhead,
 # features, memory, cache: the relay's cost against direct, nginx-only and the floor, each
-# feature's CPU over the same call without it (issue 45), memory per open
+# feature's CPU over the same call without it (issue 45), a keyed call at 10 callers over the
+# same call without a key (issue 45), memory per open
 # stream, cache hits; capacity: open streams through `make run`'s shape; http2: HTTP/2 at
 # nginx; seed: the seed table over TLS and a WAN round trip; trace_latency: the tail of a
 # call with traces on, the collector working, silent or absent; translation: CPU per call and
@@ -57,6 +58,7 @@ from typing import Any
 MODULES = {
     "overhead": "bench.load.overhead",
     "features": "bench.cpu.features",
+    "keyed": "bench.load.keyed_few",
     "memory": "bench.load.memory",
     "cache": "bench.load.cache",
     "capacity": "bench.load.capacity",

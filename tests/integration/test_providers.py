@@ -152,6 +152,9 @@ def test_parallel_tool_calls_with_long_arguments_async(kinds_gw) -> None:
 def test_a_mid_stream_overload_is_the_sdks_api_error_after_the_same_text(
     openai_client, kind
 ) -> None:
+    # Anthropic and Gemini upstreams continue a broken stream by default; this script breaks
+    # at the same place each time, so their continuations break too and the error comes
+    # after the same text, none of it repeated.
     texts: list[str] = []
     with pytest.raises(openai.APIError) as caught:
         for chunk in _ask(openai_client, kind, "overload", stream=True):

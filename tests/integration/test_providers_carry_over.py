@@ -34,7 +34,9 @@ def _since(url: str, before: dict[str, int]) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def failover_gw(make_stack, tmp_path_factory, upstream_sim):
     """Claude first: "m" reaches it as a model that answers 529, "m-cut" as one whose stream
-    breaks with an overload after its first words; an OpenAI upstream second for both."""
+    breaks with an overload after its first words; an OpenAI upstream second for both.
+    Claude's continuation is off (its kind's default continues a broken stream): these tests
+    hold what failover does and does not do; continuation's are test_stream_continuation*."""
     toml = f"""
 [[upstreams]]
 name = "claude"
@@ -42,6 +44,7 @@ kind = "anthropic"
 base_url = "{upstream_sim}/v1"
 models = ["m", "m-cut"]
 priority = 0
+continuation = "off"
 aliases = {{ "m" = "sim/fault=529", "m-cut" = "sim/script=overload" }}
 
 [[upstreams]]

@@ -62,7 +62,7 @@ def upstreams(sims: dict[str, str], kind: str, mode: str) -> str:
     root = "/v1beta" if kind == "gemini" else "/v1"
     tables = [
         ("first", "m", 0, f'continuation = "{mode}"'),
-        ("plain", "p", 1, ""),
+        ("plain", "p", 1, 'continuation = "off"'),  # not its kind's default: never continued
         ("second", "m", 2, f'continuation = "{mode}"'),
     ]
     return "".join(

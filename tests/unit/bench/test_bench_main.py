@@ -18,6 +18,7 @@ def test_each_part_of_the_report_is_a_module_with_run() -> None:
     assert list(report.MODULES) == [
         "overhead",
         "features",
+        "keyed",
         "memory",
         "cache",
         "capacity",

@@ -115,3 +115,15 @@ def test_each_kind_takes_its_own_modes_and_the_instruction(kind: str, mode: str,
     else:
         with pytest.raises(ConfigError, match="continuation"):
             load(table, {})
+
+
+@pytest.mark.parametrize(
+    ("kind", "default"), [("openai", "off"), ("anthropic", "prefill"), ("gemini", "model_turn")]
+)
+def test_an_upstream_that_sets_no_continuation_takes_its_kind_s_own(kind: str, default: str):
+    table = f'[[upstreams]]\nname = "a"\nkind = "{kind}"\nbase_url = "http://x/v1"\n'
+    spec = load(table + 'models = ["m"]\n', {})[0]
+    assert spec.continuation == default
+    assert spec.continues("m") is (default != "off")
+    # Set, it is what it says (off included).
+    assert load(table + 'models = ["m"]\ncontinuation = "off"\n', {})[0].continues("m") is False
