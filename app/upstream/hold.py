@@ -68,8 +68,7 @@ class ToolHold:
             return batch
         out: list[sse.Event] = []
         for event in batch:
-            data = event.data
-            if data is None:  # a comment
+            if self._passes(event):
                 out.append(event)
             elif self.held:
                 if is_error_event(event):
@@ -77,11 +76,11 @@ class ToolHold:
                     out.append(event)
                     continue
                 self.held.append(event)
-                if _closes(data):
+                if self._closes(event):
                     out += self.held
                     self.held = []
-            elif _opens(data):
-                if _closes(data):  # a whole call in one chunk, with the finish
+            elif self._opens(event):
+                if self._closes(event):  # a whole call in one chunk, with the finish
                     out.append(event)
                 else:
                     self.held.append(event)
@@ -91,7 +90,21 @@ class ToolHold:
 
     def drop(self) -> Transcript:
         """The held events let go of (a cut): what they said, read for the usage sum."""
-        lost = Transcript()
+        lost = self._transcript()
         lost.read(self.held)
         self.held = []
         return lost
+
+    # The dialect's: a chat stream's chunks here, Anthropic's named events in
+    # app/upstream/message_hold.py.
+    _transcript = Transcript
+
+    def _passes(self, event: sse.Event) -> bool:
+        """Whether an event goes on while calls are held (a comment)."""
+        return event.data is None
+
+    def _opens(self, event: sse.Event) -> bool:
+        return _opens(event.data or "")
+
+    def _closes(self, event: sse.Event) -> bool:
+        return _closes(event.data or "")

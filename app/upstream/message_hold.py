@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import json
 
-from app.request.events import is_error_event
 from app.upstream.hold import ToolHold
 from app.upstream.message_splice import MessageTranscript
-from app.upstream.transcript import Transcript
 from llmgate_wire import sse
 
 _NOT_CALLS = ("text", "thinking", "redacted_thinking")
@@ -49,30 +47,13 @@ class MessageToolHold(ToolHold):
     """One message stream's held tool calls (see the module docstring); ``on`` False: it
     holds none."""
 
-    def take(self, batch: list[sse.Event]) -> list[sse.Event]:
-        if not self.on:
-            return batch
-        out: list[sse.Event] = []
-        for event in batch:
-            if event.data is None or event.event == "ping":
-                out.append(event)
-            elif self.held:
-                if is_error_event(event):
-                    self.held = []
-                    out.append(event)
-                    continue
-                self.held.append(event)
-                if event.event in ("message_delta", "message_stop"):
-                    out += self.held
-                    self.held = []
-            elif _opens(event):
-                self.held.append(event)
-            else:
-                out.append(event)
-        return out
+    _transcript = MessageTranscript
 
-    def drop(self) -> Transcript:
-        lost = MessageTranscript()
-        lost.read(self.held)
-        self.held = []
-        return lost
+    def _passes(self, event: sse.Event) -> bool:
+        return event.data is None or event.event == "ping"
+
+    def _opens(self, event: sse.Event) -> bool:
+        return _opens(event)
+
+    def _closes(self, event: sse.Event) -> bool:
+        return event.event in ("message_delta", "message_stop")
