@@ -1,13 +1,15 @@
-"""An upstream that sets no ``continuation`` continues by its kind's own way: an Anthropic one
-by prefill, a Gemini one by a model turn, an OpenAI-compatible one not at all
-(docs/streams.md, "On by kind"). The upstreams file names no continuation (tests/support/
-kinds.py); the OpenAI SDK reads the stream as users run it; the simulator cuts the stream
-once (its connection reset after a few words) and counts the calls itself."""
+"""An upstream that sets no ``continuation`` continues by its kind's own way, on either door:
+an Anthropic one by prefill, a Gemini one by a model turn, an OpenAI-compatible one not at
+all (docs/streams.md, "On by kind"). The upstreams file names no continuation
+(tests/support/kinds.py); the OpenAI SDK (chat) and the Anthropic SDK (``/v1/messages``)
+stream as users run them; the simulator cuts the stream once (its connection reset after a
+few words) and counts the calls itself."""
 
 from __future__ import annotations
 
 import uuid
 
+import anthropic
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
@@ -15,20 +17,44 @@ from openai.types.chat import ChatCompletionMessageParam
 from tests.support.kinds import NAMES
 from tests.support.sim import sim_stats
 
-MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me about the sea."}]
+PROMPT = "Tell me about the sea."
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": PROMPT}]
 TOKENS = 12
 
 
-def ask(client: openai.OpenAI, kind: str, **sim: str) -> tuple[str, Exception | None]:
+def sim_headers(sim: dict[str, str]) -> dict[str, str]:
+    return {"x-sim-tokens": str(TOKENS), **{f"x-sim-{k}": v for k, v in sim.items()}}
+
+
+def ask_chat(client: openai.OpenAI, kind: str, **sim: str) -> tuple[str, Exception | None]:
     """The joined text of a chat stream, and the error that ended it (None: it ended well)."""
-    headers = {"x-sim-tokens": str(TOKENS), **{f"x-sim-{k}": v for k, v in sim.items()}}
     said: list[str] = []
     try:
         for chunk in client.chat.completions.create(
-            model=f"m-{kind}", messages=MESSAGES, stream=True, extra_headers=headers
+            model=f"m-{kind}", messages=MESSAGES, stream=True, extra_headers=sim_headers(sim)
         ):
             said += [c.delta.content for c in chunk.choices if c.delta.content]
     except (openai.APIError, openai.APIConnectionError) as exc:
+        return "".join(said), exc
+    return "".join(said), None
+
+
+def ask_messages(
+    client: anthropic.Anthropic, kind: str, **sim: str
+) -> tuple[str, Exception | None]:
+    """The joined text of a message stream, and the error that ended it (None: it ended
+    well, with one message_stop: the SDK's final message has its stop reason)."""
+    said: list[str] = []
+    try:
+        with client.messages.stream(
+            model=f"m-{kind}",
+            max_tokens=64,
+            messages=[{"role": "user", "content": PROMPT}],
+            extra_headers=sim_headers(sim),
+        ) as stream:
+            said += list(stream.text_stream)
+            assert stream.get_final_message().stop_reason == "end_turn"
+    except (anthropic.APIError, anthropic.APIConnectionError) as exc:
         return "".join(said), exc
     return "".join(said), None
 
@@ -38,16 +64,21 @@ def continued(gw, kind: str) -> float:
     return gw.metric(name, default=0.0, upstream=NAMES[kind], outcome="continued")
 
 
+@pytest.mark.parametrize("door", ["chat", "messages"])
 @pytest.mark.parametrize("kind", ["anthropic", "gemini", "openai"])
 def test_a_cut_stream_continues_where_the_kind_has_its_own_way(
-    kinds_gw, openai_client, upstream_sim, kind
+    kinds_gw, openai_client, anthropic_client, upstream_sim, kind, door
 ) -> None:
-    whole, error = ask(openai_client, kind)
+    def ask(**sim: str) -> tuple[str, Exception | None]:
+        if door == "chat":
+            return ask_chat(openai_client, kind, **sim)
+        return ask_messages(anthropic_client, kind, **sim)
+
+    whole, error = ask()
     assert error is None and len(whole.split()) == TOKENS
     asked, was = sim_stats(upstream_sim)["requests"], continued(kinds_gw, kind)
-    cut = {"fault": "reset", "reset-after": "4", "fail-times": "1",
-           "fail-key": uuid.uuid4().hex}  # fmt: skip
-    said, error = ask(openai_client, kind, **cut)
+    cut = {"fault": "reset", "reset-after": "4", "fail-times": "1", "fail-key": uuid.uuid4().hex}
+    said, error = ask(**cut)
     calls = sim_stats(upstream_sim)["requests"] - asked
     if kind == "openai":  # no continuation unless the upstream says how
         assert error is not None and said != whole and whole.startswith(said)
