@@ -15,31 +15,31 @@ A third upstream, ``plain`` (model ``p``, not continued), gives one cut call's r
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 
 import pytest
-import urllib3
 
 from llmgate_wire import sse
 from simulator import continuing
 from simulator import text as sim_text
+from tests.support.continuing import (
+    ENV,
+    FAULTS,
+    MAX_TOKENS,
+    TOKENS,
+    asked,
+    cut_once,
+    http,
+    reset,
+    three_sims,
+)
 from tests.support.keys_file import keys_toml
 from tests.support.sdks import openai_sdk
-from tests.support.sim import sim_requests, sim_stats, start_simulator
+from tests.support.sim import sim_requests
 from tests.support.sse_reader import chat_stream
 from tests.support.stack import NOWHERE, file_stack
 
-http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=30))
-TOKENS = 12
-MAX_TOKENS = 40
-IDLE_S = 1
-ENV = {  # as test_stream_continuation.py's, for the same reasons
-    "LLMGATE_IDLE_TIMEOUT_S": str(IDLE_S),
-    "LLMGATE_BREAKER_COOLDOWN_S": "0.001",
-    "LLMGATE_BREAKER_COOLDOWN_MAX_S": "0.001",
-}
-CUTS = ["reset", "error-after", "stall-after", "end-after", "malformed-after"]
+CUTS = FAULTS
 # (kind, mode) of each stack: Gemini's own way, and the instruction on every kind.
 PLANS = [("gemini", "model_turn"), ("openai", "instruction"), ("anthropic", "instruction")]
 PLANS += [("gemini", "instruction")]
@@ -48,14 +48,7 @@ SECRET = "llmg-meter-modes-secret"
 
 @pytest.fixture(scope="module")
 def sims(tmp_path_factory) -> Iterator[dict[str, str]]:
-    logs = tmp_path_factory.mktemp("modes-sims")
-    procs = {
-        name: start_simulator(logs, "--ttft-ms", "0", "--tps", "500")
-        for name in ("first", "second", "plain")
-    }
-    yield {name: url for name, (_, url) in procs.items()}
-    for proc, _ in procs.values():
-        proc.stop()
+    yield from three_sims(tmp_path_factory.mktemp("modes-sims"))
 
 
 def upstreams(sims: dict[str, str], kind: str, mode: str) -> str:
@@ -101,17 +94,6 @@ def stacks(make_stack, tmp_path_factory, sims):
     return get
 
 
-def reset(sims: dict[str, str]) -> None:
-    for url in sims.values():
-        http.request("POST", url + "/sim/reset")
-
-
-def cut_once(fault: str) -> dict[str, str]:
-    """A cut by ``fault`` after 4 words, made by ``first`` and ``plain`` once."""
-    slots = {"reset-after": "4", "error-after": "4", "stall-after": "4"}
-    return {"fault": fault, **slots, "fail-key": uuid.uuid4().hex}
-
-
 def sim_headers(**sim: str) -> dict[str, str]:
     return {"x-sim-tokens": str(TOKENS), **{f"x-sim-{k}": v for k, v in sim.items()}}
 
@@ -139,10 +121,6 @@ def chunks(events: list[sse.Event]) -> list[dict]:
 def text(events: list[sse.Event]) -> str:
     got = chunks(events)
     return "".join(c["delta"].get("content") or "" for k in got for c in k.get("choices", []))
-
-
-def asked(sims: dict[str, str]) -> dict[str, int]:
-    return {name: sim_stats(url)["requests"] for name, url in sims.items()}
 
 
 def continued_request(sims: dict[str, str], kind: str) -> tuple[list[tuple[str, str]], int]:
