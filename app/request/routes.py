@@ -66,8 +66,8 @@ class Route:
     stateful: bool = False  # an answer may rest on state kept at the provider
     resumable: bool = False  # its stream can be made resumable (docs/streams.md)
     # A stream cut after it started may be continued on another upstream (docs/streams.md):
-    # its answer is one message whose text the gateway can hand back as a partial turn (the
-    # chat door's only, yet: app/upstream/transcript.py reads its chunks).
+    # its answer is one message whose text the gateway can hand back as a partial turn, read
+    # in its ``events``' dialect (app/upstream/continued_doors.py).
     continues: bool = False
     end: StreamEnd | None = None  # how its stream says it is complete
     events: str = CHUNKS
@@ -161,6 +161,7 @@ MESSAGES = Route(
     output_field="max_tokens",
     cacheable=True,
     resumable=True,
+    continues=True,
     end=MESSAGE_STOP,
     events=NAMED,
     shape=SHAPE_MESSAGE,

@@ -1,11 +1,13 @@
 """A stream that outlives its upstream: continued on another upstream call when it breaks.
 
-The rule: a chat stream (the route's ``continues``) whose upstream fails after it started (a
-reset, an idle stall, the upstream's own error event, a clean end without ``[DONE]``, an
-event that is not a chunk: it is not relayed) is continued when it can be: the same request
-is sent again, to an upstream that may continue it, with the answer so far as a partial
-assistant turn (app/dialects/continuation.py), and its events go on in the same stream
-(app/upstream/splice.py). The caller reads one answer.
+The rule: a stream of a route that ``continues`` (chat, /v1/messages) whose upstream fails
+after it started (a reset, an idle stall, the upstream's own error event, a clean end
+without its end mark, an event that is not a JSON object: it is not relayed) is continued
+when it can be: the same request is sent again, to an upstream that may continue it, with
+the answer so far as a partial assistant turn (app/dialects/continuation.py), and its events
+go on in the same stream (app/upstream/splice.py). The caller reads one answer. The stream
+is read in its door's dialect (app/upstream/continued_doors.py: chat chunks, or the named
+events of /v1/messages).
 What cannot be continued is said as before, never faked: the stream ends with its error.
 With the read upstream's ``hold_tool_calls``, tool calls wait for the finish (app/upstream/
 hold.py): a cut drops them, and the continuation, handed the text before them, writes them.
@@ -49,13 +51,13 @@ from app.core.errors import (
     UpstreamTimeout,
 )
 from app.dialects import continuation as modes
-from app.dialects.continuation import CannotContinue, Partial, continued_chat
+from app.dialects.continuation import CannotContinue, Partial
 from app.observe import tracing
 from app.observe.tracing import Value
 from app.request.events import is_error_event, malformed_chunk
 from app.upstream.attempt import READ, READING
 from app.upstream.catalog import UpstreamSpec
-from app.upstream.hold import ToolHold
+from app.upstream.continued_doors import door_of
 from app.upstream.reading import Patience, ReadRules, Start
 from app.upstream.retry import Deadline
 from app.upstream.splice import Before, Splice
@@ -148,11 +150,12 @@ class Continuation:
         self._left = upstream.settings.retries
         self._kept: list[Batch] = []
         self._count = 0
-        self._transcript = Transcript()
+        self._door = door_of(req.route)  # its dialect's reading, splice and request edit
+        self._transcript = self._door.transcript()
         self._tail: sse.Event | None = None  # the last event not a comment, once folded
         self._abandoned = False  # the stream's upstream was let go of for a continuation
         held = [s.hold_tool_calls for s in upstream.specs if s.name == first.resp.upstream]
-        self._hold = ToolHold(any(held))  # its tool calls held until whole (hold.py)
+        self._hold = self._door.hold(any(held))  # its tool calls held whole (hold.py)
 
     # -- the stream --------------------------------------------------------------------------
     def events(self, patience: Patience | None) -> Iterator[Batch]:
@@ -281,7 +284,7 @@ class Continuation:
                 yield [_note(spec.name, t.shown)]
                 space = spec.continuation == modes.PREFILL and partial.prefill != partial.text
                 trim = spec.continuation == modes.INSTRUCTION
-                return self._source(patience), Splice(t, before, space, trim)
+                return self._source(patience), self._door.splice(t, before, space, trim)
         return None
 
     def _candidates(self, broke: str) -> list[UpstreamSpec]:
@@ -340,11 +343,11 @@ class Continuation:
             doc = json.loads(self._req.body or b"")
             if model != self._req.model:
                 doc["model"] = model
-            body = continued_chat(doc, partial, spec.continuation)
+            body = self._door.request(doc, partial, spec.continuation)
         except (CannotContinue, ValueError, TypeError):
             return None
         raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        req = dataclasses.replace(self._req, body=raw, upstreams=None, model=model)
+        req = dataclasses.replace(self._req, body=raw, upstreams=None, model=model, continuing=True)
         job = gevent.spawn(self._start_at, spec, req)
         taken = False
         try:

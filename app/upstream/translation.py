@@ -28,6 +28,7 @@ from app.core.errors import UpstreamReset
 from app.dialects import anthropic, anthropic_door, gemini
 from app.dialects.chat import dumps
 from app.dialects.continuation import OFF
+from app.dialects.continuation_messages import partial_chat
 from app.patches import chunked_reads
 from app.request.affinity import Affinity
 from app.request.events import malformed_chunk
@@ -92,15 +93,19 @@ class Translation:
         body: bytes,
         headers: Mapping[str, str],
         affinity: Affinity | None = None,
+        continuing: bool = False,
     ) -> Outgoing:
         """The caller's body and headers as ``spec`` wants them (its model name, its key's
         header spelling, its ``prompt_cache`` switch: app/upstream/prompt_cache.py, with the
         conversation's ``affinity``); Untranslatable (400) for a request its dialect cannot
-        carry."""
+        carry. ``continuing``: a continuation's (app/upstream/continuation.py), whose last
+        turn, the answer so far, an OpenAI-kind server is told to continue."""
         doc = json.loads(body)
         model = spec.model_for(doc.get("model") or "")
         doc["model"] = model
         chat = anthropic_door.chat_body(doc) if self.door == "anthropic" else doc
+        if continuing and self.door == "anthropic" and self.kind == "openai":
+            chat = partial_chat(chat, spec.continuation)
         stream = chat.get("stream") is True
         options = chat.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -157,7 +162,8 @@ class Translation:
         if self.door == "openai":
             assert chat is not None
             return chat
-        door = anthropic_door.ChatToStream(
+        to_door = GarbledDoor if sent.continues else anthropic_door.ChatToStream
+        door = to_door(
             message_id=f"msg_{rid}", model=sent.model, input_tokens=max(1, prompt_bytes // 4)
         )
         return door if chat is None else Chained(chat, door)
@@ -194,6 +200,18 @@ class Garbled(anthropic.StreamToChat):
         if event.data is not None and malformed_chunk(event.data):
             return _as_chat_event(event.data)
         return super()._event(event)
+
+
+class GarbledDoor(anthropic_door.ChatToStream):
+    """A chat stream as the Anthropic door's events (``ChatToStream``), but a chunk whose data
+    is not a JSON object passes as an event of the same data, where the translation would
+    drop it: as ``Garbled``, for the continuation to take it for a cut (a Gemini upstream's,
+    passed on by ``GeminiGarbled``, too)."""
+
+    def _translate(self, item: sse.Event) -> bytes:
+        if item.data is not None and malformed_chunk(item.data):
+            return _as_chat_event(item.data)
+        return super()._translate(item)
 
 
 class GeminiGarbled(gemini.StreamToChat):

@@ -81,6 +81,9 @@ class UpstreamRequest:
     # The conversation it belongs to (app/request/affinity.py): which upstream's prompt cache
     # holds its prefix; None: a call with no prompt to keep warm.
     affinity: Affinity | None = None
+    # A continuation's request (app/upstream/continuation.py): its last turn is the answer so
+    # far, which a translation to an OpenAI-kind server marks as the partial turn to go on.
+    continuing: bool = False
 
 
 @dataclass
@@ -337,7 +340,7 @@ def _translated(
     and what was sent, for the answer's translation."""
     if req.body is None:
         raise BadRequest("A translated call needs a JSON body.", code="invalid_body")
-    sent = translation.request(spec, req.body, req.headers, req.affinity)
+    sent = translation.request(spec, req.body, req.headers, req.affinity, req.continuing)
     model = quote(sent.model, safe="")
     base = spec.base_url.replace("{model}", model)
     query = "&".join(filter(None, [sent.query, urlencode(spec.query)]))

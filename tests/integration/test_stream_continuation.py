@@ -16,88 +16,41 @@ continues, it is what it was. Another model continues only where ``continues_mod
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import urllib3
 
 from llmgate_wire import sse
 from simulator.text import words
+from tests.support.continuing import (
+    ENV,
+    FAULTS,
+    KEYS,
+    MAX_TOKENS,
+    TIGHT,
+    TOKENS,
+    asked,
+    charged,
+    continuations,
+    continued_turn,
+    cut_once,
+    http,
+    reset,
+    secret,
+    three_sims,
+    upstreams,
+)
 from tests.support.keys_file import keys_toml
-from tests.support.sim import sim_requests, sim_stats, start_simulator
+from tests.support.sim import sim_requests
 from tests.support.sse_reader import chat_stream, drop, read_data
 from tests.support.stack import NOWHERE, file_stack
 from tests.support.waiting import wait_for
 
-http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=30))
-TOKENS = 12
-MAX_TOKENS = 40  # the caller's bound: what a call reserves for its output
-# One call reserves its prompt's bound and MAX_TOKENS (247 tokens, measured): ``tight`` has
-# room for one such reservation, not two.
-TIGHT = 400
-# How each kind of upstream continues (docs/streams.md).
-MODES = {"openai": "prefix", "anthropic": "prefill"}
-IDLE_S = 1  # a stall (the simulator's stall-after) past it is a cut
-# Every test cuts ``first`` once: more than half of its calls fail, and its breaker opens
-# (app/upstream/breaker.py), which would send the next call to ``plain``. A breaker that
-# opens for a millisecond lets that call probe ``first`` again.
-ENV = {
-    "LLMGATE_IDLE_TIMEOUT_S": str(IDLE_S),
-    "LLMGATE_BREAKER_COOLDOWN_S": "0.001",
-    "LLMGATE_BREAKER_COOLDOWN_MAX_S": "0.001",
-}
-KEYS = {"meter": "tokens_per_day = 100000000", "tight": f"tokens_per_day = {TIGHT}"}
-
-
-def secret(name: str) -> str:
-    return f"llmg-{name}-continue-secret"
-
 
 @pytest.fixture(scope="module")
 def sims(tmp_path_factory) -> Iterator[dict[str, str]]:
-    logs = tmp_path_factory.mktemp("continue-sims")
-    procs = {
-        name: start_simulator(logs, "--ttft-ms", "0", "--tps", "500")
-        for name in ("first", "second", "plain")
-    }
-    yield {name: url for name, (_, url) in procs.items()}
-    for proc, _ in procs.values():
-        proc.stop()
-
-
-def upstreams(sims: dict[str, str], kind: str = "openai") -> str:
-    """``first``, ``plain`` and ``second``, of ``kind``; all but ``plain`` continue."""
-    mode = MODES[kind]
-    return f"""
-[[upstreams]]
-name = "first"
-kind = "{kind}"
-base_url = "{sims["first"]}/v1"
-models = ["m"]
-priority = 0
-continuation = "{mode}"
-headers = {{ "x-sim-fail-times" = "1" }}
-
-[[upstreams]]
-name = "plain"
-kind = "{kind}"
-base_url = "{sims["plain"]}/v1"
-models = ["m"]
-priority = 1
-continuation = "off"
-headers = {{ "x-sim-fail-times" = "0" }}
-
-[[upstreams]]
-name = "second"
-kind = "{kind}"
-base_url = "{sims["second"]}/v1"
-models = ["m"]
-priority = 2
-continuation = "{mode}"
-headers = {{ "x-sim-fail-times" = "0" }}
-"""
+    yield from three_sims(tmp_path_factory.mktemp("continue-sims"))
 
 
 @pytest.fixture(scope="module")
@@ -126,11 +79,6 @@ def claude_gw(make_stack, tmp_path_factory, sims):
         workers=1,
         upstream_url=NOWHERE,
     )
-
-
-def reset(sims: dict[str, str]) -> None:
-    for url in sims.values():
-        http.request("POST", url + "/sim/reset")
 
 
 def stream(
@@ -177,29 +125,6 @@ def text(events: list[sse.Event]) -> str:
     )
 
 
-def cut_once(fault: str) -> dict[str, str]:
-    """A cut by ``fault`` after 4 tokens, which only ``first`` makes, once (its upstream
-    table's ``x-sim-fail-times``, which wins over the caller's headers)."""
-    return {
-        "fault": fault,
-        "reset-after": "4",
-        "error-after": "4",
-        "stall-after": "4",  # error-after's slot is malformed-after's too
-        "fail-key": uuid.uuid4().hex,
-    }
-
-
-def charged(gw, key: str) -> int:
-    """The tokens counted against ``key`` today (its Memcached counter, /admin/usage)."""
-    resp = http.request("GET", gw.url + "/admin/usage")
-    return {k["name"]: k for k in json.loads(resp.data)["keys"]}[key]["tokens_today"] or 0
-
-
-def continuations(gw, outcome: str, upstream: str = "first") -> float:
-    name = "llmgate_stream_continuations_total"
-    return gw.metric(name, default=0.0, upstream=upstream, outcome=outcome)
-
-
 def attempts(gw, upstream: str, result: str | None = None):
     """The gateway's count of ``upstream``'s attempts by ``result`` (all of them: a dict)."""
     name = "llmgate_upstream_attempts_total"
@@ -208,24 +133,8 @@ def attempts(gw, upstream: str, result: str | None = None):
     return {r: attempts(gw, upstream, r) for r in ("ok", "failed")}
 
 
-def asked(sims: dict[str, str]) -> dict[str, int]:
-    """Each simulator's own count of the calls it answered."""
-    return {name: sim_stats(url)["requests"] for name, url in sims.items()}
-
-
-def continued_turn(sims: dict[str, str], kind: str = "openai") -> str:
-    """The answer so far as ``second`` was asked to continue it (its own request log): a
-    ``prefix`` turn, or an Anthropic prefill (the last turn, an assistant's)."""
-    turn = sim_requests(sims["second"])[0]["body"]["messages"][-1]
-    assert turn["role"] == "assistant" and (kind != "openai" or turn["prefix"] is True), turn
-    content = turn["content"]
-    return content if isinstance(content, str) else "".join(b["text"] for b in content)
-
-
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
-@pytest.mark.parametrize(
-    "fault", ["reset", "error-after", "stall-after", "end-after", "malformed-after"]
-)
+@pytest.mark.parametrize("fault", FAULTS)
 def test_a_cut_stream_is_continued_on_the_next_upstream_as_one_stream(
     request, sims, fault, kind
 ) -> None:

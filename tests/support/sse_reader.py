@@ -88,13 +88,18 @@ def drop(resp: urllib3.BaseHTTPResponse) -> None:
 
 
 def chat_stream(
-    http: urllib3.PoolManager, base_url: str, body: dict, headers: dict[str, str]
+    http: urllib3.PoolManager,
+    base_url: str,
+    body: dict,
+    headers: dict[str, str],
+    path: str = "/v1/chat/completions",
 ) -> list[sse.Event]:
-    """Every event (comments too) of the chat stream ``body`` asks ``base_url`` for, as the
-    caller's bytes decode; the answer must be a 200."""
+    """Every event (comments too) of the chat stream ``body`` asks ``base_url`` for (or the
+    stream of another ``path``: /v1/messages), as the caller's bytes decode; the answer must
+    be a 200."""
     resp = http.request(
         "POST",
-        base_url + "/v1/chat/completions",
+        base_url + path,
         body=json.dumps(body),
         headers=headers,
         preload_content=False,
