@@ -95,7 +95,7 @@ class CallSettings:
         "LLMGATE_DNS_TTL_S",
         30.0,
         "Seconds a worker keeps a host name's addresses for new connections (upstreams, "
-        "Memcached, the ledger, the trace collector); an address written as numbers is never "
+        "Memcached, the trace collector); an address written as numbers is never "
         "looked up. 0: every new connection looks its name up.",
     )
     connect_timeout_s: float = setting(

@@ -20,11 +20,11 @@ its resolver (``install``):
   lookup, and callers that ask while it is being looked up wait for that lookup, not one
   each. A failed lookup is not kept (the next caller asks again); ``ttl`` 0 keeps nothing.
 
-Every socket of the worker resolves through it: the upstreams', Memcached's, the ledger's
-PostgreSQL, the trace collector's. The names are the server config's, a handful; at most
-``MAX_NAMES`` answers are kept, the oldest dropped first. A lookup whose point is to see a
-change (Memcached's nodes found by DNS, app/store/discovery.py) asks ``looked_up_now``,
-which never takes a kept answer.
+Every Python socket of the worker resolves through it: the upstreams', Memcached's, the
+trace collector's (the ledger's PostgreSQL client resolves in libpq, not here). The names
+are the server config's, a handful; at most ``MAX_NAMES`` answers are kept, the oldest
+dropped first. A lookup whose point is to see a change (Memcached's nodes found by DNS,
+app/store/discovery.py) asks ``looked_up_now``, which never takes a kept answer.
 """
 
 from __future__ import annotations
