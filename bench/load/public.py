@@ -132,15 +132,19 @@ def added_latency(
 
 
 def step(
-    addr: Address, call: bytes, callers: int, count: int, sim_url: str, smoke: bool = False
+    addr: Address, call: bytes, callers: int, count: int, sim_url: str, pooled: bool = True
 ) -> Step:
     """One load, after a warm-up at it: its figures, and the upstream connections the
-    simulator accepted meanwhile. The warm-up's rounds (two calls a caller each) go on until
-    two in a row opened no upstream connection (at most eight, as the overhead section's):
-    a fresh stack's first burst meets gunicorn accepting nginx's new connections, so the
-    gateway's pools see the load's full concurrency only in a later round."""
+    simulator accepted meanwhile. A gateway's warm-up rounds (two calls a caller each) go on
+    until two in a row opened no upstream connection (at most eight, as the overhead
+    section's): a fresh stack's first burst meets gunicorn accepting nginx's new connections,
+    so the gateway's pools see the load's full concurrency only in a later round. Not
+    ``pooled`` (the simulator called directly, whose every round opens the callers' own
+    connections; or a smoke run): one round."""
     warm_until_quiet(
-        lambda: loadgen.run(*addr, call, callers, callers * 2), sim_url, *((1, 1) if smoke else ())
+        lambda: loadgen.run(*addr, call, callers, callers * 2),
+        sim_url,
+        *(() if pooled else (1, 1)),
     )
     accepted = sim_accepted(sim_url)
     result = loadgen.run(*addr, call, callers, count, keep="Server-Timing")
@@ -179,7 +183,7 @@ def sustained(
     for callers in steps:
         count = 50 if cfg.smoke else max(3000, callers * 10)
         cfg.progress(f"public: {what}, {callers} callers, {count} calls")
-        out.append(step(addr, call, callers, count, sim_url, cfg.smoke))
+        out.append(step(addr, call, callers, count, sim_url, not cfg.smoke and what != "direct"))
     return out
 
 
