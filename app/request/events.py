@@ -53,17 +53,25 @@ class StreamEnd:
     ends: Callable[[sse.Event], bool]
 
 
+def json_object(data: str | None) -> dict[str, Any] | None:
+    """An event's data as a JSON object; None when it has none, is not JSON, or is JSON but
+    not an object (``[DONE]``, a number, a list)."""
+    if data is None:
+        return None
+    try:
+        found = json.loads(data)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def typed(event: sse.Event) -> str | None:
     """A Responses event's type: its ``event:`` field, else the ``type`` in its data."""
     if event.event not in (None, "message"):
         return event.event
     if event.data is None or '"type"' not in event.data[:_PEEK]:
         return None
-    try:
-        data = json.loads(event.data)
-    except ValueError:
-        return None
-    kind = data.get("type") if isinstance(data, dict) else None
+    kind = (json_object(event.data) or {}).get("type")
     return kind if isinstance(kind, str) else None
 
 

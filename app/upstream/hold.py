@@ -23,21 +23,16 @@ parsed once for its finish; the calls reach the caller only when the answer is w
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from app.request.events import is_error_event
+from app.request.events import is_error_event, json_object
 from app.upstream.transcript import Transcript
 from llmgate_wire import sse
 
 
 def _choice(data: str) -> dict[str, Any]:
     """The first choice of a chunk's data ({} when it has none, or is not a chunk)."""
-    try:
-        chunk = json.loads(data)
-    except ValueError:
-        return {}
-    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    choices = (json_object(data) or {}).get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
     return first if isinstance(first, dict) and first.get("index", 0) == 0 else {}
 

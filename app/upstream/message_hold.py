@@ -22,8 +22,7 @@ parsed for its block's type.
 
 from __future__ import annotations
 
-import json
-
+from app.request.events import json_object
 from app.upstream.hold import ToolHold
 from app.upstream.message_splice import MessageTranscript
 from llmgate_wire import sse
@@ -33,13 +32,9 @@ _NOT_CALLS = ("text", "thinking", "redacted_thinking")
 
 def _opens(event: sse.Event) -> bool:
     """Whether an event begins a tool call's block."""
-    if event.event != "content_block_start" or event.data is None:
+    if event.event != "content_block_start":
         return False
-    try:
-        data = json.loads(event.data)
-    except ValueError:
-        return False
-    block = data.get("content_block") if isinstance(data, dict) else None
+    block = (json_object(event.data) or {}).get("content_block")
     return isinstance(block, dict) and block.get("type") not in _NOT_CALLS
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.request.events import json_object
 from app.upstream.splice import Before, Splice, add_usage
 from app.upstream.transcript import Transcript
 from llmgate_wire import sse
@@ -131,14 +132,9 @@ class MessageSplice(Splice):
         self._text_at = 0  # the caller's index of the text block a held text goes in
 
     def _event(self, event: sse.Event) -> list[sse.Event]:
-        if event.data is None:
-            return [event]
-        try:
-            data = json.loads(event.data)
-        except ValueError:
-            return [event]
-        kind = data.get("type") if isinstance(data, dict) else None
-        if not isinstance(data, dict) or not isinstance(kind, str):
+        data = json_object(event.data)
+        kind = data.get("type") if data is not None else None
+        if data is None or not isinstance(kind, str):
             return [event]
         if self._trim is not None and self._trim.held and kind not in ("ping", "message_start"):
             delta = _dict(data.get("delta"))

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from app.request.events import json_object
 from app.upstream.overlap import Trim
 from app.upstream.transcript import Transcript
 from llmgate_wire import sse
@@ -108,11 +109,8 @@ class Splice:
             return [*self._rest(self._trim.feed("", end=True)), event]  # no finish came
         if event.data is None or event.data == sse.DONE:
             return [event]
-        try:
-            data = json.loads(event.data)
-        except ValueError:
-            return [event]
-        if not isinstance(data, dict):
+        data = json_object(event.data)
+        if data is None:
             return [event]
         chunk = self._chunk(data)
         return [] if chunk is None else [_written(chunk)]

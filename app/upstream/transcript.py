@@ -14,10 +14,10 @@ on the way, if any. ``blocker`` says why the answer cannot be continued, if it c
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
+from app.request.events import json_object
 from llmgate_wire import sse
 
 # Why an answer cannot be continued (the ``outcome`` of llmgate_stream_continuations_total).
@@ -64,11 +64,8 @@ class Transcript:
             self.shown += 1
             if event.data == sse.DONE:
                 continue
-            try:
-                data = json.loads(event.data)
-            except ValueError:
-                continue
-            if isinstance(data, dict):
+            data = json_object(event.data)
+            if data is not None:
                 self._chunk(data)
 
     def _chunk(self, data: dict[str, Any]) -> None:
