@@ -32,6 +32,7 @@ from tests.support.continuing import (
     http,
     reset,
     three_sims,
+    upstreams,
 )
 from tests.support.keys_file import keys_toml
 from tests.support.sdks import openai_sdk
@@ -44,33 +45,13 @@ CUTS = FAULTS
 PLANS = [("gemini", "model_turn"), ("openai", "instruction"), ("anthropic", "instruction")]
 PLANS += [("gemini", "instruction")]
 SECRET = "llmg-meter-modes-secret"
+# ``plain`` serves another model and is cut once too: a cut call nobody continues.
+PLAIN = ("p", 1)
 
 
 @pytest.fixture(scope="module")
 def sims(tmp_path_factory) -> Iterator[dict[str, str]]:
     yield from three_sims(tmp_path_factory.mktemp("modes-sims"))
-
-
-def upstreams(sims: dict[str, str], kind: str, mode: str) -> str:
-    root = "/v1beta" if kind == "gemini" else "/v1"
-    tables = [
-        ("first", "m", 0, f'continuation = "{mode}"'),
-        ("plain", "p", 1, 'continuation = "off"'),  # not its kind's default: never continued
-        ("second", "m", 2, f'continuation = "{mode}"'),
-    ]
-    return "".join(
-        f"""
-[[upstreams]]
-name = "{name}"
-kind = "{kind}"
-base_url = "{sims[name]}{root}"
-models = ["{model}"]
-priority = {priority}
-{setting}
-headers = {{ "x-sim-fail-times" = "{int(name != "second")}" }}
-"""
-        for name, model, priority, setting in tables
-    )
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +64,7 @@ def stacks(make_stack, tmp_path_factory, sims):
             made[kind, mode] = file_stack(
                 make_stack,
                 tmp_path_factory.mktemp(f"modes-{kind}-{mode}"),
-                upstreams(sims, kind, mode),
+                upstreams(sims, kind, mode, plain=PLAIN),
                 keys=keys_toml([("meter", "tokens_per_day = 100000000")], lambda _: SECRET),
                 env=ENV,
                 workers=1,

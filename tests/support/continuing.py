@@ -48,39 +48,35 @@ def secret(name: str) -> str:
     return f"llmg-{name}-continue-secret"
 
 
-def upstreams(sims: dict[str, str], kind: str = "openai", mode: str | None = None) -> str:
+def upstreams(
+    sims: dict[str, str],
+    kind: str = "openai",
+    mode: str | None = None,
+    plain: tuple[str, int] = ("m", 0),
+) -> str:
     """``first``, ``plain`` and ``second``, of ``kind``; all but ``plain`` continue (as
-    ``mode`` says, else as the kind does by its own way)."""
+    ``mode`` says, else as the kind does by its own way). ``first`` fails once; ``plain``
+    serves the model ``plain[0]`` and fails ``plain[1]`` times."""
     mode = mode or MODES[kind]
     root = "/v1beta" if kind == "gemini" else "/v1"
-    return f"""
+    tables = [
+        ("first", "m", 0, mode, 1),
+        ("plain", plain[0], 1, "off", plain[1]),  # not its kind's default: never continued
+        ("second", "m", 2, mode, 0),
+    ]
+    return "".join(
+        f"""
 [[upstreams]]
-name = "first"
+name = "{name}"
 kind = "{kind}"
-base_url = "{sims["first"]}{root}"
-models = ["m"]
-priority = 0
-continuation = "{mode}"
-headers = {{ "x-sim-fail-times" = "1" }}
-
-[[upstreams]]
-name = "plain"
-kind = "{kind}"
-base_url = "{sims["plain"]}{root}"
-models = ["m"]
-priority = 1
-continuation = "off"
-headers = {{ "x-sim-fail-times" = "0" }}
-
-[[upstreams]]
-name = "second"
-kind = "{kind}"
-base_url = "{sims["second"]}{root}"
-models = ["m"]
-priority = 2
-continuation = "{mode}"
-headers = {{ "x-sim-fail-times" = "0" }}
+base_url = "{sims[name]}{root}"
+models = ["{model}"]
+priority = {priority}
+continuation = "{continues}"
+headers = {{ "x-sim-fail-times" = "{fails}" }}
 """
+        for name, model, priority, continues, fails in tables
+    )
 
 
 def reset(sims: dict[str, str]) -> None:
