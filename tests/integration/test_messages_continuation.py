@@ -29,7 +29,6 @@ from simulator.text import words
 from tests.support.continuing import (
     ENV,
     FAULTS,
-    KEYS,
     MAX_TOKENS,
     MODES,
     TOKENS,
@@ -39,12 +38,12 @@ from tests.support.continuing import (
     continued_turn,
     cut_once,
     http,
+    keyed_stack,
     reset,
     secret,
     three_sims,
     upstreams,
 )
-from tests.support.keys_file import keys_toml
 from tests.support.sdks import anthropic_sdk
 from tests.support.sim import sim_requests
 from tests.support.sse_reader import chat_stream, drop, read_data
@@ -63,14 +62,8 @@ def sims(tmp_path_factory) -> Iterator[dict[str, str]]:
 def gws(make_stack, tmp_path_factory, sims) -> dict:
     """A gateway over the plan, of each kind."""
     return {
-        kind: file_stack(
-            make_stack,
-            tmp_path_factory.mktemp(f"messages-continue-{kind}"),
-            upstreams(sims, kind),
-            keys=keys_toml(KEYS.items(), secret),
-            env=ENV,
-            workers=1,
-            upstream_url=NOWHERE,
+        kind: keyed_stack(
+            make_stack, tmp_path_factory, f"messages-continue-{kind}", upstreams(sims, kind)
         )
         for kind in KINDS
     }
@@ -214,14 +207,13 @@ def test_no_continuation_when_the_key_has_no_room_for_another_call(gws, sims, ki
 
 def test_no_continuation_without_room_in_the_retry_budget(make_stack, tmp_path_factory, sims):
     """The retry budget (no retry at all, here) counts a continuation as a retry."""
-    no_room = file_stack(
+    no_room = keyed_stack(
         make_stack,
-        tmp_path_factory.mktemp("messages-no-budget"),
+        tmp_path_factory,
+        "messages-no-budget",
         upstreams(sims, "anthropic"),
-        keys=keys_toml(KEYS.items(), secret),
-        workers=1,
-        upstream_url=NOWHERE,
-        env={**ENV, "LLMGATE_RETRY_BUDGET_PERCENT": "0", "LLMGATE_RETRY_BUDGET_MIN": "0"},
+        LLMGATE_RETRY_BUDGET_PERCENT="0",
+        LLMGATE_RETRY_BUDGET_MIN="0",
     )
     reset(sims)
     cut = stream(no_room, **cut_once("error-after"))
@@ -330,14 +322,12 @@ def test_without_continuation_a_cut_never_ends_as_a_clean_message(
 @pytest.fixture(scope="module")
 def cached(make_stack, tmp_path_factory, sims):
     """The Anthropic-kind plan with the cache on (which coalesces identical calls too)."""
-    return file_stack(
+    return keyed_stack(
         make_stack,
-        tmp_path_factory.mktemp("messages-cached"),
+        tmp_path_factory,
+        "messages-cached",
         upstreams(sims, "anthropic"),
-        keys=keys_toml(KEYS.items(), secret),
-        workers=1,
-        upstream_url=NOWHERE,
-        env={**ENV, "LLMGATE_CACHE_MODE": "all"},
+        LLMGATE_CACHE_MODE="all",
     )
 
 
@@ -424,14 +414,12 @@ def test_a_resumed_caller_reads_the_continued_message(make_stack, tmp_path_facto
     """A resumable message stream whose caller left is read to its end for a resume: the
     cut and the continuation happen meanwhile, and the caller who comes back gets the
     continued rest, one message_stop."""
-    resumable = file_stack(
+    resumable = keyed_stack(
         make_stack,
-        tmp_path_factory.mktemp("messages-resumable"),
+        tmp_path_factory,
+        "messages-resumable",
         upstreams(sims, "anthropic"),
-        keys=keys_toml(KEYS.items(), secret),
-        workers=1,
-        upstream_url=NOWHERE,
-        env={**ENV, "LLMGATE_RESUME_WINDOW_S": "30"},
+        LLMGATE_RESUME_WINDOW_S="30",
     )
     reset(sims)
     uncut = text(stream(resumable, prompt="resume me"))
@@ -469,14 +457,8 @@ PLANS = [("gemini", "model_turn"), ("openai", "instruction"), ("anthropic", "ins
 @pytest.fixture(scope="module")
 def mode_gws(make_stack, tmp_path_factory, sims) -> dict:
     return {
-        (kind, mode): file_stack(
-            make_stack,
-            tmp_path_factory.mktemp(f"messages-{kind}-{mode}"),
-            upstreams(sims, kind, mode),
-            keys=keys_toml(KEYS.items(), secret),
-            env=ENV,
-            workers=1,
-            upstream_url=NOWHERE,
+        (kind, mode): keyed_stack(
+            make_stack, tmp_path_factory, f"messages-{kind}-{mode}", upstreams(sims, kind, mode)
         )
         for kind, mode in PLANS
     }

@@ -24,9 +24,7 @@ import pytest
 from llmgate_wire import sse
 from simulator.text import words
 from tests.support.continuing import (
-    ENV,
     FAULTS,
-    KEYS,
     MAX_TOKENS,
     TIGHT,
     TOKENS,
@@ -36,15 +34,14 @@ from tests.support.continuing import (
     continued_turn,
     cut_once,
     http,
+    keyed_stack,
     reset,
     secret,
     three_sims,
     upstreams,
 )
-from tests.support.keys_file import keys_toml
 from tests.support.sim import sim_requests
 from tests.support.sse_reader import chat_stream, drop, read_data
-from tests.support.stack import NOWHERE, file_stack
 from tests.support.waiting import wait_for
 
 
@@ -55,29 +52,15 @@ def sims(tmp_path_factory) -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def gw(make_stack, tmp_path_factory, sims):
-    return file_stack(
-        make_stack,
-        tmp_path_factory.mktemp("continue-config"),
-        upstreams(sims),
-        keys=keys_toml(KEYS.items(), secret),
-        env=ENV,
-        workers=1,
-        upstream_url=NOWHERE,
-    )
+    return keyed_stack(make_stack, tmp_path_factory, "continue-config", upstreams(sims))
 
 
 @pytest.fixture(scope="module")
 def claude_gw(make_stack, tmp_path_factory, sims):
     """The same plan of Anthropic-kind upstreams: the chat door's calls are translated, and
     continued with a prefill."""
-    return file_stack(
-        make_stack,
-        tmp_path_factory.mktemp("continue-claude-config"),
-        upstreams(sims, "anthropic"),
-        keys=keys_toml(KEYS.items(), secret),
-        env=ENV,
-        workers=1,
-        upstream_url=NOWHERE,
+    return keyed_stack(
+        make_stack, tmp_path_factory, "continue-claude-config", upstreams(sims, "anthropic")
     )
 
 
@@ -211,11 +194,14 @@ def test_no_continuation_when_the_key_has_no_room_for_another_call(gw, sims) -> 
 
 def test_no_continuation_without_room_in_the_retry_budget(make_stack, tmp_path_factory, sims):
     """The retry budget (no retry at all, here) counts a continuation as a retry."""
-    no_room = file_stack(
-        make_stack, tmp_path_factory.mktemp("continue-no-budget"), upstreams(sims),
-        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
-        env={**ENV, "LLMGATE_RETRY_BUDGET_PERCENT": "0", "LLMGATE_RETRY_BUDGET_MIN": "0"},
-    )  # fmt: skip
+    no_room = keyed_stack(
+        make_stack,
+        tmp_path_factory,
+        "continue-no-budget",
+        upstreams(sims),
+        LLMGATE_RETRY_BUDGET_PERCENT="0",
+        LLMGATE_RETRY_BUDGET_MIN="0",
+    )
     reset(sims)
     cut = stream(no_room, **cut_once("reset"))
     assert sse.DONE not in [e.data for e in cut]
@@ -229,11 +215,9 @@ def test_a_continued_stream_is_cached_and_replayed_as_one_answer(
 ) -> None:
     """With the cache on, the continued stream is stored whole: the same call again is
     answered from it, the same text and usage with one [DONE], and no upstream is asked."""
-    cached = file_stack(
-        make_stack, tmp_path_factory.mktemp("continue-cached"), upstreams(sims),
-        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
-        env={**ENV, "LLMGATE_CACHE_MODE": "all"},
-    )  # fmt: skip
+    cached = keyed_stack(
+        make_stack, tmp_path_factory, "continue-cached", upstreams(sims), LLMGATE_CACHE_MODE="all"
+    )
     reset(sims)
     first = stream(cached, prompt="cache me", **cut_once("reset"))
     assert asked(sims) == {"first": 1, "second": 1, "plain": 0}
@@ -247,11 +231,13 @@ def test_a_continued_stream_is_cached_and_replayed_as_one_answer(
 def test_a_resumed_caller_reads_the_continued_stream(make_stack, tmp_path_factory, sims) -> None:
     """A resumable stream whose caller left is read to its end for a resume: the cut and the
     continuation happen meanwhile, and the caller who comes back gets the continued rest."""
-    resumable = file_stack(
-        make_stack, tmp_path_factory.mktemp("continue-resumable"), upstreams(sims),
-        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
-        env={**ENV, "LLMGATE_RESUME_WINDOW_S": "30"},
-    )  # fmt: skip
+    resumable = keyed_stack(
+        make_stack,
+        tmp_path_factory,
+        "continue-resumable",
+        upstreams(sims),
+        LLMGATE_RESUME_WINDOW_S="30",
+    )
     reset(sims)
     whole = stream(resumable, prompt="resume me")
     reset(sims)
@@ -282,11 +268,13 @@ def test_coalesced_callers_read_the_continued_stream(make_stack, tmp_path_factor
     """Two identical calls at once share one upstream call (coalescing, cache on): both read
     the continued answer, the simulator's own words for the prompt, and each upstream was
     asked once."""
-    shared = file_stack(
-        make_stack, tmp_path_factory.mktemp("continue-coalesced"), upstreams(sims),
-        keys=keys_toml(KEYS.items(), secret), workers=1, upstream_url=NOWHERE,
-        env={**ENV, "LLMGATE_CACHE_MODE": "all"},
-    )  # fmt: skip
+    shared = keyed_stack(
+        make_stack,
+        tmp_path_factory,
+        "continue-coalesced",
+        upstreams(sims),
+        LLMGATE_CACHE_MODE="all",
+    )
     reset(sims)
     cut = {**cut_once("reset"), "ttft-ms": "300"}  # the same headers for both: one call
 
@@ -332,10 +320,7 @@ base_url = "{sims["plain"]}/v1"
 models = ["a"]
 continuation = "off"
 """
-    return file_stack(
-        make_stack, tmp_path_factory.mktemp("continue-none"), plan,
-        keys=keys_toml(KEYS.items(), secret), env=ENV, workers=1, upstream_url=NOWHERE,
-    )  # fmt: skip
+    return keyed_stack(make_stack, tmp_path_factory, "continue-none", plan)
 
 
 def test_without_continuation_a_malformed_event_is_relayed_as_before(still_gw, sims) -> None:
@@ -373,10 +358,7 @@ continuation = "prefix"
 continues_models = ["m"]
 headers = {{ "x-sim-fail-times" = "0" }}
 """
-    return file_stack(
-        make_stack, tmp_path_factory.mktemp("continue-models"), plan,
-        keys=keys_toml(KEYS.items(), secret), env=ENV, workers=1, upstream_url=NOWHERE,
-    )  # fmt: skip
+    return keyed_stack(make_stack, tmp_path_factory, "continue-models", plan)
 
 
 def test_another_model_continues_only_where_the_operator_allows_it(models_gw, sims) -> None:

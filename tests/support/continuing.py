@@ -19,7 +19,9 @@ from pathlib import Path
 
 import urllib3
 
+from tests.support.keys_file import keys_toml
 from tests.support.sim import sim_requests, sim_stats, start_simulator
+from tests.support.stack import NOWHERE, file_stack
 
 http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(connect=5, read=30))
 TOKENS = 12
@@ -76,6 +78,20 @@ continuation = "{continues}"
 headers = {{ "x-sim-fail-times" = "{fails}" }}
 """
         for name, model, priority, continues, fails in tables
+    )
+
+
+def keyed_stack(make_stack, tmp_path_factory, name: str, plan: str, **env: str):
+    """A gateway of one worker on the upstreams file ``plan``, with the continuation tests'
+    keys (``KEYS``) and settings (``ENV``, ``env`` over them), in a folder named ``name``."""
+    return file_stack(
+        make_stack,
+        tmp_path_factory.mktemp(name),
+        plan,
+        keys=keys_toml(KEYS.items(), secret),
+        env={**ENV, **env},
+        workers=1,
+        upstream_url=NOWHERE,
     )
 
 
