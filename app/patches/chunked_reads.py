@@ -25,6 +25,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+import gevent.socket
 import urllib3.response
 from gevent.socket import wait_read
 
@@ -49,6 +50,8 @@ def fits() -> str | None:
         return "http.client ends a chunk otherwise"
     if "_sock" not in _names(socket.SocketIO.__init__):
         return "socket.SocketIO keeps no _sock"
+    if not {"_wait", "_read_event"} <= set(dir(gevent.socket.socket)):
+        return "gevent's socket waits otherwise"
     return None
 
 
@@ -107,7 +110,13 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
     has been taken yet); the CRLF that ends a chunk is taken as http.client would take it
     (its ``chunk_left`` says so); and a buffer holding only part of what ``read1`` needs
     waits on the socket itself, or on nothing when TLS already holds decrypted bytes
-    (ARRIVED: the read may still wait for the rest of a line that came in parts)."""
+    (ARRIVED: the read may still wait for the rest of a line that came in parts).
+
+    When the buffer held nothing but that CRLF (the usual case: each event a chunk, read
+    as it came), it is empty once the CRLF is taken, so the wait is on the socket's own
+    watcher first (``_socket_wait``) and the peek's read then finds data: gevent's own read
+    would first try the socket, fail with EWOULDBLOCK (a system call and an exception, the
+    error's message decoded) and then wait on that same watcher, once per event."""
     buffered = fp.fp
     if buffered is None:
         return BUFFERED  # the body ended: the read says so at once
@@ -120,6 +129,8 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
             # does, through the socket's own watcher, not a new one per event.
             buffered.read(2)
             fp.chunk_left = None
+            if len(seen) == 2:  # peek gives all that is buffered: nothing is, now
+                _socket_wait(buffered)
             seen = buffered.peek(1)
         if enough_buffered(seen, fp.chunk_left):
             return BUFFERED
@@ -136,6 +147,21 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
         return ARRIVED  # a reset: the read meets it too, and reports it as the upstream's
     finally:
         alarm.disarm()
+
+
+def _socket_wait(buffered: Any) -> None:
+    """Wait, as gevent's ``recv_into`` does after its socket said EWOULDBLOCK, for the
+    socket beneath an empty buffer to be readable (its own watcher, its own timeout). Not
+    at all when it is not gevent's socket, or a closed one (the read meets it as before),
+    or a TLS socket already holding decrypted bytes (it may never be readable again)."""
+    sock = buffered.raw._sock
+    wait = getattr(sock, "_wait", None)
+    watcher = getattr(sock, "_read_event", None)
+    if wait is None or watcher is None:
+        return
+    pending = getattr(sock, "pending", None)
+    if pending is None or not pending():
+        wait(watcher)
 
 
 def enough_buffered(seen: bytes, chunk_left: int | None) -> bool:
