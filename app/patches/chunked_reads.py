@@ -130,7 +130,11 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
             buffered.read(2)
             fp.chunk_left = None
             if len(seen) == 2:  # peek gives all that is buffered: nothing is, now
-                _socket_wait(buffered)
+                sock = buffered.raw._sock  # type: ignore[attr-defined]
+                if _WAITS.get(type(sock)) == _PLAIN and sock._read_event is not None:
+                    sock._wait(sock._read_event)  # the usual socket, without a call
+                else:
+                    _socket_wait(sock)
             seen = buffered.peek(1)
         if enough_buffered(seen, fp.chunk_left):
             return BUFFERED
@@ -149,19 +153,34 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
         alarm.disarm()
 
 
-def _socket_wait(buffered: Any) -> None:
-    """Wait, as gevent's ``recv_into`` does after its socket said EWOULDBLOCK, for the
-    socket beneath an empty buffer to be readable (its own watcher, its own timeout). Not
-    at all when it is not gevent's socket, or a closed one (the read meets it as before),
-    or a TLS socket already holding decrypted bytes (it may never be readable again)."""
-    sock = buffered.raw._sock
-    wait = getattr(sock, "_wait", None)
-    watcher = getattr(sock, "_read_event", None)
-    if wait is None or watcher is None:
+def _socket_wait(sock: Any) -> None:
+    """Wait, as gevent's ``recv_into`` does after its socket said EWOULDBLOCK, for ``sock``
+    beneath an empty buffer to be readable (its own watcher, its own timeout). Not at all
+    when it is not gevent's socket, or a closed one (the read meets it as before), or a TLS
+    socket already holding decrypted bytes (it may never be readable again)."""
+    kind = type(sock)
+    waits = _WAITS.get(kind)
+    if waits is None:
+        waits = _WAITS[kind] = _waits_of(kind)
+    if waits == _NO_WAIT or (waits == _TLS and sock.pending()):
         return
-    pending = getattr(sock, "pending", None)
-    if pending is None or not pending():
-        wait(watcher)
+    watcher = sock._read_event
+    if watcher is not None:
+        sock._wait(watcher)
+
+
+# How ``_socket_wait`` waits on a socket of each class, found once per class: asking an
+# instance (``getattr(sock, "pending", None)``) goes through gevent's socket's Python
+# ``__getattr__`` and an AttributeError when there is none, which cost more than the
+# refused read it saves.
+_NO_WAIT, _PLAIN, _TLS = 0, 1, 2
+_WAITS: dict[type, int] = {}
+
+
+def _waits_of(kind: type) -> int:
+    if not (hasattr(kind, "_wait") and hasattr(kind, "_read_event")):
+        return _NO_WAIT  # not gevent's: its read blocks as it would
+    return _TLS if hasattr(kind, "pending") else _PLAIN
 
 
 def enough_buffered(seen: bytes, chunk_left: int | None) -> bool:
