@@ -77,33 +77,8 @@ def body_reader(raw: Any) -> Callable[[int], bytes]:
         and fp.chunked
         and not raw.headers.get("content-encoding")
     ):
-        return functools.partial(read1, fp) if isinstance(fp.fp, io.BufferedReader) else fp.read1
+        return fp.read1
     return raw.read1
-
-
-def read1(fp: http.client.HTTPResponse, size: int) -> bytes:
-    """``fp.read1(size)`` of a chunked body: the same bytes and the same ``chunk_left``
-    after. Its usual read (a whole chunk buffered after a wait took the CRLF before it,
-    ``wait_readable``) is taken here from what the buffer holds, its size line read once:
-    http.client's own read goes through four Python calls and reads the line again. Any
-    other read (inside a chunk, a size line not whole or not a plain number, the last
-    chunk, a chunk not all buffered) is http.client's."""
-    buffered = fp.fp
-    if fp.chunk_left is None and buffered is not None and size > 0:
-        seen = buffered.peek(1)  # all that is buffered; a read would wait only when empty
-        line_end = seen.find(b"\n")
-        if line_end > 0:
-            line = seen[:line_end]
-            cut = line.find(b";")
-            try:
-                left = int(line if cut < 0 else line[:cut], 16)
-            except ValueError:
-                left = 0  # http.client raises, and closes the connection
-            if 0 < left <= size and line_end + 1 + left <= len(seen):
-                buffered.read(line_end + 1)
-                fp.chunk_left = 0
-                return buffered.read(left)
-    return fp.read1(size)
 
 
 def chunked_beneath(raw: Any) -> http.client.HTTPResponse | None:

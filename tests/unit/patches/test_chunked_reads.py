@@ -10,7 +10,6 @@ can, and must end with exactly the bytes sent and never be told the read cannot 
 from __future__ import annotations
 
 import http.client
-import io
 import itertools
 import random
 import struct
@@ -222,78 +221,3 @@ def test_a_wait_after_a_whole_chunk_reads_nothing_before_the_socket_is_readable(
     assert body == b"".join(EVENTS[:10])
     assert counting.would_block == 0
     assert set(told) == {chunked_reads.BUFFERED}
-
-
-class _Pieces(io.RawIOBase):
-    """A socket's reads as given: each read returns the next piece (or as much of it as
-    fits), so two responses over the same pieces see the same buffer at every step."""
-
-    def __init__(self, pieces: list[bytes]) -> None:
-        self._pieces = list(pieces)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if not self._pieces:
-            return 0
-        piece = self._pieces.pop(0)
-        taken = piece[: len(buffer)]
-        if len(taken) < len(piece):
-            self._pieces.insert(0, piece[len(taken) :])
-        buffer[: len(taken)] = taken
-        return len(taken)
-
-
-class _PiecesSocket:
-    def __init__(self, pieces: list[bytes]) -> None:
-        self._pieces = pieces
-
-    def makefile(self, mode: str) -> io.BufferedReader:
-        return io.BufferedReader(_Pieces(self._pieces), 64)
-
-
-def _take_crlf(fp: http.client.HTTPResponse) -> None:
-    """What ``wait_readable`` takes before a read: the CRLF ending the last chunk, when it
-    is buffered (a wait needs a real socket; the pieces here never wait)."""
-    assert fp.fp is not None
-    if fp.chunk_left == 0 and fp.fp.peek(1).startswith(b"\r\n"):
-        fp.fp.read(2)
-        fp.chunk_left = None
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_a_chunk_read_from_the_buffer_is_http_clients_read(seed: int) -> None:
-    """``chunked_reads.read1`` (a whole chunk taken from the buffer, its size line read
-    once) against http.client's own ``read1`` as the judge: over the same pieces (cut at
-    random, chunk extensions, upper-case sizes) and the same read sizes, each read returns
-    the same bytes and leaves the same ``chunk_left``, to the end of the body."""
-    rng = random.Random(seed)
-    chunks = [
-        (b"%X" % len(e) if rng.random() < 0.3 else b"%x" % len(e))
-        + (b";ext=1" if rng.random() < 0.2 else b"")
-        + b"\r\n"
-        + e
-        + b"\r\n"
-        for e in EVENTS
-    ]
-    wire = HEAD + b"".join(chunks) + b"0\r\n\r\n"
-    cuts = sorted(rng.sample(range(len(HEAD) + 1, len(wire)), rng.randint(1, 80)))
-    pieces = [wire[a:b] for a, b in itertools.pairwise([0, *cuts, len(wire)])]
-    ours = http.client.HTTPResponse(cast(Any, _PiecesSocket(pieces)))
-    theirs = http.client.HTTPResponse(cast(Any, _PiecesSocket(pieces)))
-    ours.begin()
-    theirs.begin()
-    body = b""
-    while True:
-        if rng.random() < 0.8:
-            _take_crlf(ours)
-            _take_crlf(theirs)
-        size = rng.choice([1, 7, 64, 65536])
-        got = chunked_reads.read1(ours, size)
-        assert got == theirs.read1(size)
-        assert ours.chunk_left == theirs.chunk_left
-        if not got:
-            break
-        body += got
-    assert body == b"".join(EVENTS)
