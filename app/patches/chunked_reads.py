@@ -155,9 +155,11 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
 
 def _socket_wait(sock: Any) -> None:
     """Wait, as gevent's ``recv_into`` does after its socket said EWOULDBLOCK, for ``sock``
-    beneath an empty buffer to be readable (its own watcher, its own timeout). Not at all
-    when it is not gevent's socket, or a closed one (the read meets it as before), or a TLS
-    socket already holding decrypted bytes (it may never be readable again)."""
+    beneath an empty buffer to be readable (its own watcher, its own timeout: none for an
+    upstream's, read with urllib3's ``read=None`` under the reader's alarms, so a TLS read's
+    own timeout error never differs). Not at all when it is not gevent's socket, or a closed
+    one (the read meets it as before), or a TLS socket already holding decrypted bytes (it
+    may never be readable again)."""
     kind = type(sock)
     waits = _WAITS.get(kind)
     if waits is None:
