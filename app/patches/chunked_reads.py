@@ -25,8 +25,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-import gevent.socket
 import urllib3.response
+from gevent import _hub_primitives
 from gevent.socket import wait_read
 
 from app.core.timers import Alarm
@@ -50,8 +50,6 @@ def fits() -> str | None:
         return "http.client ends a chunk otherwise"
     if "_sock" not in _names(socket.SocketIO.__init__):
         return "socket.SocketIO keeps no _sock"
-    if not {"_wait", "_read_event"} <= set(dir(gevent.socket.socket)):
-        return "gevent's socket waits otherwise"
     return None
 
 
@@ -180,8 +178,12 @@ _WAITS: dict[type, int] = {}
 
 
 def _waits_of(kind: type) -> int:
-    if not (hasattr(kind, "_wait") and hasattr(kind, "_read_event")):
-        return _NO_WAIT  # not gevent's: its read blocks as it would
+    """A class whose ``_wait`` is not gevent's own wait on a socket's watcher (not gevent's
+    socket, or a gevent whose sockets wait otherwise) is not waited on first: its read
+    waits as it would, only with the refused read before it."""
+    wait = getattr(kind, "_wait", None)
+    if wait is not _hub_primitives.wait_on_socket or not hasattr(kind, "_read_event"):
+        return _NO_WAIT
     return _TLS if hasattr(kind, "pending") else _PLAIN
 
 

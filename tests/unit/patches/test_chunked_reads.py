@@ -221,3 +221,21 @@ def test_a_wait_after_a_whole_chunk_reads_nothing_before_the_socket_is_readable(
     assert body == b"".join(EVENTS[:10])
     assert counting.would_block == 0
     assert set(told) == {chunked_reads.BUFFERED}
+
+
+def test_only_gevents_own_socket_wait_is_waited_on_first() -> None:
+    """The wait before a read is gevent's own (its sockets' ``_wait``, the one its reads use
+    after a refused read); a socket class that waits otherwise, or is not gevent's, is read
+    as before. A TLS socket is asked for its decrypted bytes first."""
+    import socket as std_socket
+
+    from gevent import ssl
+
+    class WaitsOtherwise(socket.socket):
+        def _wait(self, watcher: Any, timeout_exc: Any = None) -> None:
+            raise AssertionError("not gevent's wait")
+
+    waits = chunked_reads._waits_of
+    assert waits(socket.socket) == chunked_reads._PLAIN
+    assert waits(ssl.SSLSocket) == chunked_reads._TLS
+    assert waits(std_socket.socket) == waits(WaitsOtherwise) == chunked_reads._NO_WAIT
