@@ -30,6 +30,7 @@ from app.cache.replay import reply_from_entry
 from app.cache.store import AnswerCache, entry_from_flight
 from app.core.config import Settings
 from app.core.errors import ModelNotAllowed
+from app.core.frozen import quick_init
 from app.observe.metrics import Metrics
 from app.observe.tracing import Tracer, Value
 from app.observe.unobserved import UNOBSERVED
@@ -55,6 +56,7 @@ from app.upstream.exchange import Upstream
 from app.upstream.retry import Deadline
 
 
+@quick_init
 @dataclass(frozen=True)
 class Caller:
     """Who is calling, as ``Gateway.identify`` found: its gateway key, or None when keys are
@@ -63,6 +65,7 @@ class Caller:
     key: GatewayKey | None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Plan:
     """One call, decided once: what it asks (``body``: the validated body, None for a
