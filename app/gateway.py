@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from app.cache.coalesce import Coalescer
@@ -69,16 +69,20 @@ class Caller:
 @dataclass(frozen=True)
 class Plan:
     """One call, decided once: what it asks (``body``: the validated body, None for a
-    forwarded route), where it goes (``compute``: its upstream exchange as a flight's
-    producer, within ``deadline``; its request built only if it runs, so a hit builds none)
-    and how it is cached (``cache``: None when it is not)."""
+    forwarded route), where it goes (``compute``, made by ``made`` when first asked, so a hit
+    makes none: its upstream exchange as a flight's producer, within ``deadline``) and how it
+    is cached (``cache``: None when it is not)."""
 
     call: Call
     body: dict[str, Any] | None
     stream: bool
     deadline: Deadline
-    compute: UpstreamCall
+    made: partial[UpstreamCall]
     cache: CachePlan | None
+
+    @cached_property
+    def compute(self) -> UpstreamCall:
+        return self.made()
 
 
 class Gateway:
@@ -168,7 +172,8 @@ class Gateway:
             key=None if grant is None else grant.key,
         )
         deadline = Deadline.start(self.settings.deadline_s)
-        compute = UpstreamCall(
+        compute = partial(
+            UpstreamCall,
             self.upstream,
             request,
             deadline,
