@@ -15,13 +15,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from app.core.frozen import quick_init
 from llmgate_wire.retry_after import parse_retry_after
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504, 529})
 
 
-@quick_init
 @dataclass(frozen=True)
 class Deadline:
     """A point in monotonic time; ``remaining()`` is never negative."""

@@ -16,7 +16,6 @@ from app.core.frozen import quick_init
 from app.gateway import Caller, Plan
 from app.request.call import Call
 from app.upstream.reading import ReadRules
-from app.upstream.retry import Deadline
 
 _made = itertools.count()
 
@@ -91,12 +90,12 @@ def test_it_stays_frozen_and_hashable() -> None:
 
 def test_the_gateways_values_are_the_quick_ones() -> None:
     # The values built on every call's path (bench/HISTORY.md, "Cache hits near the floor's").
-    for cls in (Call, Caller, Plan, Load, Deadline, ReadRules):
+    for cls in (Call, Caller, Plan, Load, ReadRules):
         assert (
             cls.__init__.__doc__
             == f"{cls.__qualname__}'s fields stored as they are (app/core/frozen.py)."
         )
-    assert Load(1) == Load(requests=1, streams=0) and Deadline(2.0, 1.0).at == 2.0
+    assert Load(1) == Load(requests=1, streams=0)
 
 
 def test_a_class_it_cannot_rewrite_exactly_is_refused() -> None:
