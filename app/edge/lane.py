@@ -8,7 +8,7 @@ and app contexts, its Request, routes it and wraps the answer in a Response: the
 else (other methods, paths, the operator's endpoints, errors of routing) goes through Flask
 as before. Installed as Flask documents middleware, by wrapping ``app.wsgi_app``.
 
-What the lane skips, and why nothing needs it on these calls (docs/performance.md, "The
+What the lane skips, and why nothing needs it on these calls (bench/HISTORY.md, "The
 hot routes' lane"): ``before_request``/``after_request`` hooks (the only one, the operator
 guard, covers other paths), Flask's signals and the session (none used), the request and
 app contexts (the gateway never reads them: app/layers.toml lets only the edge and factory

@@ -1,6 +1,6 @@
 """Patch: prometheus_client's multiprocess value class (``values.ValueClass``), for a
 worker's metric values written as its multiprocess mode writes them, but cheaper to update
-(docs/performance.md, "The metrics' updates").
+(bench/HISTORY.md, "The metrics' updates").
 
 It fits (``fits``) a value class whose ``inc`` and ``set`` do nothing but what the lean ones
 here do (write ``_value`` and ``_timestamp``, and ``_file.write_value(_key, ...)``) besides
@@ -79,7 +79,7 @@ def lean_values(value_class: Any) -> Any:
     ``PROMETHEUS_MULTIPROC_DIR`` was set as it was imported) without the two things each update
     pays for and a worker never needs: a lock, and ``getpid()`` to learn whether the process
     forked since the last update. 0.95 -> 0.21 us an update, a dozen updates a call
-    (docs/performance.md, "The metrics' updates").
+    (bench/HISTORY.md, "The metrics' updates").
 
     - The lock guards the value and its mmap file against another thread. A worker updates its
       metrics only from its gevent loop's greenlets, which cannot switch inside an update (it
