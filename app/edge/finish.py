@@ -112,6 +112,9 @@ def _watched(
     # A chat or completions stream's usual batch is observed in one call (``batch``).
     plain = not (typed or messages or resumable)
     relay, end = facts.relay, call.route.end
+    # Its end looked for in each batch's last event: a chat stream's [DONE] without a call
+    # (``_is_end``'s answer for it; an event with an id line of the upstream's is its to read).
+    done_ends = plain and end is streams.DONE
     try:
         for batch in batches:
             pings = facts.batch(batch) if plain else facts.each(batch, typed, messages, resumable)
@@ -119,7 +122,12 @@ def _watched(
                 metrics.heartbeats.inc(pings)
             if not batch:
                 continue  # never an empty write: an empty chunk would end the HTTP response
-            if relay is not None and _is_end(end, batch[-1]):
+            last = batch[-1]
+            if relay is not None and (
+                last.startswith(b"data: [DONE]") or (last.startswith(b"id:") and _is_end(end, last))
+                if done_ends
+                else _is_end(end, last)
+            ):
                 # The stream's relay time, a comment line (clients skip it) at the head of its
                 # end event's block: a client that stops reading at its end leaves nothing
                 # unread (llmgate_client drops a connection that has bytes after [DONE]).

@@ -19,7 +19,7 @@ import gevent
 
 from app.request import events as streams
 from app.request.stages import RelayTimes
-from app.request.usage import Usage, may_carry_usage, tier_of, usage_in_event
+from app.request.usage import USAGE_OBJECT, Usage, may_carry_usage, tier_of, usage_in_event
 from llmgate_wire import sse
 
 PING = sse.comment()
@@ -69,7 +69,8 @@ class StreamFacts:
         """A chat or completions stream's batch as sent (events without id lines): what
         ``chunk`` does for each data event but ``[DONE]``, in one call, with one look at the
         clock (the batch's events arrived in one read, and leave in one write); its bytes
-        counted. The number of pings in it is returned."""
+        counted. The number of pings in it is returned. Once a batch of every chat stream:
+        ``may_carry_usage`` and ``relayed`` are written out here rather than called."""
         sent = pings = 0
         now = 0.0
         events = self.events
@@ -86,12 +87,13 @@ class StreamFacts:
                     self.first, self.first_chunk = now, chunk
             self.events += 1
             self.last_chunk = chunk
-            if may_carry_usage(chunk):
+            if USAGE_OBJECT in chunk:
                 self.usage = usage_in_event(chunk)
         if now:
             self.last = now
-            if self.relay is not None:
-                self.relayed(now, self.events - events)
+            relay = self.relay
+            if relay is not None:
+                relay.add(now + self._offset - self._loop_now(), self.events - events)
         self.sent += sent
         return pings
 

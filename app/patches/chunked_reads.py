@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import urllib3.response
+from gevent import _hub_primitives
 from gevent.socket import wait_read
 
 from app.core.timers import Alarm
@@ -107,7 +108,13 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
     has been taken yet); the CRLF that ends a chunk is taken as http.client would take it
     (its ``chunk_left`` says so); and a buffer holding only part of what ``read1`` needs
     waits on the socket itself, or on nothing when TLS already holds decrypted bytes
-    (ARRIVED: the read may still wait for the rest of a line that came in parts)."""
+    (ARRIVED: the read may still wait for the rest of a line that came in parts).
+
+    When the buffer held nothing but that CRLF (the usual case: each event a chunk, read
+    as it came), it is empty once the CRLF is taken, so the wait is on the socket's own
+    watcher first (``_socket_wait``) and the peek's read then finds data: gevent's own read
+    would first try the socket, fail with EWOULDBLOCK (a system call and an exception, the
+    error's message decoded) and then wait on that same watcher, once per event."""
     buffered = fp.fp
     if buffered is None:
         return BUFFERED  # the body ended: the read says so at once
@@ -120,6 +127,12 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
             # does, through the socket's own watcher, not a new one per event.
             buffered.read(2)
             fp.chunk_left = None
+            if len(seen) == 2:  # peek gives all that is buffered: nothing is, now
+                sock = buffered.raw._sock  # type: ignore[attr-defined]
+                if _WAITS.get(type(sock)) == _PLAIN and sock._read_event is not None:
+                    sock._wait(sock._read_event)  # the usual socket, without a call
+                else:
+                    _socket_wait(sock)
             seen = buffered.peek(1)
         if enough_buffered(seen, fp.chunk_left):
             return BUFFERED
@@ -136,6 +149,42 @@ def wait_readable(fp: http.client.HTTPResponse, alarm: Alarm) -> int:
         return ARRIVED  # a reset: the read meets it too, and reports it as the upstream's
     finally:
         alarm.disarm()
+
+
+def _socket_wait(sock: Any) -> None:
+    """Wait, as gevent's ``recv_into`` does after its socket said EWOULDBLOCK, for ``sock``
+    beneath an empty buffer to be readable (its own watcher, its own timeout: none for an
+    upstream's, read with urllib3's ``read=None`` under the reader's alarms, so a TLS read's
+    own timeout error never differs). Not at all when it is not gevent's socket, or a closed
+    one (the read meets it as before), or a TLS socket already holding decrypted bytes (it
+    may never be readable again)."""
+    kind = type(sock)
+    waits = _WAITS.get(kind)
+    if waits is None:
+        waits = _WAITS[kind] = _waits_of(kind)
+    if waits == _NO_WAIT or (waits == _TLS and sock.pending()):
+        return
+    watcher = sock._read_event
+    if watcher is not None:
+        sock._wait(watcher)
+
+
+# How ``_socket_wait`` waits on a socket of each class, found once per class: asking an
+# instance (``getattr(sock, "pending", None)``) goes through gevent's socket's Python
+# ``__getattr__`` and an AttributeError when there is none, which cost more than the
+# refused read it saves.
+_NO_WAIT, _PLAIN, _TLS = 0, 1, 2
+_WAITS: dict[type, int] = {}
+
+
+def _waits_of(kind: type) -> int:
+    """A class whose ``_wait`` is not gevent's own wait on a socket's watcher (not gevent's
+    socket, or a gevent whose sockets wait otherwise) is not waited on first: its read
+    waits as it would, only with the refused read before it."""
+    wait = getattr(kind, "_wait", None)
+    if wait is not _hub_primitives.wait_on_socket or not hasattr(kind, "_read_event"):
+        return _NO_WAIT
+    return _TLS if hasattr(kind, "pending") else _PLAIN
 
 
 def enough_buffered(seen: bytes, chunk_left: int | None) -> bool:

@@ -36,8 +36,9 @@ from typing import Any
 from app.request.routes import Route
 
 # In compact JSON these bytes can only be a member holding an object: a cheap test that a
-# stream's event may carry a usage, made on every data event of every stream.
-_USAGE_OBJECT = b'"usage":{'
+# stream's event may carry a usage, made on every data event of every stream (a chat
+# stream's batch asks it without a call: app/edge/stream_facts.py).
+USAGE_OBJECT = b'"usage":{'
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ class PromptParts:
 
 def may_carry_usage(raw: bytes) -> bool:
     """Whether a stream's data event may hold a usage object: bytes only, no parse."""
-    return _USAGE_OBJECT in raw
+    return USAGE_OBJECT in raw
 
 
 def usage_in_event(raw: bytes) -> Usage | None:

@@ -29,13 +29,18 @@ default, a million, sends them all at once): at a worker's pace (bench/load/over
 the default's few large reads hide is in the figure. Each stream then lasts 50/N seconds:
 give ``--callers`` enough for a round to end soon.
 
-``--instructions N`` counts a non-stream call instead of timing it, as bench/cpu/hit_cpu.py
+``--instructions N`` counts a call instead of timing it, as bench/cpu/hit_cpu.py
 counts a hit: the process under valgrind's cachegrind with N calls more in one run than in
 the other (the simulator and Memcached not counted), the difference over N. The system
 calls' own work is not in it, and with ``--callers`` above 1 the greenlets' interleaving
 under valgrind is not a worker's: a count of one caller's calls is the steady measure of a
-cut a few microseconds big, where a timed round on a shared VM moves by 10-20 %. Streams are
-not counted (``STREAM_NOT_COUNTED`` says why).
+cut a few microseconds big, where a timed round on a shared VM moves by 10-20 %. A stream is
+counted only paced and by one caller (``--kind stream --tps N``, N at most ``COUNTED_TPS``):
+then each event is a read of its own, under valgrind as in a worker, and counts of one tree
+agree within about 1 % at 50 tokens a second on a busy machine, 5 % at 200 (bench/HISTORY.md,
+"2026-12-08: a paced stream's per-event work, profiled and cut"); both runs warm up with
+``PACED_WARM_UP`` streams, so their difference is the N streams alone. An unpaced stream's
+count is refused (``STREAM_NOT_COUNTED`` says why); so is a paced one's by many callers.
 """
 
 from __future__ import annotations
@@ -69,10 +74,12 @@ KEY_SECRET = "sk-bench-call-cpu"
 FAST_TPS = 1_000_000.0  # the simulator's pace by default: a stream's events all at once
 WARM_UP = 500  # calls made before the rounds (fewer when a round is fewer)
 STREAM_NOT_COUNTED = (
-    "--instructions counts non-stream calls only: a stream's count depends on how many events "
-    "each read finds, and valgrind slows the reader, not the simulator (two counts of one "
-    "tree differed by 8 %); time streams instead"
+    "--instructions counts a stream only paced (--tps, at most 100) and by one caller: "
+    "unpaced, a stream's count depends on how many events each read finds, and valgrind slows "
+    "the reader, not the simulator (two counts of one tree differed by 8 %); time it instead"
 )
+COUNTED_TPS = 100.0  # the fastest pace counted: faster, valgrind's reader falls behind
+PACED_WARM_UP = 10  # a counted stream's warm-up, the same in both runs: few, for each is slow
 
 
 def measure(
@@ -86,8 +93,10 @@ def measure(
     log: bool = False,
     limits: bool = True,
     tps: float = FAST_TPS,
+    warm_up: int = WARM_UP,
 ) -> dict[str, Any]:
-    """This tree's calls: the best round's CPU per call, every round."""
+    """This tree's calls: the best round's CPU per call, every round (after at most
+    ``warm_up`` calls)."""
     from gevent import monkey
 
     monkey.patch_all()  # as gunicorn's gevent worker does before it loads the app
@@ -120,7 +129,7 @@ def measure(
             headers["HTTP_AUTHORIZATION"] = f"Bearer {KEY_SECRET}"
         app = _app(env, run_dir, floor)
         body = json.dumps({**BODY, "stream": kind == "stream"}).encode()
-        found = _timed_calls(app, body, headers, calls, rounds, callers)
+        found = _timed_calls(app, body, headers, calls, rounds, callers, warm_up)
         stats = urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/stats").read()
         found["upstream_calls"] = json.loads(stats)["requests"]
         if found["upstream_calls"] != found["calls"]:  # each call went upstream, once
@@ -146,7 +155,13 @@ def _app(env: dict[str, str], run_dir: Path, floor: bool) -> App:
 
 
 def _timed_calls(
-    app: App, body: bytes, headers: dict[str, str], calls: int, rounds: int, callers: int
+    app: App,
+    body: bytes,
+    headers: dict[str, str],
+    calls: int,
+    rounds: int,
+    callers: int,
+    warm_up: int = WARM_UP,
 ) -> dict[str, Any]:
     import gevent
 
@@ -167,7 +182,7 @@ def _timed_calls(
             greenlets = [gevent.spawn(caller, n // callers) for _ in range(callers)]
             gevent.joinall(greenlets, raise_error=True)
 
-    run(min(WARM_UP, calls))
+    run(min(warm_up, calls))
     gc.collect()
     gc.freeze()
     collector = CollectorClock()
@@ -200,6 +215,7 @@ def main() -> None:
         "--instructions", type=int, metavar="N", help="instructions per call over N calls, counted"
     )
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-up", type=int, default=WARM_UP, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.no_limits and not args.keys:
         parser.error("--no-limits is a key's: give --keys too")
@@ -208,12 +224,13 @@ def main() -> None:
     if args.measure:
         found = measure(args.kind, args.calls, args.rounds, args.callers, keys=args.keys,
                         floor=args.floor, log=args.log, limits=not args.no_limits,
-                        tps=args.tps)  # fmt: skip
+                        tps=args.tps, warm_up=args.warm_up)  # fmt: skip
         print(json.dumps(found))
         return
     if len(args.revs) not in (0, 2):
         parser.error("give two revisions, or none for the working tree")
-    if args.instructions and args.kind == "stream":
+    paced_alone = args.tps <= COUNTED_TPS and args.callers == 1
+    if args.instructions and args.kind == "stream" and not paced_alone:
         parser.error(STREAM_NOT_COUNTED)
 
     work = Path(tempfile.mkdtemp(prefix="llmgate-call-cpu-trees-"))
@@ -229,10 +246,15 @@ def main() -> None:
                      *(["--no-limits"] if args.no_limits else []),
                      *(["--tps", f"{args.tps:g}"] if args.tps != FAST_TPS else [])]  # fmt: skip
         if args.instructions:
-            # Both counts past the warm-up's 500 calls: they differ by the N calls alone.
+            # Both counts past the same warm-up: they differ by the N calls alone.
+            base = PACED_WARM_UP if args.kind == "stream" else WARM_UP
             counted = {
                 rev: instructions_per_call(
-                    tree, "bench.cpu.call_cpu", args.instructions, call_argv, base=WARM_UP
+                    tree,
+                    "bench.cpu.call_cpu",
+                    args.instructions,
+                    [*call_argv, "--warm-up", str(base)],
+                    base=base,
                 )
                 for rev, tree in trees.items()
             }

@@ -14,7 +14,9 @@ conclusions).
 of bench/cpu/translation.py's stack instead, whose upstreams file has one upstream of each kind
 (one worker here too): the profile of a translated call beside its pass-through's.
 ``--gil`` samples only while the worker holds the GIL (py-spy's own option): the samples
-then follow its Python CPU rather than its waits. ``--keys``: the calls carry a gateway key
+then follow its Python CPU rather than its waits. ``--tps N`` paces a stream's events at N
+tokens a second instead of 1,000: at the overhead section's 100 each event is a read and a
+write of its own, as in a worker under that load. ``--keys``: the calls carry a gateway key
 with bench.ab's limits, counted in Memcached (bench.ab's ``-keys`` kinds).
 """
 
@@ -77,12 +79,17 @@ def main() -> None:
     parser.add_argument("--door", choices=("chat", "messages"), default="chat")
     parser.add_argument("--gil", action="store_true", help="py-spy --gil")
     parser.add_argument("--keys", action="store_true", help="a gateway key with limits")
+    parser.add_argument("--tps", type=int, help="a stream's tokens a second (default 1,000)")
     args = parser.parse_args()
+    if args.tps is not None and (args.kind != "stream" or args.tps <= 0):
+        parser.error("--tps paces a stream's events: give the stream kind and a pace above 0")
     py_spy = shutil.which("py-spy")
     if py_spy is None:
         raise SystemExit("py-spy is not installed: pip install py-spy")
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-profile-"))
     fields, headers = CALLS[args.kind]
+    if args.tps is not None:
+        headers = {**headers, "x-sim-tps": str(args.tps)}
     if args.upstream:
         stack, _ = translation.launch(run_dir, workers=1)
         case = Case(args.door, args.upstream, args.kind == "stream", fields["max_tokens"])

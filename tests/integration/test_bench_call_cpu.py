@@ -52,16 +52,39 @@ def test_the_measurement_is_of_answered_upstream_calls(options: list[str]) -> No
 @pytest.mark.parametrize(
     ("options", "why"),
     [
-        # valgrind slows the reader and not the simulator: a stream's count moves with the
-        # events each read finds.
-        (["--instructions", "10", "--kind", "stream"], "non-stream calls only"),
+        # valgrind slows the reader and not the simulator: an unpaced stream's count moves
+        # with the events each read finds, and so does a paced one's among many callers.
+        (["--instructions", "10", "--kind", "stream"], "only paced"),
+        (
+            ["--instructions", "10", "--kind", "stream", "--tps", "100", "--callers", "5"],
+            "one caller",
+        ),
+        (["--instructions", "10", "--kind", "stream", "--tps", "1000"], "at most 100"),
         (["--no-limits"], "give --keys too"),  # without a key it would measure nothing new
         (["--tps", "100"], "give --kind stream"),  # a whole answer has no events to pace
         (["--kind", "stream", "--tps", "0"], "a pace above 0"),
     ],
-    ids=["streams-not-counted", "no-limits-without-a-key", "tps-without-a-stream", "tps-zero"],
+    ids=[
+        "unpaced-stream-not-counted",
+        "stream-of-many-callers-not-counted",
+        "stream-too-fast-to-count",
+        "no-limits-without-a-key",
+        "tps-without-a-stream",
+        "tps-zero",
+    ],
 )
 def test_a_measurement_that_would_mislead_is_refused(options: list[str], why: str) -> None:
     argv = [sys.executable, "-m", "bench.call_cpu", *options]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and why in done.stderr  # refused before anything starts
+
+
+def test_a_counted_streams_warm_up_is_the_one_given() -> None:
+    """A paced stream is counted with the same few streams of warm-up in both of its runs
+    (``--warm-up``), so the difference of the two counts is the N streams alone."""
+    argv = [sys.executable, "-m", "bench.call_cpu", "--measure", "--calls", "4", "--rounds", "1"]
+    argv += ["--kind", "stream", "--tps", "2000", "--warm-up", "2"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = json.loads(done.stdout.splitlines()[-1])
+    assert run["calls"] == run["upstream_calls"] == 2 + 4

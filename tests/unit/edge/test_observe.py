@@ -96,6 +96,34 @@ def test_a_streams_batches_go_out_joined_and_every_event_is_observed(caplog) -> 
     assert line["ttft_ms"] is not None
 
 
+@pytest.mark.parametrize(
+    ("end", "ends"),
+    [
+        (b"data: [DONE]\n\n", True),
+        (b"id: 9\ndata: [DONE]\n\n", True),  # the upstream's own id line: still its end
+        (b'data: {"choices":[]}\n\n', False),  # cut before its end: the comment after it
+    ],
+    ids=["done", "done-with-the-upstreams-id", "no-end"],
+)
+def test_a_chat_streams_relay_time_heads_its_end_events_block(end: bytes, ends: bool) -> None:
+    """The relay's time (a comment) goes at the head of the block of a chat stream's
+    [DONE], also when the upstream numbered its events with id lines of its own; a stream
+    that never reached its end gets it after its last bytes, in a block of its own."""
+    token = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    call = Call(routes.CHAT, "POST", "/v1/chat/completions", "", [], b"{}")
+    reply = Reply(200, list(SSE_HEADERS), iter([[token], [end]]))
+    _, body = finish(call, reply, Settings(), UNOBSERVED)
+    assert not isinstance(body, bytes)
+    writes = list(body)
+    assert writes[0] == token
+    if ends:
+        assert len(writes) == 2 and writes[1].startswith(b": server-timing: relay;dur=")
+        assert writes[1].endswith(b"\n" + end) and writes[1].count(b"\n\n") == 1
+    else:
+        assert writes[1] == end and writes[2].startswith(b": server-timing: relay;dur=")
+        assert len(writes) == 3 and writes[2].endswith(b"\n\n")
+
+
 @pytest.mark.parametrize("resumable", [False, True])
 def test_a_streams_figures_come_from_its_batches_as_they_leave(
     monkeypatch, caplog, resumable: bool

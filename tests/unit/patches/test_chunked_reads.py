@@ -165,3 +165,77 @@ def test_a_reset_is_left_to_the_read_to_report() -> None:
         resp.read1(65536)
     alarm.close()
     ours.close()
+
+
+class _CountingSocket:
+    """A gevent socket's own socket, counting the reads it refused as would-block (each a
+    system call and an exception on a stream's way)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.would_block = 0
+
+    def recv_into(self, *args: Any) -> int:
+        try:
+            return cast(int, self._real.recv_into(*args))
+        except BlockingIOError:
+            self.would_block += 1
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def test_a_wait_after_a_whole_chunk_reads_nothing_before_the_socket_is_readable() -> None:
+    """Each event a chunk of its own, a pause between them: once the CRLF that ends a chunk
+    is taken, the buffer is empty, and the wait waits on the socket's watcher before its
+    read, so no read is refused as would-block (gevent's read would try first, then wait);
+    the body is the one sent, and each wait still says the data is there (BUFFERED)."""
+    ours, theirs = socket.socketpair()
+    pieces = [HEAD, *(_chunk(e) for e in EVENTS[:10]), b"0\r\n\r\n"]
+    resp = http.client.HTTPResponse(ours)
+    theirs.sendall(pieces[0] + pieces[1])
+    resp.begin()
+    counting = _CountingSocket(ours._sock)
+    ours._sock = counting
+    alarm = Alarm(5.0)
+
+    def upstream() -> None:
+        for piece in pieces[2:]:
+            gevent.sleep(0.01)
+            theirs.sendall(piece)
+
+    writer = gevent.spawn(upstream)
+    body, told = b"", []
+    while True:
+        told.append(chunked_reads.wait_readable(resp, alarm))
+        data = resp.read1(65536)
+        if not data:
+            break
+        body += data
+    writer.join(5)
+    alarm.close()
+    ours._sock = counting._real
+    ours.close()
+    theirs.close()
+    assert body == b"".join(EVENTS[:10])
+    assert counting.would_block == 0
+    assert set(told) == {chunked_reads.BUFFERED}
+
+
+def test_only_gevents_own_socket_wait_is_waited_on_first() -> None:
+    """The wait before a read is gevent's own (its sockets' ``_wait``, the one its reads use
+    after a refused read); a socket class that waits otherwise, or is not gevent's, is read
+    as before. A TLS socket is asked for its decrypted bytes first."""
+    import socket as std_socket
+
+    from gevent import ssl
+
+    class WaitsOtherwise(socket.socket):
+        def _wait(self, watcher: Any, timeout_exc: Any = None) -> None:
+            raise AssertionError("not gevent's wait")
+
+    waits = chunked_reads._waits_of
+    assert waits(socket.socket) == chunked_reads._PLAIN
+    assert waits(ssl.SSLSocket) == chunked_reads._TLS
+    assert waits(std_socket.socket) == waits(WaitsOtherwise) == chunked_reads._NO_WAIT
