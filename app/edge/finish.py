@@ -89,11 +89,11 @@ def with_key_limits(
     upstream's for each ``what`` (requests, tokens) the key limits; the upstream's headers
     of what it does not limit pass as they came (docs/security.md)."""
     limited = {name.split("-", 3)[3] for name, _ in own}
-    kept = [
-        (k, v)
-        for k, v in headers
-        if not (k.lower().startswith("x-ratelimit-") and k.lower().split("-", 3)[-1] in limited)
-    ]
+    kept = []
+    for name, value in headers:
+        lowered = name.lower()  # once a header: every keyed answer passes here
+        if not (lowered.startswith("x-ratelimit-") and lowered.split("-", 3)[-1] in limited):
+            kept.append((name, value))
     return kept + own
 
 
