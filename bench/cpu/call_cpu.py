@@ -17,7 +17,9 @@ above the load (requests and tokens a minute, tokens a day, concurrent streams;
 bench/cpu/ab.py's KEY_LIMITS), counted in a Memcached of the run's own, and each call's log line
 written (to a file). ``--floor`` measures bench/floor/app.py the same way (it ignores the
 key). What each feature adds, one at a time: ``--log`` writes the log line without a key,
-``--keys --no-limits`` presents a key that has no limits (nothing counted).
+``--keys --no-limits`` presents a key that has no limits (nothing counted), ``--traces``
+exports every call's spans (LLMGATE_OTEL_ENDPOINT) to a receiver in another process
+(bench/tracing/trace_latency.py ``Sink``, not counted).
 
 With two revisions, each is exported as bench/cpu/ab.py exports it (this tree's bench/ in
 place of its own) and measured in a process of its own, in turns; without, the working tree. The
@@ -85,6 +87,7 @@ def measure(
     floor: bool = False,
     log: bool = False,
     limits: bool = True,
+    traces: bool = False,
     tps: float = FAST_TPS,
 ) -> dict[str, Any]:
     """This tree's calls: the best round's CPU per call, every round."""
@@ -95,6 +98,7 @@ def measure(
 
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-call-cpu-"))
     procs = []
+    sink = None
     try:
         port = free_port()
         argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port)]
@@ -105,6 +109,11 @@ def measure(
                "LLMGATE_CACHE_MODE": "off", "LLMGATE_LOG_REQUESTS": str(log).lower(),
                "LLMGATE_STATUS_SAMPLE_S": "0"}  # fmt: skip
         headers = {**NGINX_HEADERS, "HTTP_X_SIM_TTFT_MS": "0", "HTTP_X_SIM_TPS": f"{tps:g}"}
+        if traces:
+            from bench.tracing.trace_latency import Sink
+
+            sink = Sink()
+            env["LLMGATE_OTEL_ENDPOINT"] = sink.url
         if keys:
             mc_port = free_port()
             argv = ["memcached", "-l", "127.0.0.1", "-p", str(mc_port), "-U", "0", "-m", "64"]
@@ -127,6 +136,8 @@ def measure(
             raise SystemExit(f"{found['calls']} calls made, the simulator served {stats!r}")
         return found
     finally:
+        if sink is not None:
+            sink.stop()
         for proc in procs:
             proc.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -190,6 +201,7 @@ def main() -> None:
     parser.add_argument("--keys", action="store_true", help="a gateway key with its limits")
     parser.add_argument("--no-limits", action="store_true", help="with --keys: a key without")
     parser.add_argument("--log", action="store_true", help="each call's log line (--keys: on)")
+    parser.add_argument("--traces", action="store_true", help="every call's spans exported")
     parser.add_argument("--callers", type=int, default=1, help="greenlets calling at once")
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
@@ -208,7 +220,7 @@ def main() -> None:
     if args.measure:
         found = measure(args.kind, args.calls, args.rounds, args.callers, keys=args.keys,
                         floor=args.floor, log=args.log, limits=not args.no_limits,
-                        tps=args.tps)  # fmt: skip
+                        traces=args.traces, tps=args.tps)  # fmt: skip
         print(json.dumps(found))
         return
     if len(args.revs) not in (0, 2):
@@ -227,6 +239,7 @@ def main() -> None:
                      *(["--floor"] if args.floor else []),
                      *(["--log"] if args.log else []),
                      *(["--no-limits"] if args.no_limits else []),
+                     *(["--traces"] if args.traces else []),
                      *(["--tps", f"{args.tps:g}"] if args.tps != FAST_TPS else [])]  # fmt: skip
         if args.instructions:
             # Both counts past the warm-up's 500 calls: they differ by the N calls alone.
