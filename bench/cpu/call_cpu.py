@@ -130,6 +130,8 @@ def measure(
         app = _app(env, run_dir, floor)
         body = json.dumps({**BODY, "stream": kind == "stream"}).encode()
         found = _timed_calls(app, body, headers, calls, rounds, callers)
+        if traces:  # every span exported before the receiver stops: counted in the run
+            app.extensions["llmgate"].tracer.shutdown()  # type: ignore[attr-defined]
         stats = urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/stats").read()
         found["upstream_calls"] = json.loads(stats)["requests"]
         if found["upstream_calls"] != found["calls"]:  # each call went upstream, once
