@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,13 @@ def require_postgres() -> None:
         if IN_CI:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _leaks_found_where_they_are_made() -> Iterator[None]:
+    """A socket or file left open in a reference cycle warns (ResourceWarning, an error here)
+    only when the garbage collector frees it: in whatever test allocates enough to run it,
+    often another file's in the same xdist worker. Collected at the end of each test file,
+    such a leak fails the file that made it, every time."""
+    yield
+    gc.collect()

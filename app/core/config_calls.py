@@ -88,8 +88,9 @@ class CallSettings:
         "LLMGATE_POOL_SPARE_RATIO",
         0.1,
         "When a call finds no idle upstream connection and opens one, the worker also opens "
-        "spares behind it (TCP and TLS done, idle in the pool) up to this share of the "
-        "connections in use: the next busier moment finds them ready. 0: no spares.",
+        "spares behind it (TCP and TLS done, idle in the pool) until it holds this share "
+        "more connections than that moment had in use: the next busier moment finds them "
+        "ready. 0: no spares.",
     )
     dns_ttl_s: float = setting(
         "LLMGATE_DNS_TTL_S",

@@ -55,47 +55,70 @@ class _BufferedBy:
 
 class _GrowsAhead(HTTPConnectionPool):
     """A pool that, when a call finds no idle connection and must open one on its way, tops
-    up its idle connections behind it in a greenlet, to ``spare_ratio`` times the connections
-    in use: opened, connected (TCP and TLS) and put in the pool. The next busier moment then
-    finds them ready instead of paying a handshake on a call's way, and a load that wavers
-    around its level opens nothing more once its peak plus the spares is reached. The pool's
-    maxsize still bounds everything (a spare takes one of its free places)."""
+    itself up behind it in a greenlet to ``spare_ratio`` more connections than that moment
+    had in use: opened, connected (TCP and TLS) and put in the pool. Such a moment is the
+    busiest the pool has met (every connection it holds is in use), so the next busier one
+    finds connections ready instead of paying a handshake on a call's way, and a load that
+    wavers around its level opens nothing more once its peak plus the spares is reached.
+    The spares are counted over that moment, not over the calls still under way when they
+    are opened: calls that end meanwhile leave their connections idle, and those are not
+    headroom over the peak. The pool's maxsize still bounds everything (a spare takes one of
+    its free places)."""
 
     spare_ratio = 0.0
     on_spare: Callable[[], None] | None = None  # told of each spare opened
     _growing = False
+    _opening = 0  # the free place a spare being connected has taken (one at a time)
+    _wanted = 0  # connections to hold, in use or idle: the busiest moment's and its spares
 
     def _new_conn(self) -> Any:
         conn = super()._new_conn()
-        if self.spare_ratio > 0 and not self._growing and self.pool is not None:
-            self._growing = True
-            gevent.spawn(self._open_spares)
+        if self.spare_ratio > 0 and (slots := self.pool) is not None:
+            # This call took the pool's last free place without an idle connection above
+            # it: all the connections it holds are in use by calls, this new one among them
+            # (but for a spare being connected).
+            in_use = slots.maxsize - slots.qsize() - self._opening
+            wanted = in_use + int(in_use * self.spare_ratio)
+            self._wanted = max(self._wanted, wanted) if self._growing else wanted
+            if not self._growing:
+                self._growing = True
+                gevent.spawn(self._open_spares)
         return conn
 
     def _open_spares(self) -> None:
         try:
             while (slots := self.pool) is not None:
-                idle = _idle_on_top(slots)
-                in_use = slots.maxsize - slots.qsize()
-                if idle >= int(in_use * self.spare_ratio) or not _take_free_place(slots):
+                held = slots.maxsize - slots.queue.count(None)
+                if held >= self._wanted or not _take_free_place(slots):
                     return
-                conn = super()._new_conn()
+                self._opening = 1
                 try:
-                    started = time.monotonic()
-                    conn.connect()
-                    _read_session_tickets(getattr(conn, "sock", None), time.monotonic() - started)
-                except (OSError, HTTPError):
-                    # Not worth a retry here: the next call that needs one connects itself
-                    # and reports what fails.
-                    conn.close()
-                    self._put_conn(None)
+                    opened = self._open_spare()
+                finally:
+                    self._opening = 0
+                if not opened:
                     return
-                conn.connect_s = 0.0  # type: ignore[attr-defined]  # on no call's way
-                self._put_conn(conn)
                 if self.on_spare is not None:
                     self.on_spare()
         finally:
             self._growing = False
+
+    def _open_spare(self) -> bool:
+        """A spare in the free place taken for it: connected (TCP and TLS) and pooled, True;
+        or, when it fails, the place given back, False. Not worth a retry here: the next
+        call that needs one connects itself and reports what fails."""
+        conn = super()._new_conn()
+        try:
+            started = time.monotonic()
+            conn.connect()
+            _read_session_tickets(getattr(conn, "sock", None), time.monotonic() - started)
+        except (OSError, HTTPError):
+            conn.close()
+            self._put_conn(None)
+            return False
+        conn.connect_s = 0.0  # type: ignore[attr-defined]  # on no call's way
+        self._put_conn(conn)
+        return True
 
 
 def _read_session_tickets(sock: Any, handshake_s: float) -> None:
@@ -124,18 +147,6 @@ def _read_session_tickets(sock: Any, handshake_s: float) -> None:
             wait = min(wait, 0.05)  # a ticket sent apart from the first
     finally:
         sock.settimeout(timeout)
-
-
-def _idle_on_top(slots: queue.LifoQueue) -> int:
-    """The idle connections above the last free place (None) of a pool's queue: all of them
-    but for a free place put back above some after a failed call (then fewer: more spares
-    within the free places, at worst). Counted from the top, not over the whole queue."""
-    idle = 0
-    for conn in reversed(slots.queue):
-        if conn is None:
-            break
-        idle += 1
-    return idle
 
 
 def _take_free_place(slots: queue.LifoQueue) -> bool:
