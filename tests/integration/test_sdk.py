@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 
 import openai
 import pytest
@@ -11,8 +12,10 @@ from tests.support.bodies import CHAT
 
 
 @pytest.fixture
-def client(gw) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=0)
+def client(gw) -> Iterator[openai.OpenAI]:
+    # Closed after the test: an open client's pooled socket fails its file (tests/conftest.py).
+    with openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=0) as sdk:
+        yield sdk
 
 
 def test_non_stream_chat(client, gw) -> None:

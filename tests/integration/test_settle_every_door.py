@@ -254,13 +254,15 @@ def test_the_anthropic_sdk_reads_the_settled_usage_of_a_whole_stream(gw, upstrea
     upstream that does report usage is billed exactly that usage."""
     key, before = "meter-messages-openai", sim_tokens(upstream_sim)
     charged_before = usage(gw, key)["tokens_today"] or 0
-    client = anthropic.Anthropic(base_url=gw.url, api_key=secret(key), max_retries=0)
-    with client.messages.stream(
-        model="m-openai",
-        max_tokens=50,
-        messages=[{"role": "user", "content": "count me"}],
-        extra_headers={"x-sim-tokens": "20", "x-sim-tps": "2000"},
-    ) as stream:
+    with (
+        anthropic.Anthropic(base_url=gw.url, api_key=secret(key), max_retries=0) as client,
+        client.messages.stream(
+            model="m-openai",
+            max_tokens=50,
+            messages=[{"role": "user", "content": "count me"}],
+            extra_headers={"x-sim-tokens": "20", "x-sim-tps": "2000"},
+        ) as stream,
+    ):
         final = stream.get_final_message()
     charged, generated = settled(gw, upstream_sim, key, before=before)
     assert final.usage.output_tokens == 20
