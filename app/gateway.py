@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from app.cache.coalesce import Coalescer
@@ -30,6 +30,7 @@ from app.cache.replay import reply_from_entry
 from app.cache.store import AnswerCache, entry_from_flight
 from app.core.config import Settings
 from app.core.errors import ModelNotAllowed
+from app.core.frozen import quick_init
 from app.observe.metrics import Metrics
 from app.observe.tracing import Tracer, Value
 from app.observe.unobserved import UNOBSERVED
@@ -55,6 +56,7 @@ from app.upstream.exchange import Upstream
 from app.upstream.retry import Deadline
 
 
+@quick_init
 @dataclass(frozen=True)
 class Caller:
     """Who is calling, as ``Gateway.identify`` found: its gateway key, or None when keys are
@@ -63,19 +65,24 @@ class Caller:
     key: GatewayKey | None
 
 
+@quick_init
 @dataclass(frozen=True)
 class Plan:
     """One call, decided once: what it asks (``body``: the validated body, None for a
-    forwarded route), where it goes (``compute``: its upstream exchange as a flight's
-    producer, within ``deadline``; its request built only if it runs, so a hit builds none)
-    and how it is cached (``cache``: None when it is not)."""
+    forwarded route), where it goes (``compute``, made by ``made`` when first asked, so a hit
+    makes none: its upstream exchange as a flight's producer, within ``deadline``) and how it
+    is cached (``cache``: None when it is not)."""
 
     call: Call
     body: dict[str, Any] | None
     stream: bool
     deadline: Deadline
-    compute: UpstreamCall
+    made: partial[UpstreamCall]
     cache: CachePlan | None
+
+    @cached_property
+    def compute(self) -> UpstreamCall:
+        return self.made()
 
 
 class Gateway:
@@ -165,7 +172,8 @@ class Gateway:
             key=None if grant is None else grant.key,
         )
         deadline = Deadline.start(self.settings.deadline_s)
-        compute = UpstreamCall(
+        compute = partial(
+            UpstreamCall,
             self.upstream,
             request,
             deadline,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from app.core.errors import Overloaded
+from app.core.frozen import quick_init
 
 REQUESTS = "requests"
 STREAMS = "streams"
@@ -36,6 +37,7 @@ class Limits:
     streams: int = 0
 
 
+@quick_init
 @dataclass(frozen=True)
 class Load:
     """Calls in flight in one worker. A stream counts as a request and as a stream."""

@@ -102,9 +102,7 @@ def read_body(environ: Mapping[str, Any], limit: int) -> bytes:
     (a chunked upload has none, and Werkzeug would cut it short silently), and a body cut
     short: nginx passes bodies on as they arrive, so a caller that leaves mid-upload ends
     the body early here, and part of a body must not be taken for the whole."""
-    declared = get_content_length(
-        environ.get("CONTENT_LENGTH"), environ.get("HTTP_TRANSFER_ENCODING")
-    )
+    declared = declared_length(environ)
     if declared is not None and declared > limit:
         raise _too_large(limit)
     stream = environ["wsgi.input"]
@@ -126,6 +124,17 @@ def read_body(environ: Mapping[str, Any], limit: int) -> bytes:
         # A body of known length that ended early reads as a short one, without an error.
         raise errors.BadRequest(_CUT_SHORT, code="incomplete_body")
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def declared_length(environ: Mapping[str, Any]) -> int | None:
+    """The body's length as Werkzeug's ``get_content_length`` reads it from the environ
+    (None: chunked, or no Content-Length), its commonest case read directly: a length of
+    ASCII digits alone, no Transfer-Encoding, is the number they spell (Werkzeug's regex,
+    strip and two calls cost about 1.5 % of a cache hit)."""
+    length, coding = environ.get("CONTENT_LENGTH"), environ.get("HTTP_TRANSFER_ENCODING")
+    if coding is None and length is not None and length.isascii() and length.isdigit():
+        return int(length)
+    return get_content_length(length, coding)
 
 
 def _too_large(limit: int) -> errors.PayloadTooLarge:

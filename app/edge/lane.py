@@ -8,7 +8,7 @@ and app contexts, its Request, routes it and wraps the answer in a Response: the
 else (other methods, paths, the operator's endpoints, errors of routing) goes through Flask
 as before. Installed as Flask documents middleware, by wrapping ``app.wsgi_app``.
 
-What the lane skips, and why nothing needs it on these calls (docs/performance.md, "The
+What the lane skips, and why nothing needs it on these calls (bench/HISTORY.md, "The
 hot routes' lane"): ``before_request``/``after_request`` hooks (the only one, the operator
 guard, covers other paths), Flask's signals and the session (none used), the request and
 app contexts (the gateway never reads them: app/layers.toml lets only the edge and factory
@@ -72,22 +72,43 @@ def _send(
     start_response: StartResponse,
 ) -> Iterable[bytes]:
     status = reply.status
-    if status >= 200 and status not in (204, 304) and not _rewritten(reply):
-        headers, pieces = reply.headers, body
-        if isinstance(pieces, bytes):
-            headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
-            headers.append(("Content-Length", str(len(pieces))))
-            pieces = iter([pieces])
-        start_response(_status_line(status), headers)
-        return Held(pieces, ticket.release)
+    if status >= 200 and status not in (204, 304):
+        if isinstance(body, bytes):
+            headers = _whole_headers(reply.headers, len(body))
+            pieces: Iterator[bytes] = iter([body])
+        else:
+            headers = None if _rewritten(reply) else reply.headers
+            pieces = body
+        if headers is not None:
+            start_response(_STATUS_LINES.get(status) or _status_line(status), headers)
+            return Held(pieces, ticket.release)
     # 1xx, 204, 304 or a Location: Werkzeug's Response, as Flask's view sends it.
     response = release_when_closed(lambda: to_response(reply, body), ticket)
     return response(environ, start_response)
 
 
+def _whole_headers(headers: list[tuple[str, str]], length: int) -> list[tuple[str, str]] | None:
+    """A whole body's headers as they are sent: the reply's, with the body's own length in
+    place of any Content-Length it had; None when one is a header Werkzeug rewrites (one pass
+    over them, each name lowered once)."""
+    sent = []
+    for name, value in headers:
+        lower = name.lower()
+        if lower in _REWRITTEN:
+            return None
+        if lower != "content-length":
+            sent.append((name, value))
+    sent.append(("Content-Length", str(length)))
+    return sent
+
+
 def _status_line(status: int) -> str:
     """The status line as Werkzeug writes it (its reason phrase in capitals)."""
     return f"{status} {HTTP_STATUS_CODES.get(status, 'unknown').upper()}"
+
+
+# Every status Werkzeug names, its line made once.
+_STATUS_LINES = {status: _status_line(status) for status in HTTP_STATUS_CODES}
 
 
 def _rewritten(reply: Reply) -> bool:

@@ -2,7 +2,7 @@
 ``llmgate.access``.
 
 ``encode`` writes the line with orjson, in a tenth of the time json's encoder takes (0.5
-against 5 us for the usual line of 25 fields, measured in docs/performance.md, "The request
+against 5 us for the usual line of 25 fields, measured in bench/HISTORY.md, "The request
 log's line"). The line is the same JSON value either way, in ASCII, as before: json escapes
 every character past ASCII, and orjson writes it as it is (UTF-8), so a line whose orjson text
 is not ASCII, or that orjson refuses (an integer past 64 bits, a lone surrogate), is written
@@ -14,7 +14,7 @@ The app factory gives the ``llmgate`` logger one handler of its own, writing eac
 message to stderr (app/factory.py ``_log_to_stderr``). Sent through ``logging``, a line costs a
 ``LogRecord`` (the caller's frame looked up, the thread and process named, the time taken) and
 two locks (gevent's, under its patch) before that handler writes the message: about 6 us a
-call, half of the line's whole cost with the JSON (docs/performance.md, "The request log's
+call, half of the line's whole cost with the JSON (bench/HISTORY.md, "The request log's
 line"). When a record of ``llmgate.access`` at INFO would reach that handler and nothing else,
 and come out as its bare message, ``write`` writes the same text to the same stream itself.
 Any other configuration (a handler, a filter or a level of someone else's, a formatter of its

@@ -2,7 +2,7 @@
 
 urllib3's ``read1`` (content decoding, length accounting, an error-catching context manager
 per call) cost about as much as the read itself, once per event of every stream
-(docs/performance.md, "A token a read"). For a body sent in chunks and not compressed (an
+(bench/HISTORY.md, "A token a read"). For a body sent in chunks and not compressed (an
 event stream, as providers send one) it does nothing that the chunked framing does not: the
 reads here go to the ``http.client.HTTPResponse`` urllib3 keeps in its private ``_fp``, and a
 stream's waits for data (``wait_readable``) look into that response's buffered reader and

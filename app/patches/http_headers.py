@@ -3,7 +3,7 @@ the email package, to the same message.
 
 http.client (beneath urllib3) parses the headers of every response with ``email.parser``: a
 FeedParser, a policy and a regular expression per line, about 40 µs for a provider's dozen
-headers — on every call, the floor's as much as the gateway's (docs/performance.md, "The
+headers — on every call, the floor's as much as the gateway's (bench/HISTORY.md, "The
 upstream's headers"). ``parse_headers`` builds the same ``HTTPMessage`` directly when every
 line is a plain ``Name: value`` — what providers send — and hands anything else (a folded
 line, a line without a colon, a name the email parser would not take, a bare CR, a Unix

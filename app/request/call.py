@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from app.core.admission import Ticket
 from app.core.doors import OPENAI
 from app.core.errors import GatewayError
+from app.core.frozen import quick_init
 from app.observe import tracing
 from app.observe.tracing import Span, Tracer, Value
 from app.request.affinity import Routing
@@ -252,6 +253,7 @@ class Trace:
         return None if self.grant is None else self.grant.headers
 
 
+@quick_init
 @dataclass(frozen=True)
 class Call:
     route: Route  # app/request/routes.py: asked, never compared by name

@@ -28,7 +28,7 @@ call takes its share with one ``incr`` and sees the count its share made.
   back, sent by a greenlet of its own; each caller gets its own values. A call with none
   on the way sends its own at once, as before; under load a batch carries the grants and
   settlements of all the calls that came while the last one was out, one write and one read
-  for all of them (docs/performance.md "A gateway key's limits"). Memcached runs the
+  for all of them (bench/HISTORY.md "A gateway key's limits"). Memcached runs the
   commands in the order written, so each ``incr`` sees the counts written before it, as if
   each call had sent its own. What is shared is a failure: an error reply fails its whole
   batch, every call's counts on it. A caller who leaves while its counts wait takes them

@@ -32,6 +32,7 @@ from app.core.errors import (
     UpstreamReset,
     UpstreamTimeout,
 )
+from app.core.frozen import quick_init
 from app.core.timers import Alarm
 from app.patches.chunked_reads import ARRIVED, BUFFERED, NOT_YET
 from app.request.events import StreamEnd, is_error_event
@@ -50,6 +51,7 @@ from llmgate_wire import sse
 _REDIRECTS = frozenset({300, 301, 302, 303, 305, 307, 308})
 
 
+@quick_init
 @dataclass(frozen=True)
 class ReadRules:
     """What an answer may be: its body's size limit, an event's (None: the decoder's

@@ -4,7 +4,7 @@ The CPU gunicorn spends parsing one request as nginx sends it to the gateway (a 
 the OpenAI SDK: 14 headers, a 120-byte body), with its pure-Python parser and, when the
 ``gunicorn_h1c`` package is installed, its C parser (``http_parser = "fast"``, gunicorn 25+).
 The request is read from memory, so this is the parser alone: what choosing it can save a
-call at most (docs/performance.md, "gunicorn's C parser"). The best and the median of five
+call at most (bench/HISTORY.md, "gunicorn's C parser"). The best and the median of five
 rounds, µs per request.
 """
 

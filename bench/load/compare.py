@@ -1,7 +1,7 @@
 """Numbers users can compare with other gateways': `python -m bench.compare`.
 
 Users read gateways' published numbers measured two ways, and this measures llmgate both
-ways on this machine (docs/performance.md, "Comparable numbers"):
+ways on this machine (docs/performance.md, "Against peers"):
 
 - **added latency of sequential calls** against an instant mock: one caller, a non-stream
   chat call, 15 calls of warm-up then 7 rounds of 25; each round's p50, straight to the

@@ -13,7 +13,7 @@ from tests.support.bodies import CHAT
 
 @pytest.fixture
 def client(gw) -> Iterator[openai.OpenAI]:
-    # Closed after the test: an open client's pooled socket fails its file (tests/conftest.py).
+    # Closed after the test: a client left to the collector leaks its connection's socket.
     with openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=0) as sdk:
         yield sdk
 
@@ -76,7 +76,7 @@ def test_gateway_retries_a_short_429_then_succeeds(client, gw) -> None:
 
 def test_retried_429_tells_the_sdk_not_to_retry_again(gw) -> None:
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=2)
-    with pytest.raises(openai.RateLimitError) as info:
+    with client, pytest.raises(openai.RateLimitError) as info:
         client.chat.completions.create(
             **CHAT, extra_headers={"x-sim-fault": "429", "x-sim-retry-after": "0.05"}
         )

@@ -254,8 +254,9 @@ def test_the_anthropic_sdk_reads_the_settled_usage_of_a_whole_stream(gw, upstrea
     upstream that does report usage is billed exactly that usage."""
     key, before = "meter-messages-openai", sim_tokens(upstream_sim)
     charged_before = usage(gw, key)["tokens_today"] or 0
+    client = anthropic.Anthropic(base_url=gw.url, api_key=secret(key), max_retries=0)
     with (
-        anthropic.Anthropic(base_url=gw.url, api_key=secret(key), max_retries=0) as client,
+        client,
         client.messages.stream(
             model="m-openai",
             max_tokens=50,

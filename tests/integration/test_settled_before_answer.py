@@ -5,7 +5,7 @@ fault proxy that delays every command on its way to it, and its own ``stats``, r
 directly, are looked at the moment the answer has been read whole through nginx.
 
 Issue 45 asked whether the settlement could be sent after the answer to save the caller its
-wait (bench/HISTORY.md, "A keyed call at low concurrency"): it would make the key's give-back
+wait (bench/HISTORY.md, "A keyed call at 10 callers"): it would make the key's give-back
 reach Memcached after a caller who calls again at once may already be counted, which these
 tests refuse.
 """

@@ -53,6 +53,7 @@ REPLIES = {
     "no content": lambda: Reply(204, [("Content-Length", "0")], b""),
     "a length of its own": lambda: Reply(200, [("Content-Length", "99")], b"{}"),
     "upstream error": lambda: Reply(503, [("Content-Type", "application/json")], b'{"e":1}'),
+    "a status with no name": lambda: Reply(299, [("Content-Type", "application/json")], b"{}"),
 }
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import io
 
 import pytest
+from werkzeug.sansio.utils import get_content_length
 
 from app.core import errors
-from app.edge.calls import read_body
+from app.edge.calls import declared_length, read_body
 
 
 class Input:
@@ -61,3 +62,33 @@ def test_a_body_over_the_limit_is_refused_with_or_without_a_length() -> None:
     with pytest.raises(errors.PayloadTooLarge):
         read_body(_environ(chunked, None), 10)
     assert chunked.reads == 3  # refused once past the limit, not read to its end
+
+
+@pytest.mark.parametrize(
+    "length",
+    [
+        None,
+        "",
+        "0",
+        "13",
+        "007",
+        " 13",
+        "13 ",
+        "\t13",
+        "-1",
+        "-0",
+        "+13",
+        "1_000",
+        "1e3",
+        "\u0663",  # an Arabic-Indic digit
+        "\u00b2",  # a superscript two: a digit to str.isdigit, not to int()
+        "13x",
+        "99999999999999999999",
+        "\uff11\uff13",  # full-width digits
+    ],
+)
+@pytest.mark.parametrize("coding", [None, "chunked", "gzip, chunked", "gzip", ""])
+def test_the_declared_length_is_werkzeugs(length, coding) -> None:
+    environ = {"CONTENT_LENGTH": length, "HTTP_TRANSFER_ENCODING": coding}
+    environ = {k: v for k, v in environ.items() if v is not None}
+    assert declared_length(environ) == get_content_length(length, coding)

@@ -14,6 +14,7 @@ import gevent
 import gevent.event
 import pytest
 
+from app import gateway as gateway_module
 from app.cache.coalesce import Coalescer
 from app.cache.policy import Directive
 from app.cache.store import AnswerCache, entry_from_flight
@@ -25,6 +26,7 @@ from app.request import routes
 from app.request.call import Call
 from app.store.memory import MemoryBackend
 from app.streams.flight import ClientGone, Finished, Flight, Head
+from app.streams.upstream_call import UpstreamCall
 from app.upstream.exchange import Upstream
 from app.upstream.retry import Deadline
 from llmgate_wire import sse
@@ -399,3 +401,22 @@ def test_a_new_leader_that_wins_the_lease_just_after_the_holder_stored_replays_t
     assert computed == []  # no second upstream call
     assert flight.source == "cache" and flight.head is not None and flight.head.body == entry.body
     assert l1.get(lease_key(KEY)) is None  # the lease it took is released
+
+
+def test_a_plans_upstream_call_is_made_only_when_asked(monkeypatch) -> None:
+    # A hit that renews nothing never goes upstream: its plan makes no UpstreamCall. One that
+    # does gets one, the same each time asked, within the deadline the plan started.
+    made: list[UpstreamCall] = []
+
+    class Counted(UpstreamCall):
+        def __init__(self, *args, **kwargs) -> None:
+            made.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(gateway_module, "UpstreamCall", Counted)
+    gateway, _ = _gateway()
+    plan = gateway.plan(_call(), Caller(None))
+    assert made == []
+    compute = plan.compute
+    assert made == [compute] and plan.compute is compute
+    assert compute._deadline is plan.deadline

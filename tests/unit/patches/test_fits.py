@@ -36,6 +36,7 @@ def test_every_patch_fits_the_pinned_versions() -> None:
     """Fails first when a new version of a library moves what a patch relies on."""
     assert http_headers.fits() is None
     assert prometheus_values.fits(values.MultiProcessValue()) is None
+    assert prometheus_values.writes_fit() is None
     assert prometheus_labels.fits() is None
     assert chunked_reads.fits() is None
 

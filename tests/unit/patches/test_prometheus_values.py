@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, valu
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from app import patches
+from app.patches import prometheus_values
 from app.patches.prometheus_values import lean_values
 
 
@@ -94,3 +96,41 @@ def test_values_of_one_process_are_left_as_they_are() -> None:
     assert lean_values(values.MutexValue) is values.MutexValue
     lean = lean_values(values.MultiProcessValue())
     assert lean_values(lean) is lean
+
+
+def test_values_written_in_place_survive_the_file_growing(monkeypatch, tmp_path) -> None:
+    # The file's mmap is replaced when it grows past its size (64 KiB at first): the lean
+    # value writes into the file's current one, never one it kept.
+    _lean_class(monkeypatch, tmp_path)
+    registry = CollectorRegistry()
+    calls = Counter("t_grown", "calls", ["n"], registry=registry)
+    calls.labels("first").inc()
+    for n in range(1500):  # ~100 bytes a value: past 64 KiB
+        calls.labels(str(n)).inc(n)
+    calls.labels("first").inc(2)
+    held = Gauge("t_grown_held", "held", multiprocess_mode="livesum", registry=registry)
+    held.set(5)
+    found = _collected(tmp_path)
+    assert found[("t_grown_total", (("n", "first"),))] == 3
+    assert found[("t_grown_total", (("n", "1499"),))] == 1499
+    assert found[("t_grown_held", ())] == 5
+    assert (tmp_path / f"counter_{os.getpid()}.db").stat().st_size > 65536
+
+
+def test_a_moved_file_write_leaves_the_files_own(monkeypatch, tmp_path, caplog) -> None:
+    own = MmapedDict.write_value
+    written = []
+
+    def write_value(self, key, value, timestamp):  # another version's write
+        written.append(value)
+        own(self, key, value, timestamp)
+
+    monkeypatch.setattr(MmapedDict, "write_value", write_value)
+    assert prometheus_values.writes_fit() is not None
+    monkeypatch.setattr(patches, "_refused", set())
+    _lean_class(monkeypatch, tmp_path)
+    registry = CollectorRegistry()
+    calls = Counter("t_moved", "calls", registry=registry)
+    calls.inc(2)
+    assert written[-1] == 2 and "prometheus_writes" in patches.refused()
+    assert _collected(tmp_path)[("t_moved_total", ())] == 2
