@@ -30,7 +30,6 @@ from app.observe.metrics import Metrics
 from app.observe.metrics_prompt_cache import KINDS
 from app.observe.tracing import Span
 from app.request import events as streams
-from app.request import jsonedit
 from app.request.call import Call, Reply
 from app.request.events import StreamEnd
 from app.request.headers import STATUS_HEADER
@@ -89,11 +88,11 @@ def with_key_limits(
     upstream's for each ``what`` (requests, tokens) the key limits; the upstream's headers
     of what it does not limit pass as they came (docs/security.md)."""
     limited = {name.split("-", 3)[3] for name, _ in own}
-    kept = [
-        (k, v)
-        for k, v in headers
-        if not (k.lower().startswith("x-ratelimit-") and k.lower().split("-", 3)[-1] in limited)
-    ]
+    kept = []
+    for name, value in headers:
+        lowered = name.lower()  # once a header: every keyed answer passes here
+        if not (lowered.startswith("x-ratelimit-") and lowered.split("-", 3)[-1] in limited):
+            kept.append((name, value))
     return kept + own
 
 
@@ -381,8 +380,10 @@ def _response_model(reply: Reply, facts: StreamFacts) -> str | None:
         data = streams.data_of(facts.first_chunk)
     elif isinstance(reply.body, bytes) and reply.status < 300:
         try:
-            raw = jsonedit.find_member(reply.body, "model")
-            data = {"model": json.loads(raw)} if raw is not None else None
+            # The answer in one call of the C decoder: the document jsonedit.members reads
+            # member by member in Python (UTF-8 only, one BOM skipped), whose last "model"
+            # is the one json.loads keeps. A UnicodeDecodeError is a ValueError too.
+            data = json.loads(reply.body.decode("utf-8").removeprefix("\ufeff"))
         except ValueError:
             return None
     model = data.get("model") if isinstance(data, dict) else None

@@ -208,7 +208,17 @@ class GuardedClient(Client):
 
 def _closed_by_peer(sock: socket.socket) -> bool:
     """Whether the node closed (or reset) this connection: a peek at what waits to be read,
-    without waiting (an idle connection holds nothing: it would block)."""
+    without waiting (an idle connection holds nothing: it would block). gevent's socket
+    holds a non-blocking one (its ``_sock``), peeked at as it is; any other is made not to
+    wait for the peek."""
+    raw = getattr(sock, "_sock", None)
+    if raw is not None and raw.gettimeout() == 0.0:
+        try:
+            return bool(raw.recv(1, socket.MSG_PEEK) == b"")
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
     timeout = sock.gettimeout()
     sock.settimeout(0.0)
     try:
@@ -253,8 +263,18 @@ class GuardedHashClient(HashClient):
         if pool is None:
             reply = client.round_trip(batch)
         else:
-            with pool.get_and_release(destroy_on_fail=True) as connection:
+            # pool.py's ``get_and_release(destroy_on_fail=True)`` written out: the same get,
+            # destroy on an Exception and release otherwise, without a generator's context
+            # manager around every round trip of every keyed call. A BaseException (a
+            # timeout) leaves the connection in ``used``, as the context manager does: the
+            # backend destroys it, poisoned (app/store/memcached.py ``_discard_poisoned``).
+            connection = pool.get()
+            try:
                 reply = connection.round_trip(batch)
+            except Exception:
+                pool.destroy(connection)
+                raise
+            pool.release(connection)
         lines = reply.split(b"\r\n")[:-2]  # every reply line ends with CRLF; the last is MN
         for line in lines:
             if line.startswith((b"ERROR", b"CLIENT_ERROR")):

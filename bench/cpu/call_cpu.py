@@ -17,7 +17,9 @@ above the load (requests and tokens a minute, tokens a day, concurrent streams;
 bench/cpu/ab.py's KEY_LIMITS), counted in a Memcached of the run's own, and each call's log line
 written (to a file). ``--floor`` measures bench/floor/app.py the same way (it ignores the
 key). What each feature adds, one at a time: ``--log`` writes the log line without a key,
-``--keys --no-limits`` presents a key that has no limits (nothing counted).
+``--keys --no-limits`` presents a key that has no limits (nothing counted), ``--traces``
+exports every call's spans (LLMGATE_OTEL_ENDPOINT) to a receiver in another process
+(bench/tracing/trace_latency.py ``Sink``, not counted).
 
 With two revisions, each is exported as bench/cpu/ab.py exports it (this tree's bench/ in
 place of its own) and measured in a process of its own, in turns; without, the working tree. The
@@ -92,6 +94,7 @@ def measure(
     floor: bool = False,
     log: bool = False,
     limits: bool = True,
+    traces: bool = False,
     tps: float = FAST_TPS,
     warm_up: int = WARM_UP,
 ) -> dict[str, Any]:
@@ -104,6 +107,7 @@ def measure(
 
     run_dir = Path(tempfile.mkdtemp(prefix="llmgate-call-cpu-"))
     procs = []
+    sink = None
     try:
         port = free_port()
         argv = [sys.executable, "-m", "simulator", "--host", "127.0.0.1", "--port", str(port)]
@@ -114,6 +118,11 @@ def measure(
                "LLMGATE_CACHE_MODE": "off", "LLMGATE_LOG_REQUESTS": str(log).lower(),
                "LLMGATE_STATUS_SAMPLE_S": "0"}  # fmt: skip
         headers = {**NGINX_HEADERS, "HTTP_X_SIM_TTFT_MS": "0", "HTTP_X_SIM_TPS": f"{tps:g}"}
+        if traces:
+            from bench.tracing.trace_latency import Sink
+
+            sink = Sink()
+            env["LLMGATE_OTEL_ENDPOINT"] = sink.url
         if keys:
             mc_port = free_port()
             argv = ["memcached", "-l", "127.0.0.1", "-p", str(mc_port), "-U", "0", "-m", "64"]
@@ -130,12 +139,16 @@ def measure(
         app = _app(env, run_dir, floor)
         body = json.dumps({**BODY, "stream": kind == "stream"}).encode()
         found = _timed_calls(app, body, headers, calls, rounds, callers, warm_up)
+        if traces:  # every span exported before the receiver stops: counted in the run
+            app.extensions["llmgate"].tracer.shutdown()  # type: ignore[attr-defined]
         stats = urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/stats").read()
         found["upstream_calls"] = json.loads(stats)["requests"]
         if found["upstream_calls"] != found["calls"]:  # each call went upstream, once
             raise SystemExit(f"{found['calls']} calls made, the simulator served {stats!r}")
         return found
     finally:
+        if sink is not None:
+            sink.stop()
         for proc in procs:
             proc.stop()
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -205,6 +218,7 @@ def main() -> None:
     parser.add_argument("--keys", action="store_true", help="a gateway key with its limits")
     parser.add_argument("--no-limits", action="store_true", help="with --keys: a key without")
     parser.add_argument("--log", action="store_true", help="each call's log line (--keys: on)")
+    parser.add_argument("--traces", action="store_true", help="every call's spans exported")
     parser.add_argument("--callers", type=int, default=1, help="greenlets calling at once")
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
@@ -224,7 +238,7 @@ def main() -> None:
     if args.measure:
         found = measure(args.kind, args.calls, args.rounds, args.callers, keys=args.keys,
                         floor=args.floor, log=args.log, limits=not args.no_limits,
-                        tps=args.tps, warm_up=args.warm_up)  # fmt: skip
+                        traces=args.traces, tps=args.tps, warm_up=args.warm_up)  # fmt: skip
         print(json.dumps(found))
         return
     if len(args.revs) not in (0, 2):
@@ -244,6 +258,7 @@ def main() -> None:
                      *(["--floor"] if args.floor else []),
                      *(["--log"] if args.log else []),
                      *(["--no-limits"] if args.no_limits else []),
+                     *(["--traces"] if args.traces else []),
                      *(["--tps", f"{args.tps:g}"] if args.tps != FAST_TPS else [])]  # fmt: skip
         if args.instructions:
             # Both counts past the same warm-up: they differ by the N calls alone.

@@ -154,6 +154,54 @@ def test_counts_after_a_restart_go_on_a_new_connection_and_count(tmp_path) -> No
         proc.kill()
 
 
+# A worker's sockets are gevent's, which the peek before a batch reads through the
+# non-blocking socket it wraps (app/store/guarded_client.py ``_closed_by_peer``).
+RESTART_SCRIPT = r"""
+from gevent import monkey
+
+monkey.patch_all()
+
+import json
+import sys
+from pathlib import Path
+
+from app.store.counters import MemcachedCounters
+from app.store.memcached import MemcachedBackend
+from app.tenancy.limits import Count
+from tests.support.memcached import memcached_stats, start_memcached
+
+run_dir = Path(sys.argv[1])
+proc, port = start_memcached(run_dir)
+node = [("127.0.0.1", port)]
+counters = MemcachedCounters(MemcachedBackend(node, timeout=1.0, connect_timeout=0.1))
+key = "llmgate:rl:v1:t:restart-gevent:tokens_month:0"
+first = counters.apply([Count(key, 3, 60)])  # the connection is pooled now
+proc.kill()
+proc, _ = start_memcached(run_dir, port=port)  # empty, where the old one was
+second = counters.apply([Count(key, 2, 60), Count(key + "x", 1, 60)])
+print(json.dumps({"first": first, "second": second, "stats": memcached_stats(port)}))
+counters.close()
+proc.kill()
+"""
+
+
+def test_a_gevent_workers_counts_after_a_restart_go_on_a_new_connection(tmp_path) -> None:
+    """The restart above in a gevent-patched process, as a worker is: its batch too sees the
+    pooled connection closed before it writes, and is sent once on a new one."""
+    proc = subprocess.run(
+        [sys.executable, "-c", RESTART_SCRIPT, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["first"] == [3] and result["second"] == [2, 1]
+    stats = result["stats"]  # the new memcached's own counts: each incr sent once
+    assert stats["incr_misses"] == 2 and stats["incr_hits"] == 2
+
+
 @pytest.fixture
 def trips(mc) -> Iterator[tuple[MemcachedCounters, TripCounter]]:
     proxy = TripCounter(("127.0.0.1", mc))

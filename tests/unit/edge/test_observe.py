@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from app.core.config import Settings
-from app.edge.finish import cache_outcome, finish
+from app.edge.finish import _response_model, cache_outcome, finish
+from app.edge.stream_facts import StreamFacts
 from app.observe.metrics import Metrics
 from app.observe.unobserved import UNOBSERVED
-from app.request import routes
+from app.request import jsonedit, routes
 from app.request.call import SSE_HEADERS, Call, Reply, Trace
 from app.request.stages import Stages
 from app.request.usage import Usage, answer_facts
@@ -37,6 +38,39 @@ def test_cache_outcome_labels_are_bounded() -> None:
         "coalesced",
     ]
     assert outcome(None) == "bypass"
+
+
+def test_a_whole_answers_model_for_its_span_is_the_last_top_level_model_of_utf8_json() -> None:
+    """The span's response model of a whole answer, read in one parse, against the member
+    scan it replaced (jsonedit.find_member, the JSON the caller was sent): the last
+    top-level ``model`` of a UTF-8 JSON object (a BOM allowed), else nothing."""
+
+    def scanned(body: bytes) -> str | None:
+        try:
+            raw = jsonedit.find_member(body, "model")
+        except ValueError:
+            return None
+        model = json.loads(raw) if raw is not None else None
+        return model if isinstance(model, str) else None
+
+    bodies = {
+        b'{"id": "a", "model": "m-1", "choices": [{"model": "inner"}]}': "m-1",
+        b'\xef\xbb\xbf{"model": "bom"}': "bom",
+        b'\xef\xbb\xbf\xef\xbb\xbf{"model": "two boms"}': None,
+        b'{"model": "first", "x": 1, "model": "last"}': "last",
+        b'{"model": "m", "model": 7}': None,
+        '{"model": "wide"}'.encode("utf-16"): None,  # JSON, but not UTF-8
+        b'{"model": "\xed\xa0\x80"}': None,  # a lone surrogate: not UTF-8
+        b'{"model": "m"} {"model": "n"}': None,
+        b'{"model": "m",}': None,
+        b'["model", "m"]': None,
+        b"": None,
+        b' \r\n{"model": "\\u00e9t\xc3\xa9"} \t': "\u00e9t\u00e9",
+    }
+    for body, model in bodies.items():
+        assert scanned(body) == model, body
+        assert _response_model(Reply(200, [], body), StreamFacts()) == model, body
+    assert _response_model(Reply(500, [], b'{"model": "m"}'), StreamFacts()) is None
 
 
 def test_a_generated_answers_usage_and_tier_are_its_top_level_members_only() -> None:
