@@ -74,9 +74,9 @@ class _GrowsAhead(HTTPConnectionPool):
     def _new_conn(self) -> Any:
         conn = super()._new_conn()
         if self.spare_ratio > 0 and (slots := self.pool) is not None:
-            # This call took the pool's last free place without an idle connection above
-            # it: all the connections it holds are in use by calls, this new one among them
-            # (but for a spare being connected).
+            # A call found no idle connection on top and took a free place: the busiest
+            # moment yet. Its calls' connections are the places out of the queue, this new
+            # one's among them, but for a spare's being connected.
             in_use = slots.maxsize - slots.qsize() - self._opening
             wanted = in_use + int(in_use * self.spare_ratio)
             self._wanted = max(self._wanted, wanted) if self._growing else wanted
